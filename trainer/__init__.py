@@ -1,0 +1,1 @@
+"""longctx trainer: JAX long-context training (ring attention, tensor parallelism, offload)."""

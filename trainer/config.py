@@ -1,0 +1,150 @@
+"""The trainer's config schema: the contract between the operator and the trainer.
+
+The operator renders a `TrainerConfig` into a ConfigMap (YAML, snake_case keys); every worker
+reads it with `load_config`. This module imports no JAX so the operator can use it. Process
+identity (coordinator, process count and id, local devices) is not part of the config: it comes
+from the JAX distributed environment variables the operator sets per pod.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .presets import PRESETS, ModelDims
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """Resolved model dimensions (a preset is expanded before rendering)."""
+
+    preset: str | None = Field(None, description="Preset the dimensions came from, if any.")
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    ffn: int = Field(gt=0)
+    vocab: int = Field(gt=0)
+    tie_embeddings: bool = False
+    rope_theta: float = Field(500000.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> "ModelConfig":
+        if self.hidden % self.heads:
+            raise ValueError("hidden must be divisible by heads")
+        if self.heads % self.kv_heads:
+            raise ValueError("heads must be divisible by kv_heads")
+        return self
+
+    @classmethod
+    def from_preset(cls, name: str) -> "ModelConfig":
+        dims = PRESETS[name]
+        return cls(preset=name, **dims.__dict__)
+
+    def dims(self) -> ModelDims:
+        return ModelDims(**self.model_dump(exclude={"preset"}))
+
+
+class ParallelConfig(_Strict):
+    data: int = Field(1, gt=0)
+    context: int = Field(1, gt=0)
+    tensor: int = Field(1, gt=0)
+    attention: Literal["ring", "all_gather"] = "ring"
+    load_balance: Literal["dual_chunk_swap", "striped", "none"] = "dual_chunk_swap"
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.context * self.tensor
+
+
+class OffloadConfig(_Strict):
+    enabled: bool = False
+    chunk_tokens: int | None = Field(
+        None, gt=0, description="Tokens per sequence chunk on each device; None = no chunking.")
+
+
+class OptimizerConfig(_Strict):
+    learning_rate: float = Field(3e-4, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    beta1: float = Field(0.9, gt=0, lt=1)
+    beta2: float = Field(0.95, gt=0, lt=1)
+
+
+class DataConfig(_Strict):
+    kind: Literal["synthetic", "tokens", "text"] = "synthetic"
+    path: str | None = Field(None, description="Token file (.bin of uint16/uint32) or text file/dir.")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _path_needed(self) -> "DataConfig":
+        if self.kind != "synthetic" and not self.path:
+            raise ValueError(f"data.path is required for data.kind={self.kind}")
+        return self
+
+
+class CheckpointConfig(_Strict):
+    path: str | None = Field(None, description="Directory for orbax checkpoints; None disables.")
+    interval_steps: int = Field(100, gt=0)
+    keep: int = Field(2, gt=0)
+
+
+class MetricsConfig(_Strict):
+    port: int = Field(9400, ge=0, le=65535, description="0 disables the exporter.")
+    job: str = Field("longctx", description="Value of the `job_name` label on every metric.")
+
+
+class TrainerConfig(_Strict):
+    job_name: str = "longctx"
+    model: ModelConfig
+    sequence_length: int = Field(gt=0)
+    global_batch_tokens: int = Field(gt=0)
+    steps: int = Field(gt=0)
+    precision: Literal["bf16", "fp32"] = "bf16"
+    remat: bool = True
+    seed: int = 0
+    log_every: int = Field(1, gt=0)
+    parallelism: ParallelConfig = ParallelConfig()
+    offload: OffloadConfig = OffloadConfig()
+    communication: Literal["nccl", "nvshmem"] = "nccl"
+    optimizer: OptimizerConfig = OptimizerConfig()
+    data: DataConfig = DataConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    metrics: MetricsConfig = MetricsConfig()
+
+    @model_validator(mode="after")
+    def _check_layout(self) -> "TrainerConfig":
+        p = self.parallelism
+        if self.global_batch_tokens % self.sequence_length:
+            raise ValueError("global_batch_tokens must be a multiple of sequence_length")
+        if self.batch_size % p.data:
+            raise ValueError(
+                f"batch of {self.batch_size} sequences does not divide over data={p.data}")
+        if self.model.heads % p.tensor or self.model.kv_heads % p.tensor:
+            raise ValueError("parallelism.tensor must divide model heads and kv_heads")
+        split = 2 * p.context if p.load_balance == "dual_chunk_swap" else p.context
+        if self.sequence_length % split:
+            raise ValueError(f"sequence_length must be divisible by {split}")
+        if self.offload.chunk_tokens and (self.sequence_length // p.context) % self.offload.chunk_tokens:
+            raise ValueError("offload.chunk_tokens must divide the per-device sequence shard")
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences per global batch."""
+        return self.global_batch_tokens // self.sequence_length
+
+
+def load_config(path: str | Path) -> TrainerConfig:
+    return TrainerConfig.model_validate(yaml.safe_load(Path(path).read_text()))
+
+
+def dump_config(config: TrainerConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
