@@ -1,0 +1,229 @@
+"""Cross-field validation rules of the LongContextJob spec, each written once.
+
+Every rule carries the CEL expression the API server evaluates (emitted into the CRD as
+`x-kubernetes-validations`) and the Python predicate `longctx validate` evaluates offline, with one
+message and one field path. Integration tests feed the same malformed manifests to both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from longctx_trainer.presets import PRESETS
+
+from .spec import LongContextJobSpec, ModelSpec
+
+RDMA_FABRICS = ("infiniband", "roce", "efa", "gcp-rdma")
+GCP_NIC_COUNTS = {"gcp-tcpx": 4, "gcp-tcpxo": 8, "gcp-rdma": 8}
+GCP_GPUS = {"gcp-tcpx": ("h100-80gb",), "gcp-tcpxo": ("h100-80gb",),
+            "gcp-rdma": ("h200-141gb", "b200-180gb")}
+MAX_NAME_LENGTH = 40  # leaves room for "-g<generation>-<index>" within a 63-character hostname
+DIMENSIONS = ("layers", "hidden", "heads", "kvHeads", "ffn", "vocab")
+
+
+@dataclass(frozen=True)
+class Rule:
+    scope: str
+    """Dotted path of the object the rule sits on: "" (root), "spec", "spec.model", ..."""
+    cel: str
+    message: str
+    check: Callable[[Any], bool] | None
+    """Python predicate over the object at scope; None for transition rules (server only)."""
+    field_path: str | None = None
+    """Relative JSON path of the offending field below scope, e.g. ".parallelism.tensor"."""
+
+    @property
+    def field(self) -> str:
+        # The only root-scope rules are about metadata.name, which has no schema of its own to
+        # carry a fieldPath.
+        return (self.scope + (self.field_path or "")).lstrip(".") or "metadata.name"
+
+    def to_cel(self) -> dict:
+        out = {"rule": self.cel, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        return out
+
+
+def _cel_list(values) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _cel_preset_map(attr: str) -> str:
+    return "{" + ", ".join(f"'{n}': {getattr(d, attr)}" for n, d in PRESETS.items()) + "}"
+
+
+# Heads and KV heads of the model, from its preset or its explicit dimensions.
+_CEL_HEADS = f"(has(self.model.preset) ? {_cel_preset_map('heads')}[self.model.preset] : self.model.heads)"
+_CEL_KV = f"(has(self.model.preset) ? {_cel_preset_map('kv_heads')}[self.model.preset] : self.model.kvHeads)"
+_CEL_HEADS_KNOWN = "(has(self.model.preset) || (has(self.model.heads) && has(self.model.kvHeads)))"
+_CEL_BATCH = "((has(self.globalBatchTokens) ? self.globalBatchTokens : self.sequenceLength) / self.sequenceLength)"
+
+
+def _heads(m: ModelSpec) -> tuple[int, int] | None:
+    if m.preset:
+        d = PRESETS[m.preset]
+        return d.heads, d.kv_heads
+    if m.heads and m.kv_heads:
+        return m.heads, m.kv_heads
+    return None
+
+
+def _tensor_divides_heads(s: LongContextJobSpec) -> bool:
+    heads = _heads(s.model)
+    t = s.parallelism.tensor
+    return t is None or heads is None or (heads[0] % t == 0 and heads[1] % t == 0)
+
+
+def _sequence_split(s: LongContextJobSpec) -> int:
+    return (2 if s.parallelism.load_balance == "dualChunkSwap" else 1) * (s.parallelism.context or 1)
+
+
+def _dims_set(m: ModelSpec) -> list[bool]:
+    return [m.layers is not None, m.hidden is not None, m.heads is not None,
+            m.kv_heads is not None, m.ffn is not None, m.vocab is not None]
+
+
+_NVSHMEM = "self.communication.collectivePermute != 'nvshmem'"
+
+RULES: tuple[Rule, ...] = (
+    Rule("", f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+         f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod hostnames are derived from it",
+         lambda job: len(job["metadata"]["name"]) <= MAX_NAME_LENGTH),
+    Rule("", "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+         "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
+         "letter): it names the headless Service",
+         lambda job: re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"]) is not None),
+    Rule("spec.model",
+         "has(self.preset) || (" + " && ".join(f"has(self.{d})" for d in DIMENSIONS) + ")",
+         "set a preset, or all of layers, hidden, heads, kvHeads, ffn and vocab",
+         lambda m: m.preset is not None or all(_dims_set(m))),
+    Rule("spec.model",
+         "!has(self.preset) || !(" + " || ".join(
+             f"has(self.{d})" for d in DIMENSIONS + ("tieEmbeddings", "ropeTheta")) + ")",
+         "preset and explicit dimensions are mutually exclusive",
+         lambda m: m.preset is None or not (any(_dims_set(m)) or m.tie_embeddings is not None
+                                            or m.rope_theta is not None),
+         ".preset"),
+    Rule("spec.model", "!has(self.hidden) || !has(self.heads) || self.hidden % self.heads == 0",
+         "heads must divide hidden",
+         lambda m: m.hidden is None or m.heads is None or m.hidden % m.heads == 0, ".heads"),
+    Rule("spec.model", "!has(self.heads) || !has(self.kvHeads) || self.heads % self.kvHeads == 0",
+         "kvHeads must divide heads",
+         lambda m: m.heads is None or m.kv_heads is None or m.heads % m.kv_heads == 0, ".kvHeads"),
+    Rule("spec.model", "self == oldSelf",
+         "model is immutable: existing checkpoints depend on it; create a new job instead", None),
+    Rule("spec.parallelism",
+         "self.mode != 'manual' || (has(self.data) && has(self.context) && has(self.tensor))",
+         "manual mode needs data, context and tensor",
+         lambda p: p.mode != "manual" or None not in (p.data, p.context, p.tensor), ".mode"),
+    Rule("spec.parallelism",
+         "self.mode != 'auto' || !(has(self.data) || has(self.context) || has(self.tensor))",
+         "data, context and tensor are chosen by the planner in auto mode; set mode: manual to pin them",
+         lambda p: p.mode != "auto" or (p.data, p.context, p.tensor) == (None, None, None), ".mode"),
+    Rule("spec",
+         "!has(self.parallelism.data) || !has(self.parallelism.context) || !has(self.parallelism.tensor)"
+         " || self.parallelism.data * self.parallelism.context * self.parallelism.tensor"
+         " == self.resources.nodes * self.resources.gpusPerNode",
+         "data * context * tensor must equal nodes * gpusPerNode",
+         lambda s: None in (s.parallelism.data, s.parallelism.context, s.parallelism.tensor)
+         or s.parallelism.data * s.parallelism.context * s.parallelism.tensor == s.gpus,
+         ".parallelism"),
+    Rule("spec",
+         "!has(self.parallelism.tensor) || self.resources.gpusPerNode % self.parallelism.tensor == 0",
+         "tensor must divide gpusPerNode: tensor parallelism stays inside a node",
+         lambda s: s.parallelism.tensor is None or s.resources.gpus_per_node % s.parallelism.tensor == 0,
+         ".parallelism.tensor"),
+    Rule("spec",
+         f"!has(self.parallelism.tensor) || !{_CEL_HEADS_KNOWN} || "
+         f"({_CEL_HEADS} % self.parallelism.tensor == 0 && {_CEL_KV} % self.parallelism.tensor == 0)",
+         "tensor must divide the model's heads and kvHeads",
+         _tensor_divides_heads, ".parallelism.tensor"),
+    Rule("spec",
+         "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance == "
+         "'dualChunkSwap' ? 2 : 1) * self.parallelism.context) == 0",
+         "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap)",
+         lambda s: s.sequence_length % _sequence_split(s) == 0, ".sequenceLength"),
+    Rule("spec",
+         "!has(self.globalBatchTokens) || self.globalBatchTokens % self.sequenceLength == 0",
+         "globalBatchTokens must be a multiple of sequenceLength",
+         lambda s: s.global_batch_tokens is None or s.global_batch_tokens % s.sequence_length == 0,
+         ".globalBatchTokens"),
+    Rule("spec",
+         f"!has(self.parallelism.data) || {_CEL_BATCH} % self.parallelism.data == 0",
+         "the batch (globalBatchTokens / sequenceLength sequences) must divide over data",
+         lambda s: s.parallelism.data is None
+         or (s.batch_tokens // s.sequence_length) % s.parallelism.data == 0,
+         ".parallelism.data"),
+    Rule("spec",
+         "!has(self.parallelism.processesPerNode) || "
+         "self.resources.gpusPerNode % self.parallelism.processesPerNode == 0",
+         "processesPerNode must divide gpusPerNode",
+         lambda s: s.parallelism.processes_per_node is None
+         or s.resources.gpus_per_node % s.parallelism.processes_per_node == 0,
+         ".parallelism.processesPerNode"),
+    Rule("spec",
+         f"{_NVSHMEM} || !has(self.parallelism.processesPerNode) || "
+         "self.parallelism.processesPerNode == self.resources.gpusPerNode",
+         "nvshmem needs one GPU per process: processesPerNode must equal gpusPerNode",
+         lambda s: s.communication.collective_permute != "nvshmem"
+         or s.parallelism.processes_per_node in (None, s.resources.gpus_per_node),
+         ".parallelism.processesPerNode"),
+    Rule("spec",
+         f"{_NVSHMEM} || self.resources.nodes == 1 || self.network.fabric in {_cel_list(RDMA_FABRICS)}",
+         "nvshmem across nodes needs an RDMA fabric (infiniband, roce, efa or gcp-rdma)",
+         lambda s: s.communication.collective_permute != "nvshmem" or s.resources.nodes == 1
+         or s.network.fabric in RDMA_FABRICS,
+         ".communication.collectivePermute"),
+    Rule("spec", f"{_NVSHMEM} || self.resources.gpuType != 'cpu'",
+         "nvshmem needs GPUs",
+         lambda s: s.communication.collective_permute != "nvshmem" or s.resources.gpu_type != "cpu",
+         ".communication.collectivePermute"),
+    Rule("spec",
+         "!has(self.offload.chunkTokens) || !has(self.parallelism.context) || "
+         "(self.sequenceLength / self.parallelism.context) % self.offload.chunkTokens == 0",
+         "offload.chunkTokens must divide the per-device sequence shard (sequenceLength / context)",
+         lambda s: s.offload.chunk_tokens is None or s.parallelism.context is None
+         or (s.sequence_length // s.parallelism.context) % s.offload.chunk_tokens == 0,
+         ".offload.chunkTokens"),
+    Rule("spec", "self.scheduling.admission != 'kueue' || has(self.scheduling.queueName)",
+         "admission kueue needs scheduling.queueName",
+         lambda s: s.scheduling.admission != "kueue" or bool(s.scheduling.queue_name),
+         ".scheduling.queueName"),
+    Rule("spec", "self.network.fabric != 'roce' || size(self.network.networks) > 0",
+         "fabric roce needs network.networks (the Multus networks of the RoCE NICs)",
+         lambda s: s.network.fabric != "roce" or len(s.network.networks) > 0, ".network.networks"),
+    *(Rule("spec", f"self.network.fabric != '{fabric}' || size(self.network.networks) == {count}",
+           f"fabric {fabric} needs network.networks with the {count} GPU NIC network names",
+           lambda s, fabric=fabric, count=count: s.network.fabric != fabric
+           or len(s.network.networks) == count,
+           ".network.networks")
+      for fabric, count in GCP_NIC_COUNTS.items()),
+    *(Rule("spec", f"self.network.fabric != '{fabric}' || self.resources.gpuType in {_cel_list(gpus)}",
+           f"fabric {fabric} runs on {' or '.join(gpus)} nodes",
+           lambda s, fabric=fabric, gpus=gpus: s.network.fabric != fabric
+           or s.resources.gpu_type in gpus,
+           ".resources.gpuType")
+      for fabric, gpus in GCP_GPUS.items()),
+    Rule("spec", "self.network.fabric != 'efa' || has(self.network.efaDevicesPerNode)",
+         "fabric efa needs network.efaDevicesPerNode (e.g. 32 on p5.48xlarge)",
+         lambda s: s.network.fabric != "efa" or s.network.efa_devices_per_node is not None,
+         ".network.efaDevicesPerNode"),
+    Rule("spec", "!has(self.network.gidIndex) || self.network.fabric == 'roce'",
+         "network.gidIndex applies to fabric roce only",
+         lambda s: s.network.gid_index is None or s.network.fabric == "roce", ".network.gidIndex"),
+    Rule("spec", "self.resources.gpuType != 'cpu' || self.network.fabric == 'tcp'",
+         "gpuType cpu runs over fabric tcp only",
+         lambda s: s.resources.gpu_type != "cpu" or s.network.fabric == "tcp", ".network.fabric"),
+    Rule("spec", "self.data.kind == 'synthetic' || has(self.data.path)",
+         "data.path is required unless data.kind is synthetic",
+         lambda s: s.data.kind == "synthetic" or bool(s.data.path), ".data.path"),
+    Rule("spec.checkpoint", "self.path == oldSelf.path",
+         "checkpoint.path is immutable: restarts resume from it", None, ".path"),
+)
+
+
+def rules_at(scope: str) -> list[Rule]:
+    return [r for r in RULES if r.scope == scope]

@@ -1,0 +1,280 @@
+"""The `LongContextJob` spec (longctx.io/v1alpha1) as pydantic models.
+
+These models are the single source of truth for the API: the CRD schema in crds/ is generated from
+them (see `crd.py`), `longctx validate` parses manifests with them, and the planner and renderer read
+them. Cross-field rules live in `rules.py`, once each, as a CEL expression for the API server and
+a Python predicate for offline validation.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from longctx_trainer.presets import PRESETS
+
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+GPU_TYPES = ("cpu", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")
+FABRICS = ("tcp", "infiniband", "roce", "efa", "gcp-tcpx", "gcp-tcpxo", "gcp-rdma")
+
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, unknown fields rejected, like a structural CRD schema."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+        use_attribute_docstrings=True)
+
+
+class ModelSpec(ApiModel):
+    """The model to train: a preset, or explicit Llama-style dimensions (not both)."""
+
+    preset: PresetName | None = None
+    """Named preset with published dimensions (tiny and 125m are longctx's own small models)."""
+    layers: int | None = Field(None, ge=1, le=1024)
+    """Transformer blocks (explicit dimensions only)."""
+    hidden: int | None = Field(None, ge=8, le=131072)
+    """Model width (explicit dimensions only)."""
+    heads: int | None = Field(None, ge=1, le=1024)
+    """Query attention heads; must divide hidden (explicit dimensions only)."""
+    kv_heads: int | None = Field(None, ge=1, le=1024)
+    """Key/value heads for grouped-query attention; must divide heads (explicit dimensions only)."""
+    ffn: int | None = Field(None, ge=1, le=1048576)
+    """SwiGLU inner width (explicit dimensions only)."""
+    vocab: int | None = Field(None, ge=2, le=4194304)
+    """Vocabulary size (explicit dimensions only)."""
+    tie_embeddings: bool | None = None
+    """Share the input embedding with the output projection (explicit dimensions; default false)."""
+    rope_theta: float | None = Field(None, gt=0)
+    """RoPE base frequency (explicit dimensions; default 500000)."""
+
+
+class OptimizerSpec(ApiModel):
+    """AdamW with linear warm-up and global-norm gradient clipping."""
+
+    learning_rate: float = Field(3e-4, gt=0, le=1)
+    """Peak learning rate after warm-up."""
+    warmup_steps: int = Field(100, ge=0)
+    """Steps of linear warm-up from zero."""
+    weight_decay: float = Field(0.1, ge=0, le=1)
+    """Decoupled weight decay."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Global gradient-norm clip."""
+
+
+class ParallelismSpec(ApiModel):
+    """How the job's devices are split into data, context (sequence) and tensor parallel groups."""
+
+    mode: Literal["auto", "manual"] = "auto"
+    """auto: the planner chooses data/context/tensor; manual: you set all three and they are validated."""
+    data: int | None = Field(None, ge=1, le=65536)
+    """Data-parallel replicas (manual mode)."""
+    context: int | None = Field(None, ge=1, le=65536)
+    """Context-parallel group size: the sequence is split over this many devices (manual mode)."""
+    tensor: int | None = Field(None, ge=1, le=64)
+    """Tensor-parallel group size; must stay inside a node and divide heads and kvHeads (manual mode)."""
+    processes_per_node: int | None = Field(None, ge=1, le=64)
+    """JAX processes per pod (default 1; NVSHMEM needs one per GPU, so it defaults to gpusPerNode there)."""
+    attention: Literal["ring", "allGather"] = "ring"
+    """Context-parallel attention: ring (K/V rotate around the ring) or allGather (K/V gathered once)."""
+    load_balance: Literal["dualChunkSwap", "striped", "none"] = "dualChunkSwap"
+    """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves tokens."""
+
+
+class OffloadSpec(ApiModel):
+    """FPDT-style sequence chunking with idle K/V chunks and saved activations in host memory."""
+
+    enabled: bool | None = None
+    """Offload to host memory; omitted means the planner enables it only when needed to fit."""
+    chunk_tokens: int | None = Field(None, ge=128, le=16777216)
+    """Tokens per chunk on each device; omitted means the planner sizes it so compute hides transfer."""
+
+
+class CommunicationSpec(ApiModel):
+    """Collective implementation for the ring's collective-permutes."""
+
+    collective_permute: Literal["nccl", "nvshmem"] = "nccl"
+    """nvshmem turns on XLA's NVSHMEM collectives; it needs one GPU per process and an RDMA fabric."""
+    nvshmem_symmetric_size: str = Field("4G", pattern=r"^[0-9]+[KMGT]?$", max_length=16)
+    """NVSHMEM_SYMMETRIC_SIZE: symmetric heap per process, e.g. 4G."""
+
+
+class ResourcesSpec(ApiModel):
+    """Nodes, accelerators and pod resources. Each node runs one pod."""
+
+    nodes: int = Field(1, ge=1, le=4096)
+    """Nodes (pods) in the gang."""
+    gpus_per_node: int = Field(8, ge=1, le=16)
+    """GPUs per node (for gpuType cpu: emulated XLA host devices per pod)."""
+    gpu_type: Literal[GPU_TYPES] = "h100-80gb"  # type: ignore[valid-type]
+    """Accelerator; selects nodes by the GPU Feature Discovery product label. cpu runs on CPU devices."""
+    shared_memory: str = Field("64Gi", pattern=QUANTITY_PATTERN, max_length=32)
+    """Size of the /dev/shm memory volume (NCCL and data loaders need a large one)."""
+    cpu: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
+    """CPU request and limit per pod, e.g. "96"."""
+    memory: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
+    """Memory request and limit per pod, e.g. 1800Gi (host offload lives here)."""
+
+
+class NetworkSpec(ApiModel):
+    """Inter-node fabric; each fabric profile sets its resources, annotations and NCCL/NVSHMEM env."""
+
+    fabric: Literal[FABRICS] = "tcp"  # type: ignore[valid-type]
+    """tcp, infiniband or roce (NVIDIA Network Operator), efa (AWS), gcp-tcpx (A3 High),
+    gcp-tcpxo (A3 Mega), gcp-rdma (A3 Ultra)."""
+    rdma_resource: str | None = Field(None, max_length=253, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")
+    """Extended resource of the RDMA device plugin (infiniband/roce; default rdma/rdma_shared_device_a)."""
+    rdma_resource_count: int = Field(1, ge=1, le=64)
+    """How many of rdmaResource each pod requests."""
+    networks: list[str] = Field(default_factory=list, max_length=16)
+    """Secondary networks: Multus NetworkAttachmentDefinitions (infiniband/roce) or GKE network names
+    (gcp-*), in NIC order."""
+    hcas: list[str] = Field(default_factory=list, max_length=32)
+    """HCA ports for NCCL_IB_HCA / NVSHMEM_HCA_LIST, e.g. mlx5_0:1."""
+    socket_interface: str = Field("eth0", max_length=64, pattern=r"^[A-Za-z0-9_.:^=-]+$")
+    """Interface for bootstrap sockets (NCCL_SOCKET_IFNAME, NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME)."""
+    gid_index: int | None = Field(None, ge=0, le=255)
+    """RoCE GID index (NCCL_IB_GID_INDEX); default 3 on roce."""
+    efa_devices_per_node: int | None = Field(None, ge=1, le=64)
+    """EFA interfaces per node (vpc.amazonaws.com/efa), e.g. 32 on p5.48xlarge; required for efa."""
+    coordinator_port: int = Field(8476, ge=1024, le=65535)
+    """Port of the JAX distributed coordinator on rank 0."""
+
+
+class Toleration(ApiModel):
+    key: str | None = Field(None, max_length=317)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class SchedulingSpec(ApiModel):
+    """Where and how the gang is admitted and placed."""
+
+    admission: Literal["builtin", "kueue", "none"] = "builtin"
+    """builtin: the operator waits until the whole gang fits; kueue: the Job is created suspended for
+    Kueue; none: create immediately."""
+    queue_name: str | None = Field(None, max_length=63, pattern=LABEL_VALUE_PATTERN)
+    """Kueue LocalQueue (required for admission kueue)."""
+    priority_class_name: str | None = Field(None, max_length=253)
+    """PriorityClass of the pods."""
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
+    """Extra node labels the pods require."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    """Extra tolerations (nvidia.com/gpu is always tolerated on GPU jobs)."""
+    topology_key: str | None = Field("nvidia.com/gpu.clique", max_length=317)
+    """Node label the gang prefers to share (NVLink clique, rack or block)."""
+    startup_timeout_seconds: int = Field(600, ge=10, le=86400)
+    """Pods must all be Running within this time, or the attempt counts as failed."""
+
+
+class CheckpointSpec(ApiModel):
+    """Orbax checkpoints; gang restarts resume from the latest one."""
+
+    path: str = Field("/checkpoints", max_length=1024)
+    """Directory (on the claim below) or object-store URL (gs://, s3://) for checkpoints."""
+    interval_steps: int = Field(100, ge=1)
+    """Steps between checkpoints."""
+    persistent_volume_claim: str | None = Field(None, max_length=253)
+    """PVC (ReadWriteMany) mounted at path; without one a local path is lost when the gang restarts."""
+
+
+class RestartPolicySpec(ApiModel):
+    """Gang restarts: JAX cannot lose a process, so any failed rank restarts every rank."""
+
+    max_restarts: int = Field(3, ge=0, le=1000)
+    """Gang restarts before the job is Failed."""
+    backoff_seconds: int = Field(30, ge=0, le=3600)
+    """Wait before creating the next generation."""
+
+
+class MetricsSpec(ApiModel):
+    """The trainer's Prometheus exporter."""
+
+    port: int = Field(9400, ge=1024, le=65535)
+    """Port of each trainer process's Prometheus exporter (rank 0 is read for status.progress)."""
+
+
+class DataSpec(ApiModel):
+    """Training data."""
+
+    kind: Literal["synthetic", "tokens", "text"] = "synthetic"
+    """synthetic tokens, a memory-mapped token file, or raw text tokenised byte-level."""
+    path: str | None = Field(None, max_length=1024)
+    """Path inside the pod to the token file or text (required unless synthetic)."""
+
+
+class EnvVar(ApiModel):
+    name: str = Field(max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+    value: str = Field("", max_length=32768)
+
+
+class LongContextJobSpec(ApiModel):
+    """A long-context training job: model, sequence, layout, fabric and lifecycle."""
+
+    image: str | None = Field(None, max_length=512)
+    """Trainer image; defaults to the operator's configured trainer image."""
+    model: ModelSpec
+    """Model preset or dimensions. Immutable: checkpoints depend on it."""
+    sequence_length: int = Field(ge=128, le=16777216)
+    """Tokens per training sequence."""
+    global_batch_tokens: int | None = Field(None, ge=128)
+    """Tokens per optimizer step across the job; default one sequence."""
+    steps: int = Field(1000, ge=1)
+    """Optimizer steps."""
+    optimizer: OptimizerSpec = OptimizerSpec()
+    precision: Literal["bf16", "fp32"] = "bf16"
+    """Compute precision (master weights and optimizer state stay fp32)."""
+    parallelism: ParallelismSpec = ParallelismSpec()
+    offload: OffloadSpec = OffloadSpec()
+    communication: CommunicationSpec = CommunicationSpec()
+    resources: ResourcesSpec = ResourcesSpec()
+    network: NetworkSpec = NetworkSpec()
+    scheduling: SchedulingSpec = SchedulingSpec()
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    restart_policy: RestartPolicySpec = RestartPolicySpec()
+    metrics: MetricsSpec = MetricsSpec()
+    data: DataSpec = DataSpec()
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    """Extra environment variables for every trainer process."""
+    suspend: bool = False
+    """Suspend the job: running pods are deleted, it resumes from the last checkpoint when unset."""
+
+    @property
+    def gpus(self) -> int:
+        return self.resources.nodes * self.resources.gpus_per_node
+
+    @property
+    def batch_tokens(self) -> int:
+        return self.global_batch_tokens or self.sequence_length
+
+    def processes_per_node(self) -> int:
+        """Explicit value, else one per GPU with NVSHMEM, else one per pod."""
+        if self.parallelism.processes_per_node:
+            return self.parallelism.processes_per_node
+        if self.communication.collective_permute == "nvshmem":
+            return self.resources.gpus_per_node
+        return 1
+
+
+class ObjectMeta(BaseModel):
+    """The part of metadata longctx reads; everything else passes through."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    namespace: str | None = None
+
+
+class LongContextJob(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    api_version: Literal["longctx.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["LongContextJob"]
+    metadata: ObjectMeta
+    spec: LongContextJobSpec
+    status: dict | None = None

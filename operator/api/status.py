@@ -1,0 +1,80 @@
+"""The `LongContextJob` status, written by the operator through the status subresource."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .spec import ApiModel
+
+Phase = Literal["Pending", "Admitted", "Starting", "Running", "Restarting", "Succeeded", "Failed",
+                "Suspended"]
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition (Admitted, LayoutPlanned, Rendezvous, Running, Restarting, ...)."""
+
+    type: str = Field(max_length=64)
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = Field(None, max_length=128)
+    message: str | None = Field(None, max_length=4096)
+    last_transition_time: str | None = None
+    """RFC 3339 time of the last change of status."""
+    observed_generation: int | None = None
+
+
+class LayoutStatus(ApiModel):
+    """The layout the planner chose (or validated) for the current generation."""
+
+    data: int
+    context: int
+    tensor: int
+    processes_per_node: int
+    processes: int
+    """Total JAX processes in the gang."""
+    offload: bool
+    chunk_tokens: int | None = None
+    memory_per_gpu: str | None = None
+    """Planned device memory per GPU, e.g. 61.2Gi."""
+    estimated_tokens_per_second: float | None = None
+
+
+class WorkersStatus(ApiModel):
+    total: int = 0
+    ready: int = 0
+    failed: int = 0
+    succeeded: int = 0
+
+
+class ProgressStatus(ApiModel):
+    """Live training progress read from rank 0's metrics endpoint."""
+
+    step: int | None = None
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    """Model FLOPs utilisation (causal convention), 0..1."""
+    loss: float | None = None
+    last_checkpoint_step: int | None = None
+    updated_at: str | None = None
+
+
+class LongContextJobStatus(ApiModel):
+    phase: Phase | None = None
+    reason: str | None = Field(None, max_length=128)
+    """Machine-readable reason for the phase."""
+    message: str | None = Field(None, max_length=4096)
+    """Human-readable explanation of the phase."""
+    conditions: list[Condition] = Field(default_factory=list, max_length=32)
+    layout: LayoutStatus | None = None
+    workers: WorkersStatus | None = None
+    restarts: int = 0
+    """Gang restarts so far."""
+    workload_generation: int | None = None
+    """Generation of the workload (incremented on every gang restart)."""
+    current_workload: str | None = None
+    """Name of the current Job."""
+    start_time: str | None = None
+    completion_time: str | None = None
+    observed_generation: int | None = None
+    progress: ProgressStatus | None = None
