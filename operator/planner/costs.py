@@ -1,0 +1,167 @@
+"""FLOPs per token and bytes per GPU of a Llama-style model (formulas in docs/planner.md).
+
+Everything here is arithmetic over `ModelDims` and a few layout numbers; no layout search.
+Conventions:
+- `b` is the byte width of the compute precision (2 for bf16, 4 for fp32).
+- Model state is sharded ZeRO-3 style over all data*context*tensor devices.
+- "tokens" in the activation formulas are the tokens a device holds at once: its sequences
+  times the sequence shard (or times the offload chunk for the per-layer working set).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from longctx_trainer.presets import ModelDims
+
+FP32 = 4
+ADAM_MOMENT_BYTES = 2 * FP32  # m and v in fp32
+
+
+def dtype_bytes(precision: str) -> int:
+    return {"bf16": 2, "fp32": 4}[precision]
+
+
+def kv_dim(model: ModelDims) -> int:
+    """Width of K (or V) per token: kv_heads * head_dim."""
+    return model.kv_heads * model.head_dim
+
+
+def matmul_params(model: ModelDims) -> int:
+    """N of the 6N rule: every layer weight plus the LM head. The input embedding is a table
+    lookup (no FLOPs); a tied table still does the LM-head matmul, so it is counted once."""
+    return model.non_embedding_param_count() + model.vocab * model.hidden
+
+
+@dataclass(frozen=True)
+class FlopsPerToken:
+    """Model FLOPs per trained token (forward + backward, no recomputation)."""
+
+    dense: int  # 6N
+    attention_causal: int  # 6*L*H*Q*T: scores and values over a causal mask
+    attention_full: int  # 12*L*H*Q*T: the same without the mask (PaLM's convention)
+
+    @property
+    def causal(self) -> int:
+        return self.dense + self.attention_causal
+
+    @property
+    def full(self) -> int:
+        return self.dense + self.attention_full
+
+
+def flops_per_token(model: ModelDims, sequence_length: int) -> FlopsPerToken:
+    # H*Q = heads * head_dim = hidden (GQA shares K/V heads but every query head still does
+    # its own QK^T and AV products).
+    attention_full = 12 * model.layers * model.heads * model.head_dim * sequence_length
+    return FlopsPerToken(dense=6 * matmul_params(model), attention_causal=attention_full // 2,
+                         attention_full=attention_full)
+
+
+def recompute_extra_flops_per_token(model: ModelDims, sequence_length: int) -> int:
+    """Hardware FLOPs added by recomputing every layer's forward in the backward pass: one more
+    forward of the layer weights (2 FLOPs per weight) and of causal attention (2*H*Q*T per layer)."""
+    return (2 * model.non_embedding_param_count()
+            + 2 * model.layers * model.hidden * sequence_length)
+
+
+# --- model state ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    params: int  # compute copy in the compute precision
+    master_weights: int  # fp32 copy kept for the optimizer (none when computing in fp32)
+    optimizer_moments: int
+    gradients: int
+
+
+def state_bytes_per_device(model: ModelDims, precision: str, devices: int) -> StateBytes:
+    """ZeRO-3: every piece of model state split evenly over all devices (rounded up)."""
+    n = model.param_count()
+    b = dtype_bytes(precision)
+    master = FP32 if precision != "fp32" else 0
+
+    def shard(bytes_per_param: int) -> int:
+        return -(-n * bytes_per_param // devices)
+
+    return StateBytes(params=shard(b), master_weights=shard(master),
+                      optimizer_moments=shard(ADAM_MOMENT_BYTES), gradients=shard(b))
+
+
+def gathered_params_bytes(model: ModelDims, precision: str, tensor: int) -> int:
+    """ZeRO-3 gathers full (tensor-sharded) weights just in time: two layers in flight (the one
+    computing, the one prefetched) plus the LM head for the loss."""
+    b = dtype_bytes(precision)
+    return -(-(2 * model.params_per_layer() + model.vocab * model.hidden) * b // tensor)
+
+
+# --- activations --------------------------------------------------------------------------------
+
+
+def layer_activation_bytes_per_token(model: ModelDims, precision: str, tensor: int) -> int:
+    """Bytes one layer saves per token for its backward pass without recomputation.
+
+    Replicated over tensor ranks (no sequence parallelism): the inputs and outputs of the two
+    RMSNorms (4h). Split over tensor ranks: Q and the attention output (2h), K and V (2*kv_dim),
+    the SwiGLU gate, up and gate*up tensors (3*ffn). Plus the fp32 log-sum-exp per query head
+    that flash/ring attention keeps instead of the score matrix.
+    """
+    b = dtype_bytes(precision)
+    replicated = 4 * model.hidden
+    split = 2 * model.hidden + 2 * kv_dim(model) + 3 * model.ffn
+    return b * replicated + -(-b * split // tensor) + FP32 * model.heads // tensor
+
+
+def layer_input_bytes_per_token(model: ModelDims, precision: str) -> int:
+    """What a recomputed layer keeps: its input, h values per token."""
+    return dtype_bytes(precision) * model.hidden
+
+
+def logits_bytes_per_token(model: ModelDims, tensor: int) -> int:
+    """fp32 logits of the vocabulary-parallel LM head (their gradient reuses the buffer)."""
+    return FP32 * -(-model.vocab // tensor)
+
+
+@dataclass(frozen=True)
+class ActivationBytes:
+    device: int
+    host: int
+
+
+def activation_bytes(model: ModelDims, precision: str, *, tensor: int, resident_tokens: int,
+                     working_tokens: int, recompute: bool, offload: bool) -> ActivationBytes:
+    """Saved activations of all layers plus one layer's working set and the logits.
+
+    resident_tokens: tokens whose activations are kept between forward and backward (local
+    sequences * shard). working_tokens: tokens processed at once (the shard, or the offload chunk).
+    With offload the saved tensors live in host memory; the device keeps two layers of them (the
+    one being copied out or in, and the one in use).
+    """
+    full_layer = layer_activation_bytes_per_token(model, precision, tensor)
+    saved_per_token_layer = layer_input_bytes_per_token(model, precision) if recompute else full_layer
+    saved_layers_on_device = 2 if offload else model.layers
+    saved_device = saved_layers_on_device * saved_per_token_layer * resident_tokens
+    saved_host = model.layers * saved_per_token_layer * resident_tokens if offload else 0
+    recompute_working = full_layer * working_tokens if recompute else 0
+    logits = logits_bytes_per_token(model, tensor) * working_tokens
+    return ActivationBytes(device=saved_device + recompute_working + logits, host=saved_host)
+
+
+def attention_working_set_bytes(model: ModelDims, precision: str, *, tensor: int,
+                                query_tokens: int, kv_tokens: int, kv_buffers: int) -> int:
+    """Peak extra memory of the backward pass of one block of attention.
+
+    kv_buffers blocks of K and V of kv_tokens each (the one in use and the one arriving, for the
+    ring or the offload prefetch), as many fp32 dK/dV accumulators, and the fp32 dQ accumulator
+    of the query_tokens.
+    """
+    b = dtype_bytes(precision)
+    kv = 2 * kv_dim(model) // tensor * kv_tokens
+    query_accumulator = FP32 * model.hidden // tensor * query_tokens
+    return kv_buffers * kv * (b + FP32) + query_accumulator
+
+
+def kv_bytes(model: ModelDims, precision: str, *, tensor: int, tokens: int) -> int:
+    """K and V of `tokens` tokens on one tensor rank."""
+    return 2 * kv_dim(model) // tensor * tokens * dtype_bytes(precision)

@@ -1,0 +1,75 @@
+"""Enumerating (data, context, tensor) layouts and the structural checks each must pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from longctx_trainer.presets import ModelDims
+
+
+@dataclass(frozen=True)
+class Layout:
+    data: int
+    context: int
+    tensor: int
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.context * self.tensor
+
+    def __str__(self) -> str:
+        return f"data={self.data} context={self.context} tensor={self.tensor}"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a layout (or request) cannot run: a sentence and the spec field it is about."""
+
+    field: str
+    message: str
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_layouts(devices: int) -> list[Layout]:
+    """Every (data, context, tensor) whose product is the device count."""
+    return [Layout(data, context, devices // (data * context))
+            for data in divisors(devices)
+            for context in divisors(devices // data)]
+
+
+def sequence_split(load_balance: str, context: int) -> int:
+    """Pieces a sequence is cut into: dual-chunk-swap gives every device two chunks."""
+    return 2 * context if load_balance == "dual_chunk_swap" else context
+
+
+def structural_rejections(layout: Layout, *, model: ModelDims, sequence_length: int,
+                          batch_sequences: int, gpus_per_node: int,
+                          load_balance: str) -> list[Rejection]:
+    """Reasons independent of memory and speed; empty when the layout can run at all."""
+    out: list[Rejection] = []
+    t = layout.tensor
+    tensor_field = "spec.parallelism.tensor"
+    if t > gpus_per_node:
+        out.append(Rejection(tensor_field, f"tensor={t} exceeds {gpus_per_node} GPUs per node"))
+    elif gpus_per_node % t:
+        out.append(Rejection(tensor_field,
+                             f"tensor={t} does not divide {gpus_per_node} GPUs per node"))
+    if model.heads % t:
+        out.append(Rejection(tensor_field, f"tensor={t} does not divide heads={model.heads}"))
+    if model.kv_heads % t:
+        out.append(Rejection(tensor_field,
+                             f"tensor={t} does not divide kv_heads={model.kv_heads}"))
+    split = sequence_split(load_balance, layout.context)
+    if sequence_length % split:
+        what = f"2*context={split}" if load_balance == "dual_chunk_swap" else f"context={split}"
+        out.append(Rejection("spec.parallelism.context",
+                             f"sequence {sequence_length} not divisible by {what}"))
+    if batch_sequences % layout.data:
+        noun = "sequence" if batch_sequences == 1 else "sequences"
+        out.append(Rejection("spec.parallelism.data",
+                             f"batch of {batch_sequences} {noun} not divisible by "
+                             f"data={layout.data}"))
+    return out

@@ -1,0 +1,77 @@
+"""Bytes per GPU of one layout, broken down by what holds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from longctx_trainer.presets import ModelDims
+
+from .costs import (activation_bytes, attention_working_set_bytes, gathered_params_bytes,
+                    kv_bytes, state_bytes_per_device)
+from .layouts import Layout
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    params: int  # compute copy (bf16), ZeRO-3 shard
+    master_weights: int  # fp32 master copy, shard
+    optimizer_moments: int  # Adam m and v, shard
+    gradients: int  # shard
+    gathered_params: int  # ZeRO-3 just-in-time full layers and LM head
+    activations: int  # saved for backward, one layer's recompute working set, logits
+    attention_working_set: int  # K/V blocks in flight and accumulators of one chunk
+    host_offloaded: int  # in host memory, not part of total
+    capacity: int  # HBM of the GPU
+    usable: int  # capacity * memory margin
+
+    @property
+    def total(self) -> int:
+        return (self.params + self.master_weights + self.optimizer_moments + self.gradients
+                + self.gathered_params + self.activations + self.attention_working_set)
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.usable
+
+
+@dataclass(frozen=True)
+class MemoryInputs:
+    model: ModelDims
+    precision: str
+    layout: Layout
+    sequence_length: int
+    batch_sequences: int
+    recompute: bool
+    attention: str
+    chunk_tokens: int | None  # None: no offload
+    capacity: int
+    margin: float
+
+
+def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
+    m, lay, p = inp.model, inp.layout, inp.precision
+    local_sequences = inp.batch_sequences // lay.data
+    shard = inp.sequence_length // lay.context
+    offload = inp.chunk_tokens is not None
+    working = inp.chunk_tokens if offload else shard
+    state = state_bytes_per_device(m, p, lay.devices)
+    act = activation_bytes(m, p, tensor=lay.tensor, resident_tokens=local_sequences * shard,
+                           working_tokens=local_sequences * working, recompute=inp.recompute,
+                           offload=offload)
+    if offload:  # one chunk of queries against double-buffered K/V chunks; the rest on the host
+        query, kv_tokens, buffers = working, working, 2
+        waiting_tokens = inp.sequence_length if inp.attention == "all_gather" else shard
+        host_kv = kv_bytes(m, p, tensor=lay.tensor, tokens=waiting_tokens) * local_sequences
+    elif inp.attention == "all_gather" and lay.context > 1:
+        query, kv_tokens, buffers, host_kv = shard, inp.sequence_length, 1, 0
+    else:  # ring: the block in use and the one arriving
+        query, kv_tokens, host_kv = shard, shard, 0
+        buffers = 2 if lay.context > 1 else 1
+    attention = local_sequences * attention_working_set_bytes(
+        m, p, tensor=lay.tensor, query_tokens=query, kv_tokens=kv_tokens, kv_buffers=buffers)
+    return MemoryBreakdown(
+        params=state.params, master_weights=state.master_weights,
+        optimizer_moments=state.optimizer_moments, gradients=state.gradients,
+        gathered_params=gathered_params_bytes(m, p, lay.tensor), activations=act.device,
+        attention_working_set=attention, host_offloaded=act.host + host_kv,
+        capacity=inp.capacity, usable=int(inp.capacity * inp.margin))

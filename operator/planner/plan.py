@@ -1,0 +1,264 @@
+"""Choosing a layout: evaluate every candidate, pick the fastest that fits, explain the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from longctx_trainer.presets import ModelDims
+
+from .catalogue import FABRICS, GIB, GPUS
+from .chunking import chunk_candidates, covering_chunk_tokens, MIN_CHUNK_TOKENS
+from .costs import FlopsPerToken, flops_per_token
+from .layouts import Layout, Rejection, enumerate_layouts, structural_rejections
+from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
+from .timing import StepInputs, StepTime, step_time
+
+
+class PlanError(ValueError):
+    """No layout can run, or the requested one cannot; `field` is the camelCase spec path."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelDims
+    sequence_length: int
+    global_batch_tokens: int
+    nodes: int
+    gpus_per_node: int
+    gpu: str
+    fabric: str
+    precision: str = "bf16"
+    data: int | None = None  # None = planner decides; all three set = manual layout
+    context: int | None = None
+    tensor: int | None = None
+    attention: str = "ring"
+    load_balance: str = "dual_chunk_swap"
+    offload: bool | None = None  # None = only when needed to fit
+    chunk_tokens: int | None = None  # None = chunk rule
+    recompute: bool = True
+    memory_margin: float = 0.9  # use at most this fraction of HBM
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def batch_sequences(self) -> int:
+        return self.global_batch_tokens // self.sequence_length
+
+    @property
+    def manual(self) -> bool:
+        return None not in (self.data, self.context, self.tensor)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    offload: bool = False
+    chunk_tokens: int | None = None
+    memory: MemoryBreakdown | None = None
+    step: StepTime | None = None
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    rejections: tuple[Rejection, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return not self.rejections
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(r.message for r in self.rejections)
+
+    @property
+    def step_seconds(self) -> float | None:
+        return None if self.step is None else self.step.total
+
+
+@dataclass(frozen=True)
+class Plan:
+    request: PlanRequest
+    layout: Layout
+    offload: bool
+    chunk_tokens: int | None
+    memory: MemoryBreakdown
+    flops_per_token: FlopsPerToken
+    step: StepTime
+    tokens_per_second: float
+    mfu: float  # causal-attention convention
+    mfu_full_attention: float  # 12*L*H*Q*T convention
+    explanation: str
+    candidates: list[Candidate] = field(default_factory=list)
+
+    @property
+    def step_seconds(self) -> float:
+        return self.step.total
+
+
+_CHOICES = {
+    "precision": ("spec.precision", ("bf16", "fp32")),
+    "attention": ("spec.parallelism.attention", ("ring", "all_gather")),
+    "load_balance": ("spec.parallelism.loadBalance", ("dual_chunk_swap", "striped", "none")),
+}
+_AXIS_FIELDS = {"data": "spec.parallelism.data", "context": "spec.parallelism.context",
+                "tensor": "spec.parallelism.tensor"}
+
+
+def validate_request(req: PlanRequest) -> None:
+    positives = (("sequence_length", "spec.sequenceLength"),
+                 ("global_batch_tokens", "spec.globalBatchTokens"),
+                 ("nodes", "spec.resources.nodes"),
+                 ("gpus_per_node", "spec.resources.gpusPerNode"))
+    for name, path in positives:
+        if getattr(req, name) < 1:
+            raise PlanError(f"must be at least 1, got {getattr(req, name)}", path)
+    if req.global_batch_tokens % req.sequence_length:
+        raise PlanError(f"{req.global_batch_tokens} tokens is not a whole number of sequences of "
+                        f"{req.sequence_length}", "spec.globalBatchTokens")
+    if req.gpu not in GPUS:
+        raise PlanError(f"unknown GPU {req.gpu!r}; known: {', '.join(GPUS)}",
+                        "spec.resources.gpuType")
+    if req.fabric not in FABRICS:
+        raise PlanError(f"unknown fabric {req.fabric!r}; known: {', '.join(FABRICS)}",
+                        "spec.network.fabric")
+    for name, (path, allowed) in _CHOICES.items():
+        if getattr(req, name) not in allowed:
+            raise PlanError(f"{getattr(req, name)!r} is not one of {', '.join(allowed)}", path)
+    for name, path in _AXIS_FIELDS.items():
+        value = getattr(req, name)
+        if value is not None and value < 1:
+            raise PlanError(f"{name} must be at least 1, got {value}", path)
+    if not 0 < req.memory_margin <= 1:
+        raise PlanError(f"memory margin must be in (0, 1], got {req.memory_margin}", "memoryMargin")
+    if req.chunk_tokens is not None:
+        if req.chunk_tokens < 1:
+            raise PlanError(f"must be at least 1, got {req.chunk_tokens}", "spec.offload.chunkTokens")
+        if req.offload is False:
+            raise PlanError("chunkTokens is set but offload is disabled", "spec.offload.chunkTokens")
+
+
+def _memory(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBreakdown:
+    return memory_breakdown(MemoryInputs(
+        model=req.model, precision=req.precision, layout=layout,
+        sequence_length=req.sequence_length, batch_sequences=req.batch_sequences,
+        recompute=req.recompute, attention=req.attention, chunk_tokens=chunk,
+        capacity=GPUS[req.gpu].hbm_bytes, margin=req.memory_margin))
+
+
+def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
+    """Memory and, when it fits, speed of one layout with one offload setting."""
+    memory = _memory(req, layout, chunk)
+    offload = chunk is not None
+    if not memory.fits:
+        message = (f"needs {memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB "
+                   f"usable")
+        if offload:
+            message += f" even with offload (chunk {chunk} tokens)"
+        return Candidate(layout, offload, chunk, memory,
+                         rejections=(Rejection("spec.resources.nodes", message),))
+    gpu = GPUS[req.gpu]
+    step = step_time(StepInputs(
+        model=req.model, gpu=gpu, fabric=FABRICS[req.fabric], layout=layout,
+        gpus_per_node=req.gpus_per_node, sequence_length=req.sequence_length,
+        global_batch_tokens=req.global_batch_tokens, precision=req.precision,
+        recompute=req.recompute, attention=req.attention, load_balance=req.load_balance,
+        chunk_tokens=chunk, host_saved_bytes=memory.host_offloaded))
+    flops = flops_per_token(req.model, req.sequence_length)
+    mfu = flops.causal * req.global_batch_tokens / (step.total * layout.devices * gpu.bf16_flops)
+    return Candidate(layout, offload, chunk, memory, step,
+                     tokens_per_second=req.global_batch_tokens / step.total, mfu=mfu)
+
+
+def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
+    shard = req.sequence_length // layout.context
+    if req.chunk_tokens is not None:
+        if shard % req.chunk_tokens:
+            return Candidate(layout, True, req.chunk_tokens, rejections=(Rejection(
+                "spec.offload.chunkTokens", f"chunkTokens={req.chunk_tokens} does not divide the "
+                f"per-device shard of {shard} tokens"),))
+        return _attempt(req, layout, req.chunk_tokens)
+    covering = covering_chunk_tokens(req.model, GPUS[req.gpu], req.precision)
+    options = chunk_candidates(shard, covering)
+    if not options:
+        return Candidate(layout, True, rejections=(Rejection(
+            "spec.offload.chunkTokens", f"offload needs a power-of-two chunk of at least "
+            f"{max(covering, MIN_CHUNK_TOKENS)} tokens (so its attention covers its host "
+            f"transfer) dividing the per-device shard of {shard} tokens"),))
+    for chunk in options:  # largest first
+        candidate = _attempt(req, layout, chunk)
+        if candidate.fits:
+            return candidate
+    return candidate
+
+
+def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
+    """One layout: structural checks, then memory (offloading only when allowed), then speed."""
+    rejections = structural_rejections(
+        layout, model=req.model, sequence_length=req.sequence_length,
+        batch_sequences=req.batch_sequences, gpus_per_node=req.gpus_per_node,
+        load_balance=req.load_balance)
+    if rejections:
+        return Candidate(layout, rejections=tuple(rejections))
+    if req.offload is True or req.chunk_tokens is not None:
+        return _with_offload(req, layout)
+    without = _attempt(req, layout, None)
+    if without.fits or req.offload is False:
+        return without
+    return _with_offload(req, layout)
+
+
+def _matches(req: PlanRequest, layout: Layout) -> bool:
+    return all(getattr(req, axis) in (None, getattr(layout, axis)) for axis in _AXIS_FIELDS)
+
+
+def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, str]:
+    if req.manual:
+        layout = Layout(req.data, req.context, req.tensor)
+        if layout.devices != req.devices:
+            raise PlanError(f"data*context*tensor = {layout.devices} but the job has "
+                            f"{req.devices} GPUs ({req.nodes} nodes x {req.gpus_per_node})",
+                            "spec.parallelism")
+        chosen = next(c for c in candidates if c.layout == layout)
+        if not chosen.fits:
+            first = chosen.rejections[0]
+            raise PlanError(f"{layout}: " + "; ".join(chosen.reasons), first.field)
+        return chosen, "manual layout, validated"
+    eligible = [c for c in candidates if _matches(req, c.layout)]
+    if not eligible:
+        fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
+        values = ", ".join(f"{axis}={getattr(req, axis)}" for axis in fixed)
+        raise PlanError(f"no layout of {req.devices} GPUs has {values}", _AXIS_FIELDS[fixed[0]])
+    fitting = [c for c in eligible if c.fits]
+    if not fitting:
+        measured = [c for c in eligible if c.memory is not None]
+        if measured:
+            best = min(measured, key=lambda c: c.memory.total)
+            raise PlanError(f"no layout fits on {req.devices} x {req.gpu}; the smallest, {best.layout}, "
+                            f"{best.reasons[0]}", "spec.resources.nodes")
+        first = eligible[0].rejections[0]
+        raise PlanError(f"no valid layout for {req.devices} GPUs: " + "; ".join(
+            sorted({r for c in eligible for r in c.reasons})), first.field)
+    chosen = min(fitting, key=lambda c: (c.step_seconds, c.layout.tensor, c.layout.context))
+    how = "auto" if all(getattr(req, a) is None for a in _AXIS_FIELDS) else "constrained"
+    return chosen, f"fastest of {len(fitting)} fitting layouts ({how})"
+
+
+def plan(req: PlanRequest) -> Plan:
+    validate_request(req)
+    candidates = [evaluate(req, layout) for layout in enumerate_layouts(req.devices)]
+    chosen, explanation = _choose(req, candidates)
+    flops = flops_per_token(req.model, req.sequence_length)
+    peak = chosen.step.total * chosen.layout.devices * GPUS[req.gpu].bf16_flops
+    return Plan(request=req, layout=chosen.layout, offload=chosen.offload,
+                chunk_tokens=chosen.chunk_tokens, memory=chosen.memory, flops_per_token=flops,
+                step=chosen.step, tokens_per_second=chosen.tokens_per_second, mfu=chosen.mfu,
+                mfu_full_attention=flops.full * req.global_batch_tokens / peak,
+                explanation=explanation, candidates=candidates)

@@ -1,0 +1,132 @@
+"""Human (text table) and machine (JSON-ready dict) renderings of a Plan."""
+
+from __future__ import annotations
+
+from .catalogue import GIB
+from .plan import Candidate, Plan
+
+_MEMORY_ROWS = (
+    ("params", "params (compute copy)"),
+    ("master_weights", "master weights (fp32)"),
+    ("optimizer_moments", "Adam moments (fp32)"),
+    ("gradients", "gradients"),
+    ("gathered_params", "gathered params (ZeRO-3)"),
+    ("activations", "activations"),
+    ("attention_working_set", "attention working set"),
+)
+_STEP_PARTS = (("compute", "compute"), ("ring_exposed", "ring"), ("tensor_parallel", "TP"),
+               ("zero_exposed", "ZeRO"), ("all_gather", "all-gather"),
+               ("offload_exposed", "offload"))
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def _offload_text(offload: bool, chunk: int | None) -> str:
+    return f"on, chunk {chunk} tokens" if offload else "off"
+
+
+def _candidate_row(c: Candidate) -> str:
+    offload = f"{c.chunk_tokens}" if c.offload else "-"
+    gib = _gib(c.memory.total) if c.memory is not None else "-"
+    speed = f"{c.tokens_per_second:,.0f}" if c.tokens_per_second else "-"
+    mfu = f"{100 * c.mfu:.1f}%" if c.mfu is not None else "-"
+    return (f"  {c.layout.data:>5} {c.layout.context:>7} {c.layout.tensor:>6} {offload:>8} "
+            f"{gib:>8} {speed:>11} {mfu:>6}")
+
+
+_HEADER = (f"  {'data':>5} {'context':>7} {'tensor':>6} {'chunk':>8} {'GiB/GPU':>8} "
+           f"{'tokens/s':>11} {'MFU':>6}")
+
+
+def format_table(plan: Plan) -> str:
+    req, mem, m = plan.request, plan.memory, plan.request.model
+    lines = [
+        f"Model: {m.layers} layers, hidden {m.hidden}, heads {m.heads} (kv {m.kv_heads}), "
+        f"ffn {m.ffn}, vocab {m.vocab}: {m.param_count():,} parameters",
+        f"Job: sequence {req.sequence_length:,} tokens, batch {req.global_batch_tokens:,} tokens "
+        f"({req.batch_sequences} sequence{'s' if req.batch_sequences != 1 else ''}), "
+        f"{req.precision}, "
+        f"{'recompute' if req.recompute else 'no recompute'}",
+        f"Hardware: {req.nodes} nodes x {req.gpus_per_node} {req.gpu} = {req.devices} GPUs, "
+        f"fabric {req.fabric}",
+        "",
+        f"Chosen layout: {plan.layout}  ({plan.explanation})",
+        f"Attention: {req.attention}, load balance {req.load_balance}; offload: "
+        f"{_offload_text(plan.offload, plan.chunk_tokens)}",
+        "",
+        "Memory per GPU (GiB):",
+    ]
+    lines += [f"  {label:<26}{_gib(getattr(mem, name)):>8}" for name, label in _MEMORY_ROWS]
+    lines += [
+        f"  {'total':<26}{_gib(mem.total):>8}  of {_gib(mem.usable)} usable "
+        f"({req.memory_margin:.0%} of {_gib(mem.capacity)})",
+        f"  {'host offloaded':<26}{_gib(mem.host_offloaded):>8}",
+        "",
+        f"FLOPs per token: {plan.flops_per_token.causal:.4g} (6N + 6*L*H*Q*T, causal); "
+        f"{plan.flops_per_token.full:.4g} (6N + 12*L*H*Q*T)",
+        f"Step: {plan.step_seconds:.3f} s = " + ", ".join(
+            f"{label} {getattr(plan.step, name):.3f}" for name, label in _STEP_PARTS),
+        f"Estimated: {plan.tokens_per_second:,.0f} tokens/s, MFU {100 * plan.mfu:.1f}% (causal), "
+        f"{100 * plan.mfu_full_attention:.1f}% (12*L*H*Q*T)",
+    ]
+    others = [c for c in plan.candidates if c.fits and c.layout != plan.layout]
+    if others:
+        lines += ["", "Other layouts that fit (slower):", _HEADER]
+        lines += [_candidate_row(c) for c in sorted(others, key=lambda c: c.step_seconds)]
+    rejected = [c for c in plan.candidates if not c.fits]
+    if rejected:
+        lines += ["", "Rejected layouts:"]
+        lines += [f"  {c.layout}: " + "; ".join(c.reasons) for c in rejected]
+    return "\n".join(lines) + "\n"
+
+
+def _memory_json(mem) -> dict:
+    out = {name: getattr(mem, name) for name, _ in _MEMORY_ROWS}
+    out = {_camel(k): v for k, v in out.items()}
+    out.update(total=mem.total, usable=mem.usable, capacity=mem.capacity,
+               hostOffloaded=mem.host_offloaded)
+    return {"bytes": out, "gib": {k: round(v / GIB, 3) for k, v in out.items()}}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _candidate_json(c: Candidate) -> dict:
+    return {
+        "layout": {"data": c.layout.data, "context": c.layout.context, "tensor": c.layout.tensor},
+        "fits": c.fits,
+        "offload": c.offload,
+        "chunkTokens": c.chunk_tokens,
+        "memoryPerGPU": c.memory.total if c.memory is not None else None,
+        "stepSeconds": c.step_seconds,
+        "tokensPerSecond": c.tokens_per_second,
+        "mfu": c.mfu,
+        "reasons": [{"field": r.field, "message": r.message} for r in c.rejections],
+    }
+
+
+def to_json(plan: Plan) -> dict:
+    req, f = plan.request, plan.flops_per_token
+    return {
+        "layout": {"data": plan.layout.data, "context": plan.layout.context,
+                   "tensor": plan.layout.tensor},
+        "explanation": plan.explanation,
+        "attention": req.attention,
+        "loadBalance": req.load_balance,
+        "offload": plan.offload,
+        "chunkTokens": plan.chunk_tokens,
+        "memory": _memory_json(plan.memory),
+        "flopsPerToken": {"causal": f.causal, "full": f.full, "dense": f.dense,
+                          "attentionCausal": f.attention_causal,
+                          "attentionFull": f.attention_full},
+        "stepSeconds": plan.step_seconds,
+        "step": {_camel(name): getattr(plan.step, name) for name, _ in _STEP_PARTS},
+        "tokensPerSecond": plan.tokens_per_second,
+        "mfu": plan.mfu,
+        "mfuFullAttention": plan.mfu_full_attention,
+        "candidates": [_candidate_json(c) for c in plan.candidates],
+    }

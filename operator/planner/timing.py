@@ -1,0 +1,170 @@
+"""Step-time estimate of one layout: compute plus the communication it cannot hide.
+
+A deliberately simple roofline-style model (see docs/planner.md): compute at the GPU's sustained
+matmul rate; ring K/V passes overlap the block computation and only their excess is exposed; TP
+all-reduces are exposed; ZeRO-3 gathers and gradient reduce-scatters are prefetched behind
+compute; all-gather attention's collectives are exposed; offload copies of saved activations run
+behind compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from longctx_trainer.presets import ModelDims
+
+from .catalogue import FabricSpec, GpuSpec
+from .chunking import chunk_compute_seconds, chunk_transfer_seconds
+from .costs import FP32, dtype_bytes, flops_per_token, kv_dim, recompute_extra_flops_per_token
+from .layouts import Layout
+
+
+@dataclass(frozen=True)
+class StepTime:
+    compute: float
+    ring_exposed: float
+    tensor_parallel: float
+    zero_exposed: float
+    all_gather: float
+    offload_exposed: float
+
+    @property
+    def total(self) -> float:
+        return (self.compute + self.ring_exposed + self.tensor_parallel + self.zero_exposed
+                + self.all_gather + self.offload_exposed)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    model: ModelDims
+    gpu: GpuSpec
+    fabric: FabricSpec
+    layout: Layout
+    gpus_per_node: int
+    sequence_length: int
+    global_batch_tokens: int
+    precision: str
+    recompute: bool
+    attention: str  # "ring" | "all_gather"
+    load_balance: str  # "dual_chunk_swap" | "striped" | "none"
+    chunk_tokens: int | None  # None: no offload
+    host_saved_bytes: int  # saved activations copied to the host and back each step
+
+    @property
+    def local_sequences(self) -> int:
+        return self.global_batch_tokens // self.sequence_length // self.layout.data
+
+    @property
+    def shard_tokens(self) -> int:
+        return self.sequence_length // self.layout.context
+
+    @property
+    def forward_passes(self) -> int:
+        return 2 if self.recompute else 1
+
+
+def imbalance(load_balance: str, context: int) -> float:
+    """Causal attention time of the busiest device over the average one. Unbalanced contiguous
+    shards give the last device `context` blocks of work against an average of (context+1)/2."""
+    return 1.0 if load_balance != "none" else 2 * context / (context + 1)
+
+
+def link_bandwidth(inp: StepInputs, group_span: int) -> float:
+    """NVLink when a group of consecutive devices stays inside a node, else the fabric."""
+    if group_span <= inp.gpus_per_node:
+        return inp.gpu.achievable_nvlink
+    return inp.fabric.achievable_bandwidth
+
+
+def compute_seconds(inp: StepInputs) -> float:
+    f = flops_per_token(inp.model, inp.sequence_length)
+    attention = f.attention_causal * imbalance(inp.load_balance, inp.layout.context)
+    hardware = f.dense + attention
+    if inp.recompute:
+        hardware += recompute_extra_flops_per_token(inp.model, inp.sequence_length)
+    per_device = hardware * inp.global_batch_tokens / inp.layout.devices
+    return per_device / inp.gpu.achievable_flops
+
+
+def attention_forward_seconds_per_layer(inp: StepInputs) -> float:
+    """Causal attention forward of one layer on the busiest device, all its local sequences."""
+    m, lay = inp.model, inp.layout
+    flops = 2 * (m.hidden // lay.tensor) * inp.sequence_length * inp.shard_tokens
+    flops *= imbalance(inp.load_balance, lay.context) * inp.local_sequences
+    return flops / inp.gpu.achievable_flops
+
+
+def ring_exposed_seconds(inp: StepInputs) -> float:
+    """Each of context-1 ring steps sends a K/V block while computing on the current one.
+
+    Forward (and the recomputed forward) moves K and V; backward moves K, V and the fp32 dK/dV
+    accumulators and computes twice the forward FLOPs.
+    """
+    lay = inp.layout
+    if inp.attention != "ring" or lay.context == 1:
+        return 0.0
+    bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
+    kv_block = 2 * kv_dim(inp.model) // lay.tensor * inp.shard_tokens * inp.local_sequences
+    forward_comm = kv_block * dtype_bytes(inp.precision) / bandwidth
+    backward_comm = kv_block * (dtype_bytes(inp.precision) + FP32) / bandwidth
+    forward_block = attention_forward_seconds_per_layer(inp) / lay.context
+    exposed = (inp.forward_passes * max(0.0, forward_comm - forward_block)
+               + max(0.0, backward_comm - 2 * forward_block))
+    return inp.model.layers * (lay.context - 1) * exposed
+
+
+def tensor_parallel_seconds(inp: StepInputs) -> float:
+    """Two ring all-reduces of the activations per layer per forward pass and two in backward."""
+    t = inp.layout.tensor
+    if t == 1:
+        return 0.0
+    size = inp.local_sequences * inp.shard_tokens * inp.model.hidden * dtype_bytes(inp.precision)
+    one = 2 * (t - 1) / t * size / inp.gpu.achievable_nvlink
+    return inp.model.layers * 2 * (inp.forward_passes + 1) * one
+
+
+def zero_seconds(inp: StepInputs) -> float:
+    """Gather weights for forward and backward, reduce-scatter gradients: 3 passes over this
+    tensor rank's weights within the data*context group."""
+    lay = inp.layout
+    group = lay.data * lay.context
+    if group == 1:
+        return 0.0
+    weights = inp.model.param_count() * dtype_bytes(inp.precision) / lay.tensor
+    moved = 3 * weights * (group - 1) / group
+    return moved / link_bandwidth(inp, lay.devices)
+
+
+def all_gather_seconds(inp: StepInputs) -> float:
+    """All-gather of K/V per layer and forward pass, reduce-scatter of dK/dV in backward."""
+    lay = inp.layout
+    if inp.attention != "all_gather" or lay.context == 1:
+        return 0.0
+    bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
+    received = (2 * kv_dim(inp.model) // lay.tensor * inp.shard_tokens * (lay.context - 1)
+                * inp.local_sequences * dtype_bytes(inp.precision))
+    return inp.model.layers * (inp.forward_passes + 1) * received / bandwidth
+
+
+def offload_exposed_seconds(inp: StepInputs, compute: float) -> float:
+    """Saved activations go out in forward and come back in backward behind compute; K/V chunk
+    fetches (about context * n^2 / 2 per layer and pass for n chunks) hide behind their blocks
+    unless the chunk is below the covering size."""
+    if inp.chunk_tokens is None:
+        return 0.0
+    lay, chunk = inp.layout, inp.chunk_tokens
+    saved = max(0.0, 2 * inp.host_saved_bytes / inp.gpu.achievable_host_link - compute)
+    chunks = inp.shard_tokens // chunk
+    fetches = max(1, lay.context * chunks * chunks // 2) * inp.local_sequences
+    per_fetch = max(0.0, chunk_transfer_seconds(inp.model, inp.gpu, lay.tensor, inp.precision, chunk)
+                    - chunk_compute_seconds(inp.model, inp.gpu, lay.tensor, chunk))
+    return saved + inp.model.layers * inp.forward_passes * fetches * per_fetch
+
+
+def step_time(inp: StepInputs) -> StepTime:
+    compute = compute_seconds(inp)
+    zero = max(0.0, zero_seconds(inp) - compute)
+    return StepTime(compute=compute, ring_exposed=ring_exposed_seconds(inp),
+                    tensor_parallel=tensor_parallel_seconds(inp), zero_exposed=zero,
+                    all_gather=all_gather_seconds(inp),
+                    offload_exposed=offload_exposed_seconds(inp, compute))

@@ -1,0 +1,96 @@
+"""Worked example: llama3-8b, one 262,144-token sequence per step, 32 x h100-80gb (4 nodes x 8),
+bf16, recompute, ring attention with dual-chunk-swap, layout data=1 context=8 tensor=4.
+
+Every expected number is computed by hand below (see docs/planner.md for the formulas); the
+planner must agree within 1%.
+"""
+
+import pytest
+
+from longctx_operator.planner import PlanRequest, plan
+from longctx_trainer.presets import PRESETS
+
+GIB = 1024**3
+REL = 0.01
+
+# Model: L=32, h=4096, heads=32, kv_heads=8, head_dim=128, kv_dim=1024, ffn=14336, vocab=128256.
+P = 8_030_261_248  # all parameters (test_planner_params)
+DEVICES = 32
+SHARD = 262_144 // 8  # 32,768 tokens of the sequence per device (context=8)
+
+# ZeRO-3 shards over all 32 devices.
+PARAMS = 2 * P / DEVICES  # bf16: 501,891,328 B = 0.467 GiB
+MASTER = 4 * P / DEVICES  # fp32: 1,003,782,656 B
+ADAM = 8 * P / DEVICES  # fp32 m and v: 2,007,565,312 B
+GRADS = 2 * P / DEVICES  # bf16: 501,891,328 B
+# Two gathered layers (218,112,000 params each) and the LM head (128256*4096=525,336,576), bf16,
+# split over tensor=4: (436,224,000 + 525,336,576) * 2 / 4 = 480,780,288 B
+GATHERED = (2 * 218_112_000 + 525_336_576) * 2 / 4
+# Activations, per token of the 32,768-token shard:
+#   saved layer inputs: 32 layers * 4096 * 2 B = 262,144 B
+#   one layer recomputed: 4h replicated (16,384 values) * 2 B = 32,768 B
+#     + (2h + 2*kv_dim + 3*ffn = 8,192 + 2,048 + 43,008 = 53,248 values) * 2 B / 4 = 26,624 B
+#     + fp32 log-sum-exp 4 B * 32 heads / 4 = 32 B                    -> 59,424 B
+#   fp32 logits of a quarter of the vocabulary: 4 * 128256 / 4 = 128,256 B
+ACTIVATIONS = (262_144 + 59_424 + 128_256) * SHARD  # 449,824 B * 32,768 = 14,739,832,832 B
+# Attention working set: two K/V blocks of the shard on this tensor rank
+#   (2 * 1024/4 = 512 values/token * 32,768 = 16,777,216 values), each in bf16 plus an fp32 dK/dV
+#   accumulator: 2 * 16,777,216 * (2 + 4) = 201,326,592 B; fp32 dQ: 4 * 4096/4 * 32,768 = 134,217,728 B
+ATTENTION = 2 * 16_777_216 * 6 + 134_217_728  # 335,544,320 B
+TOTAL = PARAMS + MASTER + ADAM + GRADS + GATHERED + ACTIVATIONS + ATTENTION  # ~19.11 GiB
+
+# FLOPs per token. N (matmul params) = 32 * 218,112,000 + 4,096 (final norm) + 525,336,576 (LM head)
+#   = 7,504,924,672; 6N = 45,029,548,032.
+# Causal attention 6*L*H*Q*T = 6 * 32 * 32 * 128 * 262,144 = 206,158,430,208.
+FLOPS_CAUSAL = 45_029_548_032 + 206_158_430_208  # 251,187,978,240
+FLOPS_FULL = 45_029_548_032 + 2 * 206_158_430_208  # 457,346,408,448
+# Compute time: recompute adds 2 * 6,979,588,096 (layer weights) + 2*32*4096*262,144 (attention)
+#   = 82,678,652,928 FLOPs/token; (251,187,978,240 + 82,678,652,928) * 262,144 tokens / 32 GPUs
+#   / (989e12 * 0.5 sustained) = 5.531 s
+COMPUTE_SECONDS = (FLOPS_CAUSAL + 82_678_652_928) * 262_144 / 32 / (989e12 * 0.5)
+
+
+@pytest.fixture(scope="module")
+def worked():
+    return plan(PlanRequest(model=PRESETS["llama3-8b"], sequence_length=262_144,
+                            global_batch_tokens=262_144, nodes=4, gpus_per_node=8,
+                            gpu="h100-80gb", fabric="infiniband", data=1, context=8, tensor=4))
+
+
+@pytest.mark.parametrize("field, expected", [
+    ("params", PARAMS), ("master_weights", MASTER), ("optimizer_moments", ADAM),
+    ("gradients", GRADS), ("gathered_params", GATHERED), ("activations", ACTIVATIONS),
+    ("attention_working_set", ATTENTION), ("total", TOTAL),
+])
+def test_memory_per_component(worked, field, expected):
+    assert getattr(worked.memory, field) == pytest.approx(expected, rel=REL)
+
+
+def test_capacity_and_no_offload(worked):
+    assert worked.memory.capacity == 80 * GIB
+    assert worked.memory.usable == pytest.approx(0.9 * 80 * GIB, rel=1e-9)
+    assert worked.offload is False and worked.chunk_tokens is None
+    assert worked.memory.host_offloaded == 0
+
+
+def test_flops_per_token_both_conventions(worked):
+    assert worked.flops_per_token.causal == pytest.approx(FLOPS_CAUSAL, rel=REL)
+    assert worked.flops_per_token.full == pytest.approx(FLOPS_FULL, rel=REL)
+
+
+def test_compute_time_tokens_per_second_and_mfu(worked):
+    assert worked.step.compute == pytest.approx(COMPUTE_SECONDS, rel=REL)
+    assert worked.step_seconds >= worked.step.compute
+    assert worked.tokens_per_second == pytest.approx(262_144 / worked.step_seconds, rel=1e-9)
+    mfu = FLOPS_CAUSAL * 262_144 / (worked.step_seconds * 32 * 989e12)
+    assert worked.mfu == pytest.approx(mfu, rel=REL)
+    # Recompute's extra forward caps MFU below the 50% sustained matmul rate.
+    assert worked.mfu < 0.5 * FLOPS_CAUSAL / (FLOPS_CAUSAL + 82_678_652_928) * 1.0001
+
+
+def test_tensor_parallel_all_reduces(worked):
+    # 2 all-reduces per layer and forward pass (forward + recompute) plus 2 in backward: 6 per
+    # layer, 32 layers, of 32,768 tokens * 4096 * 2 B = 268,435,456 B each; a ring all-reduce over
+    # 4 GPUs moves 2*3/4 of that over NVLink at 450 GB/s * 0.8.
+    expected = 32 * 6 * (2 * 3 / 4) * 268_435_456 / (450e9 * 0.8)
+    assert worked.step.tensor_parallel == pytest.approx(expected, rel=REL)
