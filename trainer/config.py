@@ -74,6 +74,9 @@ class OptimizerConfig(_Strict):
     warmup_steps: int = Field(100, ge=0)
     weight_decay: float = Field(0.1, ge=0)
     grad_clip: float = Field(1.0, gt=0)
+    schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="After the linear warm-up: cosine decay to 10% by the last step, "
+                              "or constant.")
     beta1: float = Field(0.9, gt=0, lt=1)
     beta2: float = Field(0.95, gt=0, lt=1)
 

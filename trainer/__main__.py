@@ -1,0 +1,80 @@
+"""`python -m longctx_trainer --config FILE`: one worker process of a training job.
+
+Process identity comes from the JAX_* environment (see distributed.py). Progress goes to stdout
+as JSON lines, from process 0 only. The metrics exporter listens on config.metrics.port plus
+LONGCTX_LOCAL_PROCESS_ID (default 0), so several processes on one host or pod do not collide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from .checkpoint import Checkpoints
+from .config import TrainerConfig, load_config
+from .data import Batches
+from .distributed import ProcessEnv, initialize
+from .flops import peak_flops
+from .mesh import make_mesh
+from .metrics import TrainMetrics
+from .train import StepFunctions, train
+
+
+def _print_json(event: dict) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def dump_gradients(fns: StepFunctions, config: TrainerConfig, path: Path) -> None:
+    """Write the loss and gradients of step 0's batch at the initial parameters (a .npz).
+
+    A verification aid: the same job on different process/device layouts must write the same
+    numbers. Every process takes part in gathering; process 0 writes.
+    """
+    state = fns.init(jax.random.key(config.seed))
+    loss, grads = fns.loss_and_grads(state["params"], *Batches(config, fns.mesh).for_step(0))
+    flat = {jax.tree_util.keystr(k): multihost_utils.process_allgather(g, tiled=True)
+            for k, g in jax.tree.flatten_with_path(grads)[0]}
+    if jax.process_index() == 0:
+        np.savez(path, loss=np.asarray(multihost_utils.process_allgather(loss)), **flat)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m longctx_trainer", description=__doc__)
+    parser.add_argument("--config", required=True, type=Path, help="TrainerConfig YAML file")
+    parser.add_argument("--dump-gradients", type=Path, metavar="NPZ",
+                        help="also write step 0's loss and gradients to this file")
+    args = parser.parse_args(argv)
+
+    config = load_config(args.config)
+    initialize(ProcessEnv.from_environ(), config.communication)
+    mesh = make_mesh(config.parallelism)
+    rank = jax.process_index()
+
+    metrics = TrainMetrics(config.metrics.job, rank)
+    if config.metrics.port:
+        metrics.serve(config.metrics.port + int(os.environ.get("LONGCTX_LOCAL_PROCESS_ID", "0")))
+    metrics.describe(config, jax.default_backend())
+
+    fns = StepFunctions(config, mesh)
+    if args.dump_gradients:
+        dump_gradients(fns, config, args.dump_gradients)
+    checkpoints = Checkpoints(config.checkpoint) if config.checkpoint.path else None
+    emit = _print_json if rank == 0 else (lambda event: None)
+    try:
+        train(config, mesh, emit=emit, metrics=metrics, checkpoints=checkpoints,
+              peak_flops_per_device=peak_flops(jax.local_devices()[0]), fns=fns)
+    finally:
+        if checkpoints is not None:
+            checkpoints.close()
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Training data: synthetic tokens, memory-mapped token files and byte-level text.
+
+Every source is a deterministic function of (seed, sample index): the batch of step `s` holds
+samples s*B .. s*B+B-1. The data position is therefore just the number of samples consumed,
+which the checkpoint records, and a resumed run reads exactly what an uninterrupted one would.
+Each process materialises only the rows (and sequence columns) of the global batch that its
+own devices hold (`jax.make_array_from_callback`), so every data-parallel rank reads its shard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from .config import DataConfig, TrainerConfig
+from .model import TOKENS
+
+BYTE_VOCAB = 256
+
+
+class TokenSource(Protocol):
+    def sample(self, index: int) -> np.ndarray:
+        """Window `index`: sequence_length + 1 token ids (inputs and shifted targets)."""
+
+
+class SyntheticTokens:
+    """Uniform random tokens, seeded per sample."""
+
+    def __init__(self, vocab: int, sequence_length: int, seed: int):
+        self.vocab, self.window, self.seed = vocab, sequence_length + 1, seed
+
+    def sample(self, index: int) -> np.ndarray:
+        rng = np.random.default_rng((self.seed, index))
+        return rng.integers(0, self.vocab, self.window, dtype=np.int32)
+
+
+class CorpusWindows:
+    """Non-overlapping windows of a token stream, visited in a seeded order reshuffled each epoch."""
+
+    def __init__(self, stream: np.ndarray, sequence_length: int, seed: int):
+        self.stream, self.window, self.seed = stream, sequence_length + 1, seed
+        # Windows overlap by one token: the last target of one is the first input of the next.
+        self.count = (len(stream) - 1) // sequence_length
+        if self.count < 1:
+            raise ValueError(f"corpus of {len(stream)} tokens is shorter than one sequence of "
+                             f"{sequence_length} + 1 tokens")
+        self._epoch, self._order = -1, np.empty(0, np.int64)
+
+    def sample(self, index: int) -> np.ndarray:
+        epoch, slot = divmod(index, self.count)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._order = np.random.default_rng((self.seed, epoch)).permutation(self.count)
+        start = int(self._order[slot]) * (self.window - 1)
+        return np.asarray(self.stream[start:start + self.window], dtype=np.int32)
+
+
+def token_file(path: str | Path, vocab: int) -> np.ndarray:
+    """A .bin file of token ids, memory-mapped: uint16 when the vocabulary fits, else uint32."""
+    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def text_bytes(path: str | Path) -> np.ndarray:
+    """Byte-level tokens of a text file (memory-mapped) or of every file under a directory."""
+    path = Path(path)
+    if path.is_file():
+        return np.memmap(path, dtype=np.uint8, mode="r")
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    if not files:
+        raise ValueError(f"no files under {path}")
+    return np.frombuffer(b"".join(p.read_bytes() for p in files), dtype=np.uint8)
+
+
+def make_source(data: DataConfig, vocab: int, sequence_length: int) -> TokenSource:
+    if data.kind == "synthetic":
+        return SyntheticTokens(vocab, sequence_length, data.seed)
+    if data.kind == "tokens":
+        return CorpusWindows(token_file(data.path, vocab), sequence_length, data.seed)
+    if vocab < BYTE_VOCAB:
+        raise ValueError(f"byte-level text needs a vocabulary of at least {BYTE_VOCAB}, "
+                         f"the model has {vocab}")
+    return CorpusWindows(text_bytes(data.path), sequence_length, data.seed)
+
+
+class Batches:
+    """Global batches (inputs, targets) [batch, seq] sharded (data, context) on the mesh."""
+
+    def __init__(self, config: TrainerConfig, mesh: Mesh, source: TokenSource | None = None):
+        self.batch_size, self.seq = config.batch_size, config.sequence_length
+        self.source = source or make_source(config.data, config.model.vocab, self.seq)
+        self.sharding = NamedSharding(mesh, TOKENS)
+
+    def for_step(self, step: int) -> tuple[jax.Array, jax.Array]:
+        first = step * self.batch_size
+        rows: dict[int, np.ndarray] = {}
+
+        def window(row: int) -> np.ndarray:
+            if row not in rows:
+                rows[row] = self.source.sample(first + row)
+            return rows[row]
+
+        def piece(index, shift: int) -> np.ndarray:
+            row_ids = range(self.batch_size)[index[0]]
+            cols = index[1]
+            return np.stack([window(r)[shift:shift + self.seq][cols] for r in row_ids])
+
+        shape = (self.batch_size, self.seq)
+        inputs = jax.make_array_from_callback(shape, self.sharding, lambda i: piece(i, 0))
+        targets = jax.make_array_from_callback(shape, self.sharding, lambda i: piece(i, 1))
+        return inputs, targets
+
+    def position(self, step: int) -> int:
+        """Samples consumed before `step` (the data position stored in checkpoints)."""
+        return step * self.batch_size

@@ -1,0 +1,62 @@
+"""Process identity from the JAX distributed environment and `jax.distributed` start-up.
+
+The operator (and `longctx run`) give every worker process:
+  JAX_COORDINATOR_ADDRESS  host:port of process 0's coordinator service
+  JAX_NUM_PROCESSES        processes in the job
+  JAX_PROCESS_ID           this process's index
+  JAX_LOCAL_DEVICE_IDS     optional comma list of the local accelerators this process owns
+A single process (JAX_NUM_PROCESSES unset or 1) needs none of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import jax
+
+
+@dataclass(frozen=True)
+class ProcessEnv:
+    coordinator_address: str | None
+    num_processes: int
+    process_id: int
+    local_device_ids: tuple[int, ...] | None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "ProcessEnv":
+        num_processes = int(environ.get("JAX_NUM_PROCESSES", "1"))
+        process_id = int(environ.get("JAX_PROCESS_ID", "0"))
+        coordinator = environ.get("JAX_COORDINATOR_ADDRESS") or None
+        ids = environ.get("JAX_LOCAL_DEVICE_IDS", "").strip()
+        local_ids = tuple(int(i) for i in ids.split(",") if i.strip()) if ids else None
+        if num_processes < 1 or not 0 <= process_id < num_processes:
+            raise ValueError(
+                f"JAX_PROCESS_ID={process_id} is not in [0, JAX_NUM_PROCESSES={num_processes})")
+        if num_processes > 1 and not coordinator:
+            raise ValueError("JAX_COORDINATOR_ADDRESS (host:port) is required when "
+                             "JAX_NUM_PROCESSES > 1")
+        return cls(coordinator, num_processes, process_id, local_ids)
+
+
+def initialize(env: ProcessEnv, communication: str = "nccl") -> None:
+    """Join the job's processes (only when there are several) and check the NVSHMEM rule.
+
+    Must run before anything touches a JAX device. CPU processes exchange collectives over gloo.
+    """
+    if env.num_processes > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            coordinator_address=env.coordinator_address,
+            num_processes=env.num_processes,
+            process_id=env.process_id,
+            local_device_ids=list(env.local_device_ids) if env.local_device_ids else None,
+        )
+    if communication == "nvshmem":
+        local = jax.local_devices()
+        if len(local) != 1 or local[0].platform != "gpu":
+            raise SystemExit(
+                "communication=nvshmem needs exactly one GPU per process; this process sees "
+                f"{len(local)} {local[0].platform} device(s). Set processesPerNode = gpusPerNode "
+                "(or JAX_LOCAL_DEVICE_IDS / CUDA_VISIBLE_DEVICES to a single GPU).")

@@ -1,0 +1,32 @@
+"""The device mesh (data, context, tensor) over every process's devices.
+
+Axis order is fixed and shared with the attention ops and the planner: tensor is innermost so
+tensor-parallel groups stay inside a node (consecutive devices), context next, data outermost.
+The axes are Auto (GSPMD): the model places activations with sharding constraints and XLA
+propagates the rest; the attention ops enter manual mode themselves with jax.shard_map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+from .config import ParallelConfig
+
+DATA, CONTEXT, TENSOR = "data", "context", "tensor"
+AXES = (DATA, CONTEXT, TENSOR)
+# Parameters and optimizer state are ZeRO-3 sharded over every non-tensor device.
+FSDP = (DATA, CONTEXT)
+
+
+def make_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """Mesh over `devices` (default: all devices of all processes), which must match the layout."""
+    devices = list(jax.devices() if devices is None else devices)
+    if len(devices) != parallel.devices:
+        raise ValueError(
+            f"layout data={parallel.data} x context={parallel.context} x tensor={parallel.tensor} "
+            f"needs {parallel.devices} devices, but {len(devices)} are available")
+    return jax.make_mesh((parallel.data, parallel.context, parallel.tensor), AXES,
+                         axis_types=(AxisType.Auto,) * len(AXES), devices=devices)

@@ -1,0 +1,232 @@
+"""Llama-style decoder: RMSNorm, RoPE, GQA attention, SwiGLU MLP, layers under jax.lax.scan.
+
+Parallelism is expressed with shardings on the (data, context, tensor) mesh:
+- activations: batch over data, sequence over context, attention heads and MLP ffn over tensor;
+- parameters (and so gradients and optimizer state): the tensor-parallel dim over tensor and
+  another dim over (data, context) -- ZeRO-3 / FSDP, XLA gathers them where used.
+The sequence is reordered once at input by the load-balance permutation (tokens and targets
+alike, so the mean loss is unchanged) and RoPE uses the permuted positions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from .config import TrainerConfig
+from .mesh import CONTEXT, DATA, FSDP, TENSOR
+from .presets import ModelDims
+
+# Partition spec of every parameter before divisibility is checked (see `param_specs`).
+# Layer parameters carry a leading `layers` dim (scan), never sharded.
+_LAYER_SPECS = {
+    "attn_norm": P(None, FSDP),
+    "wq": P(None, FSDP, TENSOR, None),
+    "wk": P(None, FSDP, TENSOR, None),
+    "wv": P(None, FSDP, TENSOR, None),
+    "wo": P(None, TENSOR, None, FSDP),
+    "mlp_norm": P(None, FSDP),
+    "w_gate": P(None, FSDP, TENSOR),
+    "w_up": P(None, FSDP, TENSOR),
+    "w_down": P(None, TENSOR, FSDP),
+}
+_TOP_SPECS = {
+    "embed": P(TENSOR, FSDP),  # [vocab, hidden]; vocab-parallel logits when tied
+    "final_norm": P(FSDP),
+    "lm_head": P(FSDP, TENSOR),  # [hidden, vocab]
+}
+
+ACTIVATION = P(DATA, CONTEXT, None)  # [batch, seq, hidden]
+HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
+FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn] and logits [batch, seq, vocab]
+TOKENS = P(DATA, CONTEXT)  # [batch, seq]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How the model runs, beyond its dimensions (taken from the trainer config)."""
+
+    compute_dtype: jnp.dtype
+    remat: bool
+    offload: bool
+    chunk_tokens: int | None
+    attention: str
+    load_balance: str
+
+    @classmethod
+    def from_config(cls, config: TrainerConfig) -> "ModelOptions":
+        return cls(
+            compute_dtype=jnp.bfloat16 if config.precision == "bf16" else jnp.float32,
+            remat=config.remat,
+            offload=config.offload.enabled,
+            chunk_tokens=config.offload.chunk_tokens,
+            attention=config.parallelism.attention,
+            load_balance=config.parallelism.load_balance,
+        )
+
+
+def param_shapes(dims: ModelDims) -> dict:
+    L, H, F, V, D = dims.layers, dims.hidden, dims.ffn, dims.vocab, dims.head_dim
+    layers = {
+        "attn_norm": (L, H),
+        "wq": (L, H, dims.heads, D),
+        "wk": (L, H, dims.kv_heads, D),
+        "wv": (L, H, dims.kv_heads, D),
+        "wo": (L, dims.heads, D, H),
+        "mlp_norm": (L, H),
+        "w_gate": (L, H, F),
+        "w_up": (L, H, F),
+        "w_down": (L, F, H),
+    }
+    shapes = {"embed": (V, H), "layers": layers, "final_norm": (H,)}
+    if not dims.tie_embeddings:
+        shapes["lm_head"] = (H, V)
+    return shapes
+
+
+def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
+    """Drop the mesh axes of any dim they do not divide (that dim is then replicated)."""
+    fitted = []
+    for axes, size in zip(spec, shape):
+        names = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
+        ways = math.prod(mesh.shape[n] for n in names)
+        fitted.append(axes if names and size % ways == 0 else None)
+    return P(*fitted)
+
+
+def param_specs(dims: ModelDims, mesh: Mesh) -> dict:
+    shapes = param_shapes(dims)
+    specs = {k: _fit(_TOP_SPECS[k], s, mesh) for k, s in shapes.items() if k != "layers"}
+    specs["layers"] = {k: _fit(_LAYER_SPECS[k], s, mesh) for k, s in shapes["layers"].items()}
+    return specs
+
+
+def param_shardings(dims: ModelDims, mesh: Mesh) -> dict:
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(dims, mesh))
+
+
+def init_params(dims: ModelDims, key: jax.Array) -> dict:
+    """fp32 master weights: N(0, 0.02) matrices, residual outputs scaled by 1/sqrt(2 layers), unit norms."""
+    shapes = param_shapes(dims)
+    flat, treedef = jax.tree.flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
+    keys = jax.random.split(key, len(flat))
+    out_scale = 1.0 / math.sqrt(2 * dims.layers)
+    leaves = []
+    for (path, shape), k in zip(flat, keys):
+        name = path[-1].key
+        if name.endswith("norm"):
+            leaves.append(jnp.ones(shape, jnp.float32))
+            continue
+        std = 0.02 * (out_scale if name in ("wo", "w_down") else 1.0)
+        leaves.append(std * jax.random.normal(k, shape, jnp.float32))
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def _constrain(x: jax.Array, mesh: Mesh, spec: P) -> jax.Array:
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, _fit(spec, x.shape, mesh)))
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-5) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+    """Rotary embedding (rotate-half form) of x [batch, seq, heads, head_dim] at `positions` [seq]."""
+    half = x.shape[-1] // 2
+    freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]  # [seq, half]
+    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def sequence_permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
+    """Token order along the sequence before it is split over the context axis."""
+    del context, scheme  # load balancing arrives with the context-parallel attention ops
+    return np.arange(seq_len)
+
+
+def attention(q, k, v, *, mesh: Mesh, options: ModelOptions) -> jax.Array:
+    """Causal GQA attention of globally shaped q [b, s, h, d], k/v [b, s, kv, d] (permuted order)."""
+    del mesh  # GSPMD gathers the sequence until the context-parallel attention ops land
+    groups = q.shape[2] // k.shape[2]
+    k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
+    scores = scores / math.sqrt(q.shape[-1])
+    s = q.shape[1]
+    scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, -jnp.inf)
+    out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v.astype(jnp.float32))
+    return out.astype(q.dtype)
+
+
+def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOptions):
+    dt = options.compute_dtype
+    h = rms_norm(x, p["attn_norm"])
+    q = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wq"].astype(dt)), mesh, HEADS)
+    k = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wk"].astype(dt)), mesh, HEADS)
+    v = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wv"].astype(dt)), mesh, HEADS)
+    q, k = rope(q, positions, dims.rope_theta), rope(k, positions, dims.rope_theta)
+    a = _constrain(attention(q, k, v, mesh=mesh, options=options), mesh, HEADS)
+    x = _constrain(x + jnp.einsum("bsnd,ndh->bsh", a, p["wo"].astype(dt)), mesh, ACTIVATION)
+    h = rms_norm(x, p["mlp_norm"])
+    gate = _constrain(jnp.einsum("bsh,hf->bsf", h, p["w_gate"].astype(dt)), mesh, FFN)
+    up = _constrain(jnp.einsum("bsh,hf->bsf", h, p["w_up"].astype(dt)), mesh, FFN)
+    y = jnp.einsum("bsf,fh->bsh", jax.nn.silu(gate) * up, p["w_down"].astype(dt))
+    return _constrain(x + y, mesh, ACTIVATION)
+
+
+def has_host_memory(mesh: Mesh) -> bool:
+    """Whether the mesh's devices expose a pinned host memory space to offload into."""
+    device = mesh.devices.flat[0]
+    return any(m.kind == "pinned_host" for m in device.addressable_memories())
+
+
+def remat_policy(options: ModelOptions, mesh: Mesh):
+    """Plain remat keeps only each layer's input; offload moves the projections to host memory.
+
+    With offload, the outputs of the weight matmuls (no batch dims: q/k/v/o, gate/up/down) are
+    kept in pinned host memory instead of being recomputed; attention itself is recomputed.
+    """
+    if options.offload and has_host_memory(mesh):
+        return jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    return jax.checkpoint_policies.nothing_saveable
+
+
+def logits_and_targets(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims,
+                       mesh: Mesh, options: ModelOptions) -> tuple[jax.Array, jax.Array]:
+    """Logits [batch, seq, vocab] (fp32) and targets, both in the load-balanced token order."""
+    context = mesh.shape[CONTEXT]
+    perm = sequence_permutation(tokens.shape[1], context, options.load_balance)
+    tokens = _constrain(tokens[:, perm], mesh, TOKENS)
+    targets = _constrain(targets[:, perm], mesh, TOKENS)
+    positions = jnp.asarray(perm, jnp.int32)
+
+    dt = options.compute_dtype
+    table = _constrain(params["embed"].astype(dt), mesh, P())  # gathered for the lookup
+    x = _constrain(table[tokens], mesh, ACTIVATION)
+    body = partial(_layer, positions=positions, dims=dims, mesh=mesh, options=options)
+    if options.remat:
+        body = jax.checkpoint(body, policy=remat_policy(options, mesh), prevent_cse=False)
+    x, _ = jax.lax.scan(lambda carry, p: (body(carry, p), None), x, params["layers"])
+    x = rms_norm(x, params["final_norm"])
+    head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
+    logits = jnp.einsum("bsh,hv->bsv", x, head.astype(dt), preferred_element_type=jnp.float32)
+    return _constrain(logits, mesh, FFN), targets
+
+
+def loss_fn(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims, mesh: Mesh,
+            options: ModelOptions) -> jax.Array:
+    """Mean next-token cross-entropy (fp32) over all tokens of the batch."""
+    logits, targets = logits_and_targets(params, tokens, targets, dims=dims, mesh=mesh,
+                                         options=options)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    picked = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    return -jnp.mean(picked)

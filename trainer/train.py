@@ -1,0 +1,153 @@
+"""The training loop: AdamW with warm-up and clipping, jitted sharded step, checkpoints, progress.
+
+Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on process 0):
+  {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
+  {"event": "checkpoint", "step", "seconds"}
+  {"event": "done", "step"}
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from . import model
+from .checkpoint import Checkpoints, abstract_like
+from .config import OptimizerConfig, TrainerConfig
+from .data import Batches
+from .flops import flops_per_token
+from .metrics import CONVENTIONS, TrainMetrics
+
+Emit = Callable[[dict], None]
+
+
+def learning_rate_schedule(opt: OptimizerConfig, steps: int) -> optax.Schedule:
+    """Linear warm-up from 0, then cosine decay to 10% at the last step, or constant."""
+    warmup = min(opt.warmup_steps, steps)
+    rest = max(steps - warmup, 1)
+    after = (optax.constant_schedule(opt.learning_rate) if opt.schedule == "constant" else
+             optax.cosine_decay_schedule(opt.learning_rate, rest, alpha=0.1))
+    if warmup == 0:
+        return after
+    ramp = optax.linear_schedule(0.0, opt.learning_rate, warmup)
+    return optax.join_schedules([ramp, after], [warmup])
+
+
+def _decay_mask(params: dict) -> dict:
+    """Weight decay on weight matrices only, not on the norm scales."""
+    return jax.tree.map_with_path(lambda path, _: not path[-1].key.endswith("norm"), params)
+
+
+def make_optimizer(opt: OptimizerConfig, steps: int) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(opt.grad_clip),
+        optax.adamw(learning_rate_schedule(opt, steps), b1=opt.beta1, b2=opt.beta2,
+                    weight_decay=opt.weight_decay, mask=_decay_mask),
+    )
+
+
+@dataclass
+class StepFunctions:
+    """The jitted pieces of training for one (config, mesh); state = {params, opt_state, step}."""
+
+    config: TrainerConfig
+    mesh: Mesh
+
+    def __post_init__(self):
+        dims, mesh = self.config.model.dims(), self.mesh
+        self.optimizer = make_optimizer(self.config.optimizer, self.config.steps)
+        self.loss = partial(model.loss_fn, dims=dims, mesh=mesh,
+                            options=model.ModelOptions.from_config(self.config))
+        params = model.param_shardings(dims, mesh)
+        replicated = NamedSharding(mesh, P())
+        abstract_params = jax.eval_shape(partial(model.init_params, dims), jax.random.key(0))
+        opt_state = optax.tree_map_params(
+            self.optimizer, lambda _, sharding: sharding,
+            jax.eval_shape(self.optimizer.init, abstract_params), params,
+            transform_non_params=lambda _: replicated)
+        self.state_shardings = {"params": params, "opt_state": opt_state, "step": replicated}
+        self.param_shardings, self.replicated = params, replicated
+        tokens = NamedSharding(mesh, model.TOKENS)
+        self._compiled = None
+        self.init = jax.jit(self._init, out_shardings=self.state_shardings)
+        self.step = jax.jit(self._step, in_shardings=(self.state_shardings, tokens, tokens),
+                            out_shardings=(self.state_shardings, replicated), donate_argnums=0)
+        self.loss_and_grads = jax.jit(jax.value_and_grad(self.loss),
+                                      in_shardings=(params, tokens, tokens),
+                                      out_shardings=(replicated, params))
+
+    def compiled_step(self, state: dict, inputs: jax.Array, targets: jax.Array):
+        """The step compiled ahead of time (so no step's timing includes compilation), once."""
+        if self._compiled is None:
+            self._compiled = self.step.lower(state, inputs, targets).compile()
+        return self._compiled
+
+    def _init(self, key: jax.Array) -> dict:
+        params = model.init_params(self.config.model.dims(), key)
+        return {"params": params, "opt_state": self.optimizer.init(params),
+                "step": jnp.zeros((), jnp.int32)}
+
+    def _step(self, state: dict, inputs: jax.Array, targets: jax.Array) -> tuple[dict, jax.Array]:
+        loss, grads = jax.value_and_grad(self.loss)(state["params"], inputs, targets)
+        updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, loss
+
+
+def _restore(checkpoints: Checkpoints, batches: Batches, state: dict,
+             config: TrainerConfig) -> tuple[dict, int]:
+    latest = checkpoints.latest_step()
+    if latest is None:
+        return state, 0
+    state, meta = checkpoints.restore(latest, abstract_like(state))
+    if meta["data_seed"] != config.data.seed or meta["data_position"] != batches.position(latest):
+        raise ValueError(f"checkpoint {latest} was written for other data ({meta}); "
+                         "resume needs the same data seed and batch size")
+    return state, latest
+
+
+def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetrics,
+          checkpoints: Checkpoints | None = None, peak_flops_per_device: float,
+          fns: StepFunctions | None = None) -> dict:
+    """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state."""
+    fns = fns or StepFunctions(config, mesh)
+    batches = Batches(config, mesh)
+    state = fns.init(jax.random.key(config.seed))
+    start = 0
+    if checkpoints is not None:
+        state, start = _restore(checkpoints, batches, state, config)
+    metrics.observe_resume(start)
+
+    dims = config.model.dims()
+    flops = {c: flops_per_token(dims, config.sequence_length, c) for c in CONVENTIONS}
+    peak = peak_flops_per_device * mesh.size
+    step_fn = fns.compiled_step(state, *batches.for_step(start))
+    for step in range(start, config.steps):
+        begin = time.perf_counter()
+        state, loss = step_fn(state, *batches.for_step(step))
+        loss = float(loss)
+        seconds = time.perf_counter() - begin
+        done = step + 1
+        tokens_per_second = config.global_batch_tokens / seconds
+        mfu = {c: tokens_per_second * f / peak for c, f in flops.items()}
+        metrics.observe_step(done, config.global_batch_tokens, seconds, loss, mfu)
+        if done % config.log_every == 0 or done == config.steps:
+            emit({"event": "step", "step": done, "loss": loss,
+                  "tokens_per_second": tokens_per_second, "mfu": mfu["causal"],
+                  "step_seconds": seconds})
+        if checkpoints is not None and checkpoints.due(done, config.steps):
+            begin = time.perf_counter()
+            checkpoints.save(done, state, {"step": done, "data_position": batches.position(done),
+                                           "data_seed": config.data.seed})
+            seconds = time.perf_counter() - begin
+            metrics.observe_checkpoint(done, seconds)
+            emit({"event": "checkpoint", "step": done, "seconds": seconds})
+    emit({"event": "done", "step": config.steps})
+    return state
