@@ -1,0 +1,58 @@
+"""All-gather context parallelism: gather the full K/V over "context", attend the local queries.
+
+Simpler than the ring and with fewer, larger messages, but every device holds the whole
+sequence's K/V. The gather is differentiated by JAX (its transpose is a reduce-scatter of dK/dV);
+the local attention is a custom VJP over the chunked kernel, so with `offload` the gathered K/V
+wait in host memory and are fetched chunk by chunk (FPDT), and the residuals live on the host.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import custom_vjp, lax
+
+from .chunked import chunked_backward, chunked_forward
+from .offload import to_device, to_host
+
+
+def make_local_attention(*, scale: float, chunk_tokens, offload: bool):
+    """f(q, k, v, q_pos, k_pos) -> out over local arrays; positions None = non-causal."""
+
+    def forward(q, k, v, q_pos, k_pos):
+        return chunked_forward(q, k, v, q_pos, k_pos, scale=scale, chunk_tokens=chunk_tokens,
+                               kv_on_host=offload)
+
+    @custom_vjp
+    def local_attention(q, k, v, q_pos, k_pos):
+        return forward(q, k, v, q_pos, k_pos)[0].astype(q.dtype)
+
+    def local_fwd(q, k, v, q_pos, k_pos):
+        out, lse = forward(q, k, v, q_pos, k_pos)
+        out = out.astype(q.dtype)
+        return out, (tuple(to_host(x, offload) for x in (q, k, v, out, lse)), q_pos, k_pos)
+
+    def local_bwd(residuals, do):
+        arrays, q_pos, k_pos = residuals
+        q, k, v, out, lse = (to_device(x, offload) for x in arrays)
+        delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+        dq, dk, dv = chunked_backward(q, k, v, do, lse, delta, q_pos, k_pos, scale=scale,
+                                      chunk_tokens=chunk_tokens, kv_on_host=offload)
+        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
+
+    local_attention.defvjp(local_fwd, local_bwd)
+    return local_attention
+
+
+def make_all_gather_attention(*, axis: str, positions, scale: float, chunk_tokens, offload: bool):
+    """Per-device f(q, k, v) -> out for use inside shard_map over `axis`."""
+    local_attention = make_local_attention(scale=scale, chunk_tokens=chunk_tokens, offload=offload)
+
+    def all_gather_attention(q, k, v):
+        k_all, v_all = (lax.all_gather(x, axis, axis=1, tiled=True) for x in (k, v))
+        if positions is None:
+            return local_attention(q, k_all, v_all, None, None)
+        k_pos = jnp.asarray(positions)
+        q_pos = lax.dynamic_slice_in_dim(k_pos, lax.axis_index(axis) * q.shape[1], q.shape[1])
+        return local_attention(q, k_all, v_all, q_pos, k_pos)
+
+    return all_gather_attention

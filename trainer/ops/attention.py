@@ -1,0 +1,42 @@
+"""`context_parallel_attention`: the entry point the model calls on global, sharded arrays."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from .all_gather import make_all_gather_attention
+from .load_balance import permutation
+from .ring import make_ring_attention
+
+DATA, CONTEXT, TENSOR = "data", "context", "tensor"
+ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
+
+
+def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring",
+                               load_balance: str = "dual_chunk_swap", chunk_tokens=None,
+                               offload: bool = False):
+    """Exact attention over a (data, context, tensor) mesh.
+
+    q: [batch, seq, heads, head_dim], k/v: [batch, seq, kv_heads, head_dim], tokens already in
+    the `load_balance` layout order (`permutation(seq, context, load_balance)`), sharded
+    P("data", "context", "tensor", None). Returns the output in the same order and sharding.
+    `chunk_tokens` splits each device's shard into chunks (FPDT); `offload` keeps idle K/V
+    chunks and the residuals for the backward in host memory where the backend has one.
+    """
+    context = mesh.shape[CONTEXT]
+    seq = q.shape[1]
+    positions = permutation(seq, context, load_balance).astype(np.int32) if causal else None
+    options = dict(positions=positions, scale=float(q.shape[-1]) ** -0.5,
+                   chunk_tokens=chunk_tokens, offload=offload)
+    if impl == "ring":
+        local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
+    elif impl == "all_gather":
+        local = make_all_gather_attention(axis=CONTEXT, **options)
+    else:
+        raise ValueError(f"unknown attention impl {impl!r}; expected 'ring' or 'all_gather'")
+    # check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;
+    # every output is genuinely per-device (sharded like q), nothing relies on replication checks.
+    return jax.shard_map(local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3,
+                         out_specs=ACTIVATION_SPEC, check_vma=False)(q, k, v)

@@ -1,0 +1,117 @@
+"""One (query block, key/value block) step of attention, returning the output and its log-sum-exp.
+
+Everything a ring or chunk loop needs: the forward of one block pair, the merge of two partial
+results (online softmax), and the backward of one block pair given the *final* log-sum-exp.
+Softmax statistics (max, sum, lse) and accumulations are fp32 whatever the input dtype.
+
+GQA without repeating K/V: queries are viewed as [batch, tokens, kv_heads, group, head_dim] and
+contracted against K/V directly; dK/dV sum over the group inside the einsum.
+
+Masking is by true token positions (`q_pos[t] >= k_pos[s]`), so one kernel serves every
+load-balancing layout. A row that sees no key (possible in one block, never in the final
+result of causal attention) gets output 0 and lse -inf.
+
+cuDNN: on GPU, a block without a mask (the "full" case) runs cuDNN flash attention through
+`jax.nn.dot_product_attention(implementation="cudnn")`'s underlying kernel, asking for its
+softmax statistics, which cuDNN keeps in fp32 (the public wrapper casts them to the input dtype,
+too coarse for merging ring steps). Masked blocks and every backward use the pure-JAX path.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+F32 = jnp.float32
+
+
+def _grouped(x, kv_heads):
+    """[b, t, heads, d] -> [b, t, kv_heads, group, d]."""
+    b, t, h, d = x.shape
+    return x.reshape(b, t, kv_heads, h // kv_heads, d)
+
+
+def _masked_logits(q, k, q_pos, k_pos, scale):
+    """Logits [b, kv_heads, group, t, s] in fp32, -inf where the key is in the query's future."""
+    logits = jnp.einsum("btkgd,bskd->bkgts", _grouped(q, k.shape[2]), k,
+                        preferred_element_type=F32) * F32(scale)
+    if q_pos is not None:
+        visible = q_pos[:, None] >= k_pos[None, :]
+        logits = jnp.where(visible, logits, -jnp.inf)
+    return logits
+
+
+def _to_btH(x):
+    """[b, kv_heads, group, t] -> [b, t, heads]."""
+    b, kh, g, t = x.shape
+    return jnp.transpose(x, (0, 3, 1, 2)).reshape(b, t, kh * g)
+
+
+def _from_btH(x, kv_heads):
+    """[b, t, heads] -> [b, kv_heads, group, t]."""
+    b, t, h = x.shape
+    return jnp.transpose(x.reshape(b, t, kv_heads, h // kv_heads), (0, 2, 3, 1))
+
+
+def block_forward(q, k, v, q_pos=None, k_pos=None, *, scale):
+    """(out fp32 [b, t, heads, d], lse fp32 [b, t, heads]) of q attending to this K/V block.
+
+    Pass positions for a causal mask; None means every key is visible.
+    """
+    if q_pos is None and _cudnn_usable(q, k):
+        return _cudnn_forward(q, k, v, scale=scale)
+    logits = _masked_logits(q, k, q_pos, k_pos, scale)
+    row_max = logits.max(-1)
+    row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
+    probs = jnp.exp(logits - row_max[..., None])
+    row_sum = probs.sum(-1)
+    seen = row_sum > 0
+    out = jnp.einsum("bkgts,bskd->btkgd", probs.astype(v.dtype), v, preferred_element_type=F32)
+    out = out / _to_btH(jnp.where(seen, row_sum, 1.0)).reshape(out.shape[:-1])[..., None]
+    lse = jnp.where(seen, row_max + jnp.log(jnp.where(seen, row_sum, 1.0)), -jnp.inf)
+    return out.reshape(q.shape[:2] + (-1, q.shape[-1])), _to_btH(lse)
+
+
+def merge_partials(out, lse, block_out, block_lse):
+    """Combine two softmax-normalised partial results over disjoint key sets (fp32)."""
+    new_lse = jnp.logaddexp(lse, block_lse)
+    safe = jnp.where(jnp.isfinite(new_lse), new_lse, 0.0)
+    w_old = jnp.exp(lse - safe)[..., None]
+    w_new = jnp.exp(block_lse - safe)[..., None]
+    return out * w_old + block_out * w_new, new_lse
+
+
+def block_backward(q, k, v, do, lse, delta, q_pos=None, k_pos=None, *, scale):
+    """(dq, dk, dv) in fp32 of this block's share of the attention, given the final lse and
+    delta = sum(dO * O, -1) over the whole key range (flash-attention backward)."""
+    kv_heads = k.shape[2]
+    logits = _masked_logits(q, k, q_pos, k_pos, scale)
+    lse_g = _from_btH(lse, kv_heads)
+    lse_g = jnp.where(jnp.isfinite(lse_g), lse_g, jnp.inf)
+    probs = jnp.exp(logits - lse_g[..., None])
+    do_g = _grouped(do, kv_heads)
+    dv = jnp.einsum("bkgts,btkgd->bskd", probs.astype(do.dtype), do_g, preferred_element_type=F32)
+    dprobs = jnp.einsum("btkgd,bskd->bkgts", do_g, v, preferred_element_type=F32)
+    dlogits = probs * (dprobs - _from_btH(delta, kv_heads)[..., None]) * F32(scale)
+    dq = jnp.einsum("bkgts,bskd->btkgd", dlogits.astype(k.dtype), k, preferred_element_type=F32)
+    dk = jnp.einsum("bkgts,btkgd->bskd", dlogits.astype(q.dtype), _grouped(q, kv_heads),
+                    preferred_element_type=F32)
+    return dq.reshape(q.shape), dk, dv
+
+
+def _cudnn_usable(q, k) -> bool:
+    return (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+            and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128 and _cudnn_kernel() is not None)
+
+
+def _cudnn_kernel():
+    try:  # the kernel behind jax.nn.dot_product_attention(implementation="cudnn")
+        from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention
+    except ImportError:
+        return None
+    return dot_product_attention
+
+
+def _cudnn_forward(q, k, v, *, scale):
+    out, stats = _cudnn_kernel()(q, k, v, scale=scale, return_residual=True)
+    return out.astype(F32), jnp.transpose(stats, (0, 2, 1)).astype(F32)  # stats: [b, heads, t]

@@ -1,0 +1,40 @@
+"""Token layouts that balance causal attention work over the context axis.
+
+With causal attention and the sequence split contiguously over C devices, device C-1 does C times
+the work of device 0. A layout is a permutation of token positions applied once at the model input
+(`tokens[:, perm]`); the permuted sequence is then split contiguously over the context axis, and
+`perm` itself gives every token's true position (for RoPE and the causal mask).
+
+- "dual_chunk_swap": 2C chunks; device i holds chunks i and 2C-1-i (an early and a late one).
+- "striped": device i holds tokens i, i+C, i+2C, ... (round-robin).
+- "none": identity (device i holds chunk i).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SCHEMES = ("dual_chunk_swap", "striped", "none")
+
+
+def permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
+    """Positions of the tokens in layout order: `perm[j]` is the true position of slot j."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown load-balance scheme {scheme!r}; expected one of {SCHEMES}")
+    positions = np.arange(seq_len)
+    if scheme == "none" or context == 1:
+        return positions
+    if scheme == "striped":
+        if seq_len % context:
+            raise ValueError(f"seq_len {seq_len} is not divisible by context {context}")
+        return positions.reshape(seq_len // context, context).T.reshape(-1)
+    if seq_len % (2 * context):
+        raise ValueError(f"seq_len {seq_len} is not divisible by 2*context = {2 * context}")
+    chunks = positions.reshape(2 * context, -1)
+    order = [c for i in range(context) for c in (i, 2 * context - 1 - i)]
+    return chunks[order].reshape(-1)
+
+
+def inverse_permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
+    """`x_permuted[:, inverse] == x` for `x_permuted = x[:, perm]`."""
+    return np.argsort(permutation(seq_len, context, scheme))
