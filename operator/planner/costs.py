@@ -58,13 +58,6 @@ def flops_per_token(model: ModelDims, sequence_length: int) -> FlopsPerToken:
                          attention_full=attention_full)
 
 
-def recompute_extra_flops_per_token(model: ModelDims, sequence_length: int) -> int:
-    """Hardware FLOPs added by recomputing every layer's forward in the backward pass: one more
-    forward of the layer weights (2 FLOPs per weight) and of causal attention (2*H*Q*T per layer)."""
-    return (2 * model.non_embedding_param_count()
-            + 2 * model.layers * model.hidden * sequence_length)
-
-
 # --- model state ------------------------------------------------------------------------------
 
 

@@ -145,7 +145,8 @@ def validate_request(req: PlanRequest) -> None:
             raise PlanError("chunkTokens is set but offload is disabled", "spec.offload.chunkTokens")
 
 
-def _memory(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBreakdown:
+def memory_for(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBreakdown:
+    """Bytes per GPU of `layout` for this request; chunk None means no offload."""
     return memory_breakdown(MemoryInputs(
         model=req.model, precision=req.precision, layout=layout,
         sequence_length=req.sequence_length, batch_sequences=req.batch_sequences,
@@ -155,7 +156,7 @@ def _memory(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBreakd
 
 def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
     """Memory and, when it fits, speed of one layout with one offload setting."""
-    memory = _memory(req, layout, chunk)
+    memory = memory_for(req, layout, chunk)
     offload = chunk is not None
     if not memory.fits:
         message = (f"needs {memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB "
@@ -243,9 +244,11 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
             best = min(measured, key=lambda c: c.memory.total)
             raise PlanError(f"no layout fits on {req.devices} x {req.gpu}; the smallest, {best.layout}, "
                             f"{best.reasons[0]}", "spec.resources.nodes")
-        first = eligible[0].rejections[0]
-        raise PlanError(f"no valid layout for {req.devices} GPUs: " + "; ".join(
-            sorted({r for c in eligible for r in c.reasons})), first.field)
+        closest = sorted(eligible, key=lambda c: len(c.rejections))[:3]
+        fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
+        raise PlanError(f"none of the {len(eligible)} layouts of {req.devices} GPUs is valid, "
+                        f"e.g. " + " | ".join(f"{c.layout}: {'; '.join(c.reasons)}" for c in closest),
+                        _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes")
     chosen = min(fitting, key=lambda c: (c.step_seconds, c.layout.tensor, c.layout.context))
     how = "auto" if all(getattr(req, a) is None for a in _AXIS_FIELDS) else "constrained"
     return chosen, f"fastest of {len(fitting)} fitting layouts ({how})"

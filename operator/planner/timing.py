@@ -15,7 +15,7 @@ from longctx_trainer.presets import ModelDims
 
 from .catalogue import FabricSpec, GpuSpec
 from .chunking import chunk_compute_seconds, chunk_transfer_seconds
-from .costs import FP32, dtype_bytes, flops_per_token, kv_dim, recompute_extra_flops_per_token
+from .costs import FP32, dtype_bytes, flops_per_token, kv_dim
 from .layouts import Layout
 
 
@@ -77,12 +77,13 @@ def link_bandwidth(inp: StepInputs, group_span: int) -> float:
 
 
 def compute_seconds(inp: StepInputs) -> float:
+    """Hardware FLOPs at the sustained rate. Recompute runs every layer's forward again: 2 more
+    FLOPs per layer weight and a third more causal attention (forward is 1/3 of forward+backward)."""
     f = flops_per_token(inp.model, inp.sequence_length)
-    attention = f.attention_causal * imbalance(inp.load_balance, inp.layout.context)
-    hardware = f.dense + attention
-    if inp.recompute:
-        hardware += recompute_extra_flops_per_token(inp.model, inp.sequence_length)
-    per_device = hardware * inp.global_batch_tokens / inp.layout.devices
+    dense = f.dense + (2 * inp.model.non_embedding_param_count() if inp.recompute else 0)
+    attention = f.attention_causal * (4 / 3 if inp.recompute else 1)
+    attention *= imbalance(inp.load_balance, inp.layout.context)
+    per_device = (dense + attention) * inp.global_batch_tokens / inp.layout.devices
     return per_device / inp.gpu.achievable_flops
 
 

@@ -1,0 +1,120 @@
+"""Which layout the planner picks, when it offloads, and the errors it raises (naming the field)."""
+
+import pytest
+
+from longctx_operator.planner import PlanError, PlanRequest, plan
+from longctx_operator.planner.layouts import Layout
+from longctx_trainer.presets import PRESETS
+
+LLAMA8B = PRESETS["llama3-8b"]
+
+
+def request(**overrides):
+    """llama3-8b, four 256K sequences per step on 4 nodes x 8 H100 over InfiniBand."""
+    base = dict(model=LLAMA8B, sequence_length=262_144, global_batch_tokens=4 * 262_144, nodes=4,
+                gpus_per_node=8, gpu="h100-80gb", fabric="infiniband")
+    return PlanRequest(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def auto():
+    return plan(request())
+
+
+def test_auto_picks_the_fastest_fitting_layout(auto):
+    fitting = [c for c in auto.candidates if c.fits]
+    assert len(fitting) >= 2  # a real choice was made
+    assert auto.step_seconds == min(c.step_seconds for c in fitting)
+    assert auto.memory.total <= auto.memory.usable
+    chosen = next(c for c in auto.candidates if c.layout == auto.layout)
+    assert chosen.fits and auto.layout.devices == 32
+    assert auto.explanation == f"fastest of {len(fitting)} fitting layouts (auto)"
+
+
+def test_auto_does_not_offload_when_the_layout_fits_without(auto):
+    assert auto.offload is False and auto.chunk_tokens is None
+
+
+def test_every_layout_is_reported(auto):
+    assert len(auto.candidates) == 21
+    assert all(c.reasons for c in auto.candidates if not c.fits)
+
+
+def test_offload_only_when_needed_to_fit():
+    # 1M tokens on one node: no layout fits without offload (see the offload=False case below).
+    req = request(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1)
+    chosen = plan(req)
+    assert chosen.offload is True and chosen.chunk_tokens is not None
+    assert chosen.memory.host_offloaded > 0 and chosen.memory.total <= chosen.memory.usable
+    with pytest.raises(PlanError) as error:
+        plan(request(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1,
+                     offload=False))
+    assert error.value.field == "spec.resources.nodes"
+    assert "no layout fits on 8 x h100-80gb" in error.value.message
+    assert "GiB usable" in error.value.message
+
+
+def test_offload_forced_on_a_layout_that_fits_anyway():
+    forced = plan(request(offload=True, data=4, context=8, tensor=1))
+    assert forced.offload is True and forced.memory.host_offloaded > 0
+    free = plan(request(data=4, context=8, tensor=1))
+    assert forced.memory.total < free.memory.total
+
+
+def test_manual_layout_is_validated_and_still_reports_the_others():
+    manual = plan(request(data=1, context=8, tensor=4))
+    assert manual.layout == Layout(1, 8, 4)
+    assert manual.explanation == "manual layout, validated"
+    assert len(manual.candidates) == 21
+
+
+def test_partial_constraint_fixes_one_axis(auto):
+    constrained = plan(request(tensor=2))
+    assert constrained.layout.tensor == 2
+    assert constrained.step_seconds >= auto.step_seconds
+    assert "(constrained)" in constrained.explanation
+
+
+@pytest.mark.parametrize("overrides, field, fragment", [
+    (dict(data=1, context=8, tensor=2), "spec.parallelism",
+     "data*context*tensor = 16 but the job has 32 GPUs"),
+    (dict(data=1, context=2, tensor=16), "spec.parallelism.tensor",
+     "tensor=16 exceeds 8 GPUs per node"),
+    (dict(data=8, context=4, tensor=1), "spec.parallelism.data",
+     "batch of 4 sequences not divisible by data=8"),
+    (dict(nodes=3, data=1, context=8, tensor=3), "spec.parallelism.tensor",
+     "tensor=3 does not divide kv_heads=8"),
+    (dict(nodes=3, data=1, context=3, tensor=8), "spec.parallelism.context",
+     "sequence 262144 not divisible by 2*context=6"),
+    (dict(nodes=1, data=1, context=8, tensor=1, sequence_length=1_048_576,
+          global_batch_tokens=1_048_576, offload=False), "spec.resources.nodes", "GiB usable"),
+    (dict(data=1, context=32, tensor=1, chunk_tokens=3000), "spec.offload.chunkTokens",
+     "chunkTokens=3000 does not divide the per-device shard of 8192 tokens"),
+    (dict(tensor=3), "spec.parallelism.tensor", "no layout of 32 GPUs has tensor=3"),
+])
+def test_invalid_manual_layouts_raise_naming_the_field(overrides, field, fragment):
+    with pytest.raises(PlanError) as error:
+        plan(request(**overrides))
+    assert error.value.field == field
+    assert fragment in error.value.message
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(gpu="h100-94gb"), "spec.resources.gpuType"),
+    (dict(fabric="myrinet"), "spec.network.fabric"),
+    (dict(global_batch_tokens=262_144 + 1), "spec.globalBatchTokens"),
+    (dict(nodes=0), "spec.resources.nodes"),
+    (dict(gpus_per_node=0), "spec.resources.gpusPerNode"),
+    (dict(sequence_length=0), "spec.sequenceLength"),
+    (dict(precision="fp8"), "spec.precision"),
+    (dict(attention="ulysses"), "spec.parallelism.attention"),
+    (dict(load_balance="zigzag"), "spec.parallelism.loadBalance"),
+    (dict(context=0), "spec.parallelism.context"),
+    (dict(chunk_tokens=4096, offload=False), "spec.offload.chunkTokens"),
+    (dict(memory_margin=1.5), "memoryMargin"),
+])
+def test_invalid_requests_raise_naming_the_field(overrides, field):
+    with pytest.raises(PlanError) as error:
+        plan(request(**overrides))
+    assert error.value.field == field
+    assert str(error.value).startswith(field + ": ")
