@@ -1,0 +1,71 @@
+"""Step-time pieces against hand calculations: ring exposure, load imbalance, ZeRO, all-gather."""
+
+import pytest
+
+from longctx_operator.planner import PlanRequest, plan
+from longctx_trainer.presets import PRESETS
+
+LLAMA8B = PRESETS["llama3-8b"]
+F = 989e12 * 0.5  # sustained H100 FLOP/s
+TCP = 100e9 / 8 / 8 * 0.6  # bytes/s per GPU: 100 GbE per node, 8 GPUs, 60% sustained
+
+
+def request(**overrides):
+    base = dict(model=LLAMA8B, sequence_length=262_144, global_batch_tokens=262_144, nodes=4,
+                gpus_per_node=8, gpu="h100-80gb", fabric="infiniband", data=1, context=32,
+                tensor=1)
+    return PlanRequest(**{**base, **overrides})
+
+
+def test_ring_exposure_over_tcp_by_hand():
+    step = plan(request(fabric="tcp")).step
+    # Shard 8192 tokens; a K/V block is 2 * 1024 * 8192 = 16,777,216 values.
+    forward_comm = 16_777_216 * 2 / TCP  # bf16 K/V: 0.0358 s
+    backward_comm = 16_777_216 * 6 / TCP  # K/V plus fp32 dK/dV: 0.1074 s
+    # One ring step of causal forward attention: 2 * 4096 * 262,144 * 8192 / 32 FLOPs.
+    block = 2 * 4096 * 262_144 * 8192 / 32 / F  # 1.11 ms
+    per_step = 2 * (forward_comm - block) + (backward_comm - 2 * block)  # forward twice (recompute)
+    assert step.ring_exposed == pytest.approx(32 * 31 * per_step, rel=0.01)
+
+
+def test_ring_is_hidden_on_nvlink_and_slower_fabrics_expose_more():
+    tcp = plan(request(fabric="tcp")).step.ring_exposed
+    infiniband = plan(request()).step.ring_exposed
+    assert tcp > infiniband >= 0
+    # A ring inside one node runs over NVLink whatever the fabric.
+    inside = [plan(request(nodes=1, context=8, fabric=f)).step.ring_exposed for f in ("tcp", "efa")]
+    assert inside[0] == inside[1]
+
+
+def test_no_load_balancing_costs_the_busiest_device():
+    balanced = plan(request(data=1, context=8, tensor=4)).step.compute
+    unbalanced = plan(request(data=1, context=8, tensor=4, load_balance="none")).step.compute
+    # Attention (with its recomputed forward, 4/3) times 2c/(c+1) - 1 = 16/9 - 1 = 7/9 extra.
+    attention = 206_158_430_208 * 4 / 3 * 262_144 / 32 / F
+    assert unbalanced - balanced == pytest.approx(attention * 7 / 9, rel=0.01)
+    striped = plan(request(data=1, context=8, tensor=4, load_balance="striped")).step.compute
+    assert striped == balanced
+
+
+def test_zero_traffic_is_exposed_only_beyond_compute():
+    # Short sequences over TCP: ZeRO-3 moves 3 * 2 B * P * 31/32 per device and dominates.
+    short = plan(request(sequence_length=4096, global_batch_tokens=4096 * 32, data=32, context=1,
+                         fabric="tcp"))
+    zero = 3 * 2 * 8_030_261_248 * 31 / 32 / TCP
+    assert short.step.zero_exposed == pytest.approx(zero - short.step.compute, rel=0.01)
+    # 256K tokens on InfiniBand: 3 * 2 B * P / 4 * 7/8 / 40 GB/s = 0.26 s hides behind 5.5 s.
+    long = plan(request(data=1, context=8, tensor=4)).step
+    assert 3 * 2 * 8_030_261_248 / 4 * 7 / 8 / 40e9 < long.compute
+    assert long.zero_exposed == 0.0
+
+
+def test_all_gather_attention_is_exposed_and_replaces_the_ring():
+    ring = plan(request(data=1, context=8, tensor=4))
+    gathered = plan(request(data=1, context=8, tensor=4, attention="all_gather"))
+    assert gathered.step.ring_exposed == 0.0
+    # Per layer and pass (2 forward, 1 backward): the other 7 shards of K/V on this tensor rank,
+    # 7 * 32,768 tokens * 2 * 256 values * 2 B; the 8 x 4 group spans 4 nodes, so over
+    # InfiniBand at 400 Gb/s * 0.8 = 40 GB/s per GPU.
+    expected = 32 * 3 * 7 * 32_768 * 2 * 256 * 2 / (400e9 / 8 * 0.8)
+    assert gathered.step.all_gather == pytest.approx(expected, rel=0.01)
+    assert gathered.memory.attention_working_set > ring.memory.attention_working_set
