@@ -7,6 +7,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -66,6 +67,72 @@ def _job_from(path: str):
                             if len(e.problems) > 1 else "")) from None
 
 
+def _plan_request_from_flags(args):
+    from longctx_trainer.presets import PRESETS
+
+    from .planner import PlanRequest
+
+    if args.model not in PRESETS:
+        raise UsageError(f"--model: unknown preset {args.model!r}; known: {', '.join(PRESETS)}")
+    if args.gpus % args.gpus_per_node:
+        raise UsageError(f"--gpus {args.gpus} is not a multiple of --gpus-per-node {args.gpus_per_node}")
+    manual = [args.data, args.context, args.tensor]
+    if any(v is not None for v in manual) and None in manual:
+        raise UsageError("--data, --context and --tensor pin a manual layout: give all three or none")
+    return PlanRequest(
+        model=PRESETS[args.model], sequence_length=args.sequence_length,
+        global_batch_tokens=args.global_batch_tokens or args.sequence_length,
+        nodes=args.gpus // args.gpus_per_node, gpus_per_node=args.gpus_per_node, gpu=args.gpu,
+        fabric=args.fabric, precision=args.precision, data=args.data, context=args.context,
+        tensor=args.tensor, attention=args.attention.replace("allGather", "all_gather"),
+        offload=args.offload, chunk_tokens=args.chunk_tokens)
+
+
+def cmd_plan(args) -> int:
+    import json
+
+    from .planner import PlanError, format_table, plan, to_json
+    from .resolve import plan_request
+
+    try:
+        if args.file:
+            job = _job_from(args.file)
+            if job.spec.resources.gpu_type == "cpu":
+                raise UsageError(f"{args.file}: gpuType cpu has a manual layout; nothing to plan")
+            request = plan_request(job.spec)
+        else:
+            if args.model is None or args.sequence_length is None:
+                raise UsageError("plan needs a FILE, or --model and --sequence-length")
+            request = _plan_request_from_flags(args)
+        chosen = plan(request)
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    if args.output == "json":
+        print(json.dumps(to_json(chosen), indent=2))
+    else:
+        print(format_table(chosen))
+    return 0
+
+
+def cmd_render(args) -> int:
+    from .planner import PlanError
+    from .render import OperatorSettings, render_workload, render_yaml
+    from .resolve import resolve_layout
+
+    job = _job_from(args.file)
+    if args.namespace:
+        job.metadata.namespace = args.namespace
+    settings = OperatorSettings.from_env()
+    if args.image:
+        settings = settings.model_copy(update={"trainer_image": args.image})
+    try:
+        layout, _ = resolve_layout(job.spec)
+    except PlanError as e:
+        raise UsageError(f"{args.file}: {e}") from None
+    sys.stdout.write(render_yaml(render_workload(job, layout, args.generation, settings)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -73,6 +140,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a LongContextJob manifest; each problem names its field")
     p.add_argument("file", help="manifest path, or - for stdin")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("plan", help="choose a (data, context, tensor) layout and explain it")
+    p.add_argument("file", nargs="?", help="a LongContextJob manifest (or use the flags below)")
+    p.add_argument("--model", help="model preset, e.g. llama3-8b")
+    p.add_argument("--sequence-length", type=int)
+    p.add_argument("--global-batch-tokens", type=int, help="default: one sequence")
+    p.add_argument("--gpus", type=int, default=8, help="total GPUs (default 8)")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--gpu", default="h100-80gb", help="GPU type, e.g. h100-80gb, h200-141gb")
+    p.add_argument("--fabric", default="infiniband")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--attention", default="ring", choices=["ring", "allGather"])
+    p.add_argument("--data", type=int)
+    p.add_argument("--context", type=int)
+    p.add_argument("--tensor", type=int)
+    p.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
+                   help="force host offload on or off (default: only when needed)")
+    p.add_argument("--chunk-tokens", type=int)
+    p.add_argument("--output", "-o", default="text", choices=["text", "json"])
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("render", help="print the Kubernetes objects of a job (kubectl apply -f -)")
+    p.add_argument("file", help="manifest path, or - for stdin")
+    p.add_argument("--generation", type=int, default=1, help="workload generation (default 1)")
+    p.add_argument("--namespace", "-n", help="namespace of the rendered objects")
+    p.add_argument("--image", help="trainer image (default: the operator's LONGCTX_TRAINER_IMAGE)")
+    p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("crd", help="print the CustomResourceDefinition generated from the API models")
     p.set_defaults(func=cmd_crd)
@@ -88,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `longctx plan ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,47 @@
+"""Resolve a LongContextJob spec and its layout into the trainer's config (the contract)."""
+
+from __future__ import annotations
+
+from longctx_trainer.config import (CheckpointConfig, DataConfig, MetricsConfig, ModelConfig,
+                                    OffloadConfig, OptimizerConfig, ParallelConfig, TrainerConfig)
+
+from ..api.spec import LongContextJobSpec, ModelSpec
+from .layout import ResolvedLayout
+
+# API spellings (camelCase) to the trainer's (snake_case).
+ATTENTION = {"ring": "ring", "allGather": "all_gather"}
+LOAD_BALANCE = {"dualChunkSwap": "dual_chunk_swap", "striped": "striped", "none": "none"}
+
+
+def model_config(model: ModelSpec) -> ModelConfig:
+    if model.preset:
+        return ModelConfig.from_preset(model.preset)
+    return ModelConfig(layers=model.layers, hidden=model.hidden, heads=model.heads,
+                       kv_heads=model.kv_heads, ffn=model.ffn, vocab=model.vocab,
+                       tie_embeddings=bool(model.tie_embeddings),
+                       rope_theta=model.rope_theta or 500000.0)
+
+
+def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> TrainerConfig:
+    checkpoint_path = spec.checkpoint.path
+    return TrainerConfig(
+        job_name=name,
+        model=model_config(spec.model),
+        sequence_length=spec.sequence_length,
+        global_batch_tokens=spec.batch_tokens,
+        steps=spec.steps,
+        precision=spec.precision,
+        parallelism=ParallelConfig(
+            data=layout.data, context=layout.context, tensor=layout.tensor,
+            attention=ATTENTION[spec.parallelism.attention],
+            load_balance=LOAD_BALANCE[spec.parallelism.load_balance]),
+        offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),
+        communication=spec.communication.collective_permute,
+        optimizer=OptimizerConfig(
+            learning_rate=spec.optimizer.learning_rate, warmup_steps=spec.optimizer.warmup_steps,
+            weight_decay=spec.optimizer.weight_decay, grad_clip=spec.optimizer.grad_clip),
+        data=DataConfig(kind=spec.data.kind, path=spec.data.path),
+        checkpoint=CheckpointConfig(path=checkpoint_path,
+                                    interval_steps=spec.checkpoint.interval_steps),
+        metrics=MetricsConfig(port=spec.metrics.port, job=name),
+    )

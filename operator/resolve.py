@@ -1,0 +1,34 @@
+"""From a validated spec to the layout to render: the planner for GPUs, the spec itself on CPU."""
+
+from __future__ import annotations
+
+from longctx_operator.planner import Plan, PlanRequest, plan
+
+from .api.spec import LongContextJobSpec
+from .render.layout import ResolvedLayout
+from .render.trainer_config import ATTENTION, LOAD_BALANCE, model_config
+
+
+def plan_request(spec: LongContextJobSpec) -> PlanRequest:
+    p = spec.parallelism
+    return PlanRequest(
+        model=model_config(spec.model).dims(), sequence_length=spec.sequence_length,
+        global_batch_tokens=spec.batch_tokens, nodes=spec.resources.nodes,
+        gpus_per_node=spec.resources.gpus_per_node, gpu=spec.resources.gpu_type,
+        fabric=spec.network.fabric, precision=spec.precision,
+        data=p.data, context=p.context, tensor=p.tensor,
+        attention=ATTENTION[p.attention], load_balance=LOAD_BALANCE[p.load_balance],
+        offload=spec.offload.enabled, chunk_tokens=spec.offload.chunk_tokens)
+
+
+def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:
+    """The layout and, on GPUs, the plan that chose or validated it; raises PlanError."""
+    ppn = spec.processes_per_node()
+    if spec.resources.gpu_type == "cpu":
+        p = spec.parallelism  # CPU jobs are manual (a rule): the planner models GPUs only
+        return ResolvedLayout(p.data, p.context, p.tensor, ppn, bool(spec.offload.enabled),
+                              spec.offload.chunk_tokens), None
+    chosen = plan(plan_request(spec))
+    layout = ResolvedLayout(chosen.layout.data, chosen.layout.context, chosen.layout.tensor, ppn,
+                            chosen.offload, chosen.chunk_tokens)
+    return layout, chosen

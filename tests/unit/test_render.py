@@ -1,0 +1,255 @@
+"""Rendering: every object is a valid Kubernetes object; fabric and NVSHMEM settings are exact."""
+
+import json
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from longctx_operator.api import parse_job
+from longctx_operator.cli import main
+from longctx_operator.render import OperatorSettings, ResolvedLayout, render_workload
+from longctx_operator.resolve import resolve_layout
+from longctx_trainer.config import TrainerConfig
+from support.manifests import EXAMPLES, apply_case, load_example
+
+K8S_VERSION = "1.36"
+BASE = {
+    "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
+    "metadata": {"name": "job", "namespace": "team"},
+    "spec": {"model": {"preset": "llama3-8b"}, "sequenceLength": 131072,
+             "parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 4},
+             "resources": {"nodes": 4, "gpusPerNode": 8, "gpuType": "h100-80gb"}},
+}
+LAYOUT = ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=1)
+
+
+def render(changes=None, layout=LAYOUT, generation=1):
+    job = parse_job(apply_case(BASE, {"set": changes or {}}))
+    service, config, workload = render_workload(job, layout, generation, OperatorSettings())
+    return service, config, workload
+
+
+def pod(workload):
+    return workload["spec"]["template"]
+
+
+def trainer(workload):
+    return pod(workload)["spec"]["containers"][0]
+
+
+def env(workload):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in trainer(workload)["env"]}
+
+
+def limits(workload):
+    return trainer(workload)["resources"]["limits"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_examples_render_valid_kubernetes_objects(example):
+    job = parse_job(load_example(example))
+    layout, _ = resolve_layout(job.spec)
+    objects = render_workload(job, layout)
+    assert [o["kind"] for o in objects] == ["Service", "ConfigMap", "Job"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_indexed_job_and_headless_service_shape():
+    service, config, workload = render(generation=3)
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"]
+    assert service["metadata"]["name"] == "job"
+    spec = workload["spec"]
+    assert workload["metadata"]["name"] == "job-g3"
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 4 and spec["backoffLimit"] == 0
+    assert pod(workload)["spec"]["subdomain"] == "job"
+    labels = pod(workload)["metadata"]["labels"]
+    assert labels["longctx.io/job-name"] == "job" and labels["longctx.io/generation"] == "3"
+    assert service["spec"]["selector"] == {"longctx.io/job-name": "job"}
+
+
+def test_jax_distributed_env_one_process_per_pod():
+    _, _, workload = render(generation=2)
+    e = env(workload)
+    assert e["JAX_COORDINATOR_ADDRESS"] == "job-g2-0.job:8476"
+    assert e["JAX_NUM_PROCESSES"] == "4"
+    assert e["JAX_PROCESS_ID"] == {"fieldRef": {
+        "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}
+    assert e["LONGCTX_PROCESSES_PER_POD"] == "1"
+    assert e["XLA_FLAGS"] == "--xla_gpu_enable_latency_hiding_scheduler=true"
+
+
+def test_gpu_pod_requests_selectors_tolerations_and_shm():
+    _, _, workload = render({"spec.resources.sharedMemory": "32Gi", "spec.resources.cpu": "96"})
+    assert limits(workload) == {"nvidia.com/gpu": "8", "cpu": "96"}
+    assert trainer(workload)["resources"]["requests"] == limits(workload)
+    spec = pod(workload)["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    ports = {p["name"]: p["containerPort"] for p in trainer(workload)["ports"]}
+    assert ports == {"metrics": 9400, "coordinator": 8476}
+
+
+def test_tcp_profile():
+    _, _, workload = render()
+    e = env(workload)
+    assert e["NCCL_SOCKET_IFNAME"] == "eth0" and e["NCCL_IB_DISABLE"] == "1"
+    assert limits(workload) == {"nvidia.com/gpu": "8"}
+    assert pod(workload)["metadata"]["annotations"] == {}
+
+
+def test_infiniband_profile():
+    _, _, workload = render({"spec.network": {
+        "fabric": "infiniband", "networks": ["ib0", "ib1"], "hcas": ["mlx5_0:1", "mlx5_1:1"],
+        "socketInterface": "net1"}})
+    e = env(workload)
+    assert (e["NCCL_NET"], e["NCCL_IB_DISABLE"], e["NCCL_SOCKET_IFNAME"], e["NCCL_IB_HCA"]) == \
+        ("IB", "0", "net1", "mlx5_0:1,mlx5_1:1")
+    assert "NCCL_IB_GID_INDEX" not in e
+    assert limits(workload) == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}
+    assert pod(workload)["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "ib0,ib1"}
+    assert trainer(workload)["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+
+
+def test_roce_profile_with_sriov_resource():
+    _, _, workload = render({"spec.network": {
+        "fabric": "roce", "networks": ["roce-a"], "rdmaResource": "nvidia.com/sriov_roce",
+        "rdmaResourceCount": 2}})
+    assert env(workload)["NCCL_IB_GID_INDEX"] == "3"
+    assert limits(workload)["nvidia.com/sriov_roce"] == "2"
+
+
+def test_efa_profile():
+    _, _, workload = render({"spec.network": {"fabric": "efa", "efaDevicesPerNode": 32}})
+    e = env(workload)
+    assert (e["FI_PROVIDER"], e["FI_EFA_USE_HUGE_PAGE"], e["FI_EFA_USE_DEVICE_RDMA"]) == \
+        ("efa", "0", "1")
+    assert limits(workload) == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32",
+                                "hugepages-2Mi": "5120Mi"}
+
+
+def _gke_nics(workload):
+    return json.loads(pod(workload)["metadata"]["annotations"]["networking.gke.io/interfaces"])
+
+
+def test_gcp_tcpx_profile():
+    nets = ["vpc1", "vpc2", "vpc3", "vpc4"]
+    _, _, workload = render({"spec.network": {"fabric": "gcp-tcpx", "networks": nets}})
+    assert _gke_nics(workload)[1:] == [{"interfaceName": f"eth{i + 1}", "network": n}
+                                       for i, n in enumerate(nets)]
+    e = env(workload)
+    assert e["NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"] == "eth1,eth2,eth3,eth4"
+    assert e["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] == "/run/tcpx"
+    sidecar = pod(workload)["spec"]["initContainers"][0]
+    assert sidecar["name"] == "tcpx-daemon" and sidecar["restartPolicy"] == "Always"
+    annotations = pod(workload)["metadata"]["annotations"]
+    assert "/dev/nvidia7" in annotations["devices.gke.io/container.tcpx-daemon"]
+
+
+def test_gcp_tcpxo_profile():
+    nets = [f"gpu-nic{i}" for i in range(8)]
+    _, _, workload = render({"spec.network": {"fabric": "gcp-tcpxo", "networks": nets}})
+    assert len(_gke_nics(workload)) == 9
+    e = env(workload)
+    assert e["NCCL_FASTRAK_IFNAME"] == ",".join(f"eth{i}" for i in range(1, 9))
+    assert e["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"] == "/dev/aperture_devices"
+    sidecar = pod(workload)["spec"]["initContainers"][0]
+    assert sidecar["name"] == "tcpxo-daemon" and sidecar["restartPolicy"] == "Always"
+    assert "--num_nics=8" in sidecar["command"][-1]
+    assert "/dev/dmabuf_import_helper" in \
+        pod(workload)["metadata"]["annotations"]["devices.gke.io/container.tcpxo-daemon"]
+
+
+def test_gcp_rdma_profile():
+    nets = [f"rdma-{i}" for i in range(8)]
+    _, _, workload = render({"spec.resources.gpuType": "h200-141gb",
+                             "spec.network": {"fabric": "gcp-rdma", "networks": nets}})
+    assert env(workload)["NCCL_NET"] == "gIB"
+    assert [n["network"] for n in _gke_nics(workload)[1:]] == nets
+    mounts = {m["mountPath"] for m in trainer(workload)["volumeMounts"]}
+    assert {"/usr/local/gib", "/usr/local/nvidia"} <= mounts
+    assert pod(workload)["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
+
+
+def test_nvshmem_on_infiniband_derives_from_nccl_settings():
+    layout = ResolvedLayout(1, 8, 4, processes_per_node=8)
+    _, _, workload = render({"spec.communication": {"collectivePermute": "nvshmem",
+                                                    "nvshmemSymmetricSize": "8G"},
+                             "spec.network": {"fabric": "infiniband", "hcas": ["mlx5_0:1"],
+                                              "socketInterface": "net1"}}, layout)
+    e = env(workload)
+    assert e["XLA_FLAGS"].split() == ["--xla_gpu_enable_latency_hiding_scheduler=true",
+                                      "--xla_gpu_experimental_enable_nvshmem=true"]
+    assert e["NVSHMEM_REMOTE_TRANSPORT"] == "ibrc"
+    assert e["NVSHMEM_HCA_LIST"] == e["NCCL_IB_HCA"] == "mlx5_0:1"
+    assert e["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "net1"
+    assert e["NVSHMEM_SYMMETRIC_SIZE"] == "8G"
+    assert e["JAX_NUM_PROCESSES"] == "32" and e["LONGCTX_PROCESSES_PER_POD"] == "8"
+    assert "JAX_PROCESS_ID" not in e  # the in-pod launcher derives it per process
+
+
+def test_nvshmem_on_roce_and_efa():
+    _, _, roce = render({"spec.communication.collectivePermute": "nvshmem",
+                         "spec.network": {"fabric": "roce", "networks": ["r"], "gidIndex": 5}},
+                        ResolvedLayout(1, 8, 4, 8))
+    assert env(roce)["NVSHMEM_IB_GID_INDEX"] == env(roce)["NCCL_IB_GID_INDEX"] == "5"
+    _, _, efa = render({"spec.communication.collectivePermute": "nvshmem",
+                        "spec.network": {"fabric": "efa", "efaDevicesPerNode": 32}},
+                       ResolvedLayout(1, 8, 4, 8))
+    assert env(efa)["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric"
+    assert env(efa)["NVSHMEM_LIBFABRIC_PROVIDER"] == "efa"
+
+
+def test_kueue_admission_creates_a_suspended_job_with_the_queue_label():
+    _, _, workload = render({"spec.scheduling": {"admission": "kueue", "queueName": "team-q"}})
+    assert workload["spec"]["suspend"] is True
+    assert workload["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-q"
+    _, _, builtin = render()
+    assert builtin["spec"]["suspend"] is False
+
+
+def test_checkpoint_claim_is_mounted_at_the_checkpoint_path():
+    _, _, workload = render({"spec.checkpoint": {"path": "/ckpt", "persistentVolumeClaim": "c"}})
+    assert {"name": "checkpoints", "mountPath": "/ckpt"} in trainer(workload)["volumeMounts"]
+    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "c"}} in \
+        pod(workload)["spec"]["volumes"]
+
+
+def test_configmap_carries_a_trainer_config_the_trainer_parses():
+    _, config, _ = render({"spec.offload": {"enabled": True, "chunkTokens": 4096}},
+                          ResolvedLayout(1, 8, 4, 1, offload=True, chunk_tokens=4096))
+    parsed = TrainerConfig.model_validate(yaml.safe_load(config["data"]["trainer.yaml"]))
+    assert (parsed.parallelism.context, parsed.parallelism.tensor) == (8, 4)
+    assert parsed.offload.enabled and parsed.offload.chunk_tokens == 4096
+    assert parsed.model.layers == 32 and parsed.model.kv_heads == 8
+    assert parsed.sequence_length == 131072 and parsed.job_name == "job"
+
+
+def test_cpu_job_has_no_gpu_settings():
+    _, _, workload = render({"spec.resources": {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu"},
+                             "spec.parallelism": {"mode": "manual", "data": 1, "context": 8,
+                                                  "tensor": 1}},
+                            ResolvedLayout(1, 8, 1, 1))
+    e = env(workload)
+    assert e["JAX_PLATFORMS"] == "cpu"
+    assert e["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+    spec = pod(workload)["spec"]
+    assert spec["tolerations"] == [] and spec["nodeSelector"] == {}
+    assert "resources" not in trainer(workload) or trainer(workload)["resources"] == {}
+
+
+def test_user_env_comes_last_and_overrides():
+    _, _, workload = render({"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}]})
+    assert trainer(workload)["env"][-1] == {"name": "NCCL_DEBUG", "value": "INFO"}
+
+
+def test_render_cli_prints_yaml_kubectl_accepts(capsys):
+    assert main(["render", str(EXAMPLES[0]), "--namespace", "ns1", "--generation", "2"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["Service", "ConfigMap", "Job"]
+    assert all(d["metadata"]["namespace"] == "ns1" for d in docs)
+    assert docs[2]["metadata"]["name"].endswith("-g2")
