@@ -70,7 +70,12 @@ class StateBytes:
 
 
 def state_bytes_per_device(model: ModelDims, precision: str, devices: int) -> StateBytes:
-    """ZeRO-3: every piece of model state split evenly over all devices (rounded up)."""
+    """ZeRO-3: every piece of model state split evenly over all devices (rounded up).
+
+    Gradients are fp32: the trainer differentiates with respect to the fp32 master weights and
+    casts to the compute precision inside each layer. The compute copy is counted as if it were
+    kept whole, which is conservative by b bytes per parameter.
+    """
     n = model.param_count()
     b = dtype_bytes(precision)
     master = FP32 if precision != "fp32" else 0
@@ -79,7 +84,7 @@ def state_bytes_per_device(model: ModelDims, precision: str, devices: int) -> St
         return -(-n * bytes_per_param // devices)
 
     return StateBytes(params=shard(b), master_weights=shard(master),
-                      optimizer_moments=shard(ADAM_MOMENT_BYTES), gradients=shard(b))
+                      optimizer_moments=shard(ADAM_MOMENT_BYTES), gradients=shard(FP32))
 
 
 def gathered_params_bytes(model: ModelDims, precision: str, tensor: int) -> int:
@@ -112,8 +117,9 @@ def layer_input_bytes_per_token(model: ModelDims, precision: str) -> int:
 
 
 def logits_bytes_per_token(model: ModelDims, tensor: int) -> int:
-    """fp32 logits of the vocabulary-parallel LM head (their gradient reuses the buffer)."""
-    return FP32 * -(-model.vocab // tensor)
+    """fp32 logits of the vocabulary-parallel LM head and their gradient (softmax - one-hot),
+    both alive at the start of the backward pass; no chunked cross-entropy."""
+    return 2 * FP32 * -(-model.vocab // tensor)
 
 
 @dataclass(frozen=True)

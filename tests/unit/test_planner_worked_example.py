@@ -22,7 +22,7 @@ SHARD = 262_144 // 8  # 32,768 tokens of the sequence per device (context=8)
 PARAMS = 2 * P / DEVICES  # bf16: 501,891,328 B = 0.467 GiB
 MASTER = 4 * P / DEVICES  # fp32: 1,003,782,656 B
 ADAM = 8 * P / DEVICES  # fp32 m and v: 2,007,565,312 B
-GRADS = 2 * P / DEVICES  # bf16: 501,891,328 B
+GRADS = 4 * P / DEVICES  # fp32 (w.r.t. the master weights): 1,003,782,656 B
 # Two gathered layers (218,112,000 params each) and the LM head (128256*4096=525,336,576), bf16,
 # split over tensor=4: (436,224,000 + 525,336,576) * 2 / 4 = 480,780,288 B
 GATHERED = (2 * 218_112_000 + 525_336_576) * 2 / 4
@@ -31,13 +31,13 @@ GATHERED = (2 * 218_112_000 + 525_336_576) * 2 / 4
 #   one layer recomputed: 4h replicated (16,384 values) * 2 B = 32,768 B
 #     + (2h + 2*kv_dim + 3*ffn = 8,192 + 2,048 + 43,008 = 53,248 values) * 2 B / 4 = 26,624 B
 #     + fp32 log-sum-exp 4 B * 32 heads / 4 = 32 B                    -> 59,424 B
-#   fp32 logits of a quarter of the vocabulary: 4 * 128256 / 4 = 128,256 B
-ACTIVATIONS = (262_144 + 59_424 + 128_256) * SHARD  # 449,824 B * 32,768 = 14,739,832,832 B
+#   fp32 logits of a quarter of the vocabulary and their gradient: 2 * 4 * 128256 / 4 = 256,512 B
+ACTIVATIONS = (262_144 + 59_424 + 256_512) * SHARD  # 578,080 B * 32,768 = 18,942,525,440 B
 # Attention working set: two K/V blocks of the shard on this tensor rank
 #   (2 * 1024/4 = 512 values/token * 32,768 = 16,777,216 values), each in bf16 plus an fp32 dK/dV
 #   accumulator: 2 * 16,777,216 * (2 + 4) = 201,326,592 B; fp32 dQ: 4 * 4096/4 * 32,768 = 134,217,728 B
 ATTENTION = 2 * 16_777_216 * 6 + 134_217_728  # 335,544,320 B
-TOTAL = PARAMS + MASTER + ADAM + GRADS + GATHERED + ACTIVATIONS + ATTENTION  # ~19.11 GiB
+TOTAL = PARAMS + MASTER + ADAM + GRADS + GATHERED + ACTIVATIONS + ATTENTION  # 24,275,872,000 B = 22.61 GiB
 
 # FLOPs per token. N (matmul params) = 32 * 218,112,000 + 4,096 (final norm) + 525,336,576 (LM head)
 #   = 7,504,924,672; 6N = 45,029,548,032.
