@@ -8,6 +8,8 @@ planner must agree within 1%.
 import pytest
 
 from longctx_operator.planner import PlanRequest, plan
+from longctx_operator.planner.layouts import Layout
+from longctx_operator.planner.plan import memory_for
 from longctx_trainer.presets import PRESETS
 
 GIB = 1024**3
@@ -94,3 +96,25 @@ def test_tensor_parallel_all_reduces(worked):
     # 4 GPUs moves 2*3/4 of that over NVLink at 450 GB/s * 0.8.
     expected = 32 * 6 * (2 * 3 / 4) * 268_435_456 / (450e9 * 0.8)
     assert worked.step.tensor_parallel == pytest.approx(expected, rel=REL)
+
+
+def _variant(**overrides):
+    """Memory of the worked example's layout with some request fields changed."""
+    base = dict(model=PRESETS["llama3-8b"], sequence_length=262_144, global_batch_tokens=262_144,
+                nodes=4, gpus_per_node=8, gpu="h100-80gb", fabric="infiniband")
+    return memory_for(PlanRequest(**{**base, **overrides}), Layout(1, 8, 4), None)
+
+
+def test_without_recompute_every_layer_keeps_its_full_activations():
+    memory = _variant(recompute=False)
+    # 32 layers * 59,424 B + logits 256,512 B, per token of the 32,768-token shard.
+    assert memory.activations == pytest.approx((32 * 59_424 + 256_512) * SHARD, rel=REL)
+
+
+def test_fp32_training_has_no_master_copy():
+    memory = _variant(precision="fp32")
+    assert memory.master_weights == 0
+    assert memory.params == pytest.approx(4 * P / DEVICES, rel=REL)
+    # Layer inputs 32 * 4096 * 4 B, recomputed layer 4 * 16,384 + 4 * 53,248 / 4 + 32, logits.
+    per_token = 32 * 4096 * 4 + (4 * 16_384 + 4 * 53_248 // 4 + 32) + 256_512
+    assert memory.activations == pytest.approx(per_token * SHARD, rel=REL)
