@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .catalogue import GIB
+from .catalogue import FABRICS, GIB, GPUS
 from .plan import Candidate, Plan
 
 _MEMORY_ROWS = (
@@ -49,8 +49,9 @@ def format_table(plan: Plan) -> str:
         f"({req.batch_sequences} sequence{'s' if req.batch_sequences != 1 else ''}), "
         f"{req.precision}, "
         f"{'recompute' if req.recompute else 'no recompute'}",
-        f"Hardware: {req.nodes} nodes x {req.gpus_per_node} {req.gpu} = {req.devices} GPUs, "
-        f"fabric {req.fabric}",
+        f"Hardware: {req.nodes} nodes x {req.gpus_per_node} {req.gpu} = {req.devices} GPUs "
+        f"({GPUS[req.gpu].host_link} to the host); fabric {req.fabric}: "
+        f"{FABRICS[req.fabric].description}",
         "",
         f"Chosen layout: {plan.layout}  ({plan.explanation})",
         f"Attention: {req.attention}, load balance {req.load_balance}; offload: "
