@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from longctx_trainer.presets import ModelDims
 
@@ -213,7 +213,10 @@ def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
     without = _attempt(req, layout, None)
     if without.fits or req.offload is False:
         return without
-    return _with_offload(req, layout)
+    offloaded = _with_offload(req, layout)
+    if offloaded.fits:
+        return offloaded
+    return replace(offloaded, rejections=without.rejections + offloaded.rejections)
 
 
 def _matches(req: PlanRequest, layout: Layout) -> bool:

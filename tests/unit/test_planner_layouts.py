@@ -81,3 +81,17 @@ def test_memory_reason_states_needed_and_usable_gib():
     assert float(match[1]) == pytest.approx(candidate.memory.total / GIB, abs=0.05)
     assert match[2] == "72.0"
     assert candidate.rejections[0].field == "spec.resources.nodes"
+
+
+def test_auto_offload_failure_keeps_both_reasons():
+    # llama3-70b on 8 GPUs: its 16 bytes of state per parameter alone need 131 GiB per GPU.
+    req = request(model=PRESETS["llama3-70b"], nodes=1)
+    candidate = evaluate(req, Layout(1, 8, 1))
+    without, offloaded = candidate.reasons
+    assert re.fullmatch(r"needs \d+\.\d GiB per GPU > 72\.0 GiB usable", without)
+    assert re.fullmatch(r"needs \d+\.\d GiB per GPU > 72\.0 GiB usable even with offload "
+                        r"\(chunk 2048 tokens\)", offloaded)
+    # The smallest chunk tried: the covering bound for h=8192 on an H100 is
+    # 4.945e14 * 1024 * 2 / (2 * 8192 * 5.12e10) = 1207.3 tokens, so 2048.
+    assert candidate.offload and candidate.memory.total / GIB == pytest.approx(
+        float(offloaded.split()[1]), abs=0.05)
