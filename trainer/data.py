@@ -96,23 +96,27 @@ class Batches:
         self.sharding = NamedSharding(mesh, TOKENS)
 
     def for_step(self, step: int) -> tuple[jax.Array, jax.Array]:
-        first = step * self.batch_size
-        rows: dict[int, np.ndarray] = {}
-
-        def window(row: int) -> np.ndarray:
-            if row not in rows:
-                rows[row] = self.source.sample(first + row)
-            return rows[row]
-
-        def piece(index, shift: int) -> np.ndarray:
-            row_ids = range(self.batch_size)[index[0]]
-            cols = index[1]
-            return np.stack([window(r)[shift:shift + self.seq][cols] for r in row_ids])
-
+        windows: dict[int, np.ndarray] = {}  # shared by the callbacks of this step's shards
         shape = (self.batch_size, self.seq)
-        inputs = jax.make_array_from_callback(shape, self.sharding, lambda i: piece(i, 0))
-        targets = jax.make_array_from_callback(shape, self.sharding, lambda i: piece(i, 1))
+        inputs = jax.make_array_from_callback(
+            shape, self.sharding, lambda index: self.piece(step, index, 0, windows))
+        targets = jax.make_array_from_callback(
+            shape, self.sharding, lambda index: self.piece(step, index, 1, windows))
         return inputs, targets
+
+    def piece(self, step: int, index: tuple[slice, slice], shift: int,
+              windows: dict[int, np.ndarray]) -> np.ndarray:
+        """Rows and columns `index` of step's inputs (shift 0) or targets (shift 1).
+
+        Reads only the samples of those rows: a process builds just its devices' shards.
+        """
+        first = step * self.batch_size
+        rows = []
+        for row in range(self.batch_size)[index[0]]:
+            if row not in windows:
+                windows[row] = self.source.sample(first + row)
+            rows.append(windows[row][shift:shift + self.seq][index[1]])
+        return np.stack(rows)
 
     def position(self, step: int) -> int:
         """Samples consumed before `step` (the data position stored in checkpoints)."""

@@ -16,11 +16,12 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .config import TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
+from .ops import context_parallel_attention, permutation
+from .ops.offload import host_offload_available
 from .presets import ModelDims
 
 # Partition spec of every parameter before divisibility is checked (see `param_specs`).
@@ -148,25 +149,6 @@ def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def sequence_permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
-    """Token order along the sequence before it is split over the context axis."""
-    del context, scheme  # load balancing arrives with the context-parallel attention ops
-    return np.arange(seq_len)
-
-
-def attention(q, k, v, *, mesh: Mesh, options: ModelOptions) -> jax.Array:
-    """Causal GQA attention of globally shaped q [b, s, h, d], k/v [b, s, kv, d] (permuted order)."""
-    del mesh  # GSPMD gathers the sequence until the context-parallel attention ops land
-    groups = q.shape[2] // k.shape[2]
-    k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
-    scores = scores / math.sqrt(q.shape[-1])
-    s = q.shape[1]
-    scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, -jnp.inf)
-    out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v.astype(jnp.float32))
-    return out.astype(q.dtype)
-
-
 def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOptions):
     dt = options.compute_dtype
     h = rms_norm(x, p["attn_norm"])
@@ -174,7 +156,10 @@ def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOption
     k = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wk"].astype(dt)), mesh, HEADS)
     v = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wv"].astype(dt)), mesh, HEADS)
     q, k = rope(q, positions, dims.rope_theta), rope(k, positions, dims.rope_theta)
-    a = _constrain(attention(q, k, v, mesh=mesh, options=options), mesh, HEADS)
+    a = context_parallel_attention(q, k, v, mesh=mesh, causal=True, impl=options.attention,
+                                   load_balance=options.load_balance,
+                                   chunk_tokens=options.chunk_tokens, offload=options.offload)
+    a = _constrain(a, mesh, HEADS)
     x = _constrain(x + jnp.einsum("bsnd,ndh->bsh", a, p["wo"].astype(dt)), mesh, ACTIVATION)
     h = rms_norm(x, p["mlp_norm"])
     gate = _constrain(jnp.einsum("bsh,hf->bsf", h, p["w_gate"].astype(dt)), mesh, FFN)
@@ -183,19 +168,13 @@ def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOption
     return _constrain(x + y, mesh, ACTIVATION)
 
 
-def has_host_memory(mesh: Mesh) -> bool:
-    """Whether the mesh's devices expose a pinned host memory space to offload into."""
-    device = mesh.devices.flat[0]
-    return any(m.kind == "pinned_host" for m in device.addressable_memories())
-
-
 def remat_policy(options: ModelOptions, mesh: Mesh):
     """Plain remat keeps only each layer's input; offload moves the projections to host memory.
 
     With offload, the outputs of the weight matmuls (no batch dims: q/k/v/o, gate/up/down) are
     kept in pinned host memory instead of being recomputed; attention itself is recomputed.
     """
-    if options.offload and has_host_memory(mesh):
+    if options.offload and host_offload_available(mesh.devices.flat[0].platform):
         return jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")
     return jax.checkpoint_policies.nothing_saveable
 
@@ -204,7 +183,7 @@ def logits_and_targets(params: dict, tokens: jax.Array, targets: jax.Array, *, d
                        mesh: Mesh, options: ModelOptions) -> tuple[jax.Array, jax.Array]:
     """Logits [batch, seq, vocab] (fp32) and targets, both in the load-balanced token order."""
     context = mesh.shape[CONTEXT]
-    perm = sequence_permutation(tokens.shape[1], context, options.load_balance)
+    perm = permutation(tokens.shape[1], context, options.load_balance)
     tokens = _constrain(tokens[:, perm], mesh, TOKENS)
     targets = _constrain(targets[:, perm], mesh, TOKENS)
     positions = jnp.asarray(perm, jnp.int32)

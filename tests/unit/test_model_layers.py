@@ -1,0 +1,39 @@
+"""Model building blocks against plain numpy formulas (fp32, tolerance 1e-5 relative)."""
+
+import jax.numpy as jnp
+import numpy as np
+
+from longctx_trainer import model
+from longctx_trainer.config import ModelConfig
+
+
+def test_rms_norm_matches_formula():
+    x = np.random.default_rng(0).normal(size=(3, 5, 16)).astype(np.float32)
+    scale = np.linspace(0.5, 2, 16, dtype=np.float32)
+    expected = x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + 1e-5) * scale
+    np.testing.assert_allclose(model.rms_norm(jnp.asarray(x), jnp.asarray(scale)), expected,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_rope_rotates_pairs_by_position_angle():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1, 4, 2, 8)).astype(np.float32)
+    positions = np.array([3, 0, 7, 1])  # a permuted order: angles follow the positions given
+    out = np.asarray(model.rope(jnp.asarray(x), jnp.asarray(positions), theta=100.0))
+    for t, pos in enumerate(positions):
+        for i in range(4):
+            angle = pos * 100.0 ** (-i / 4)
+            a, b = x[0, t, :, i], x[0, t, :, i + 4]
+            np.testing.assert_allclose(out[0, t, :, i], a * np.cos(angle) - b * np.sin(angle),
+                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(out[0, t, :, i + 4], b * np.cos(angle) + a * np.sin(angle),
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_param_shapes_count_matches_preset_param_count():
+    for dims in (ModelConfig.from_preset("tiny").dims(), ModelConfig.from_preset("1b").dims(),
+                 ModelConfig.from_preset("llama3-8b").dims()):
+        shapes = model.param_shapes(dims)
+        leaves = [s for s in shapes.values() if isinstance(s, tuple)] + list(
+            shapes["layers"].values())
+        assert sum(int(np.prod(s)) for s in leaves) == dims.param_count()
