@@ -133,6 +133,26 @@ def cmd_render(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    import time
+
+    from .localrun import WorkerFailed, run
+    from .planner import PlanError
+
+    job = _job_from(args.file)
+    run_dir = Path(args.run_dir or f".runs/{job.metadata.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"longctx: running {job.metadata.name} locally: {job.spec.resources.nodes} workers, "
+          f"logs in {run_dir}", file=sys.stderr)
+    try:
+        code = run(job, run_dir.resolve())
+    except PlanError as e:
+        raise UsageError(f"{args.file}: {e}") from None
+    except WorkerFailed as e:
+        raise UsageError(str(e)) from None
+    print(f"longctx: {job.metadata.name} finished", file=sys.stderr)
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -167,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", "-n", help="namespace of the rendered objects")
     p.add_argument("--image", help="trainer image (default: the operator's LONGCTX_TRAINER_IMAGE)")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("run", help="train a job locally: its workers as local processes")
+    p.add_argument("file", help="manifest path")
+    p.add_argument("--run-dir", help="directory for logs, config and relative checkpoint paths "
+                                     "(default .runs/NAME-TIMESTAMP; reuse one to resume)")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("crd", help="print the CustomResourceDefinition generated from the API models")
     p.set_defaults(func=cmd_crd)

@@ -40,8 +40,11 @@ def worker_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, gener
     if ppn == 1:
         env.append({"name": "JAX_PROCESS_ID", "valueFrom": {"fieldRef": {
             "fieldPath": f"metadata.labels['{names.COMPLETION_INDEX_LABEL}']"}}})
+    env.append({"name": "LONGCTX_PROCESSES_PER_POD", "value": str(ppn)})
+    if ppn > 1:
+        env.append({"name": "LONGCTX_DEVICES_PER_PROCESS",
+                    "value": str(spec.resources.gpus_per_node // ppn)})
     env += [
-        {"name": "LONGCTX_PROCESSES_PER_POD", "value": str(ppn)},
         {"name": "LONGCTX_GENERATION", "value": str(generation)},
         {"name": "XLA_FLAGS", "value": xla_flags(spec, layout)},
     ]

@@ -189,6 +189,7 @@ def test_nvshmem_on_infiniband_derives_from_nccl_settings():
     assert e["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "net1"
     assert e["NVSHMEM_SYMMETRIC_SIZE"] == "8G"
     assert e["JAX_NUM_PROCESSES"] == "32" and e["LONGCTX_PROCESSES_PER_POD"] == "8"
+    assert e["LONGCTX_DEVICES_PER_PROCESS"] == "1"
     assert "JAX_PROCESS_ID" not in e  # the in-pod launcher derives it per process
 
 

@@ -1,0 +1,166 @@
+"""`longctx run FILE`: run a job's workers as local processes with the env the operator renders.
+
+Each pod of the rendered Indexed Job becomes one local `python -m longctx_trainer.launch` process
+tree with that pod's container env. Only what cannot exist off-cluster is replaced: the
+coordinator's DNS name becomes 127.0.0.1 with a free port, the completion index (a pod label) is
+given directly, and each process gets a distinct metrics port. Rank 0's JSON progress lines become
+a live progress line; every worker's output goes to a log file. Workers run in the run directory,
+so relative paths in the spec (checkpoints, data) resolve there. Ctrl-C or a failed worker stops
+them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable
+
+from .api.spec import LongContextJob
+from .render import OperatorSettings, render_workload
+from .render import names
+from .resolve import resolve_layout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class LocalWorker:
+    index: int
+    command: list[str]
+    env: dict[str, str]
+
+
+def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> list[LocalWorker]:
+    """The rendered pods as local processes (pure apart from writing the trainer config)."""
+    layout, _ = resolve_layout(job.spec)
+    _, config_map, workload = render_workload(job, layout, 1, OperatorSettings())
+    config_path = run_dir / names.CONFIG_FILE
+    config_path.write_text(config_map["data"][names.CONFIG_FILE])
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    command = [sys.executable if c == "python" else c for c in container["command"]]
+    command[command.index("--config") + 1] = str(config_path)
+    workers = []
+    for index in range(workload["spec"]["completions"]):
+        env = {}
+        for var in container["env"]:
+            if "valueFrom" in var:  # the completion index label: the only downward-API value
+                env[var["name"]] = str(index)
+            else:
+                env[var["name"]] = var["value"]
+        env["JAX_COORDINATOR_ADDRESS"] = f"127.0.0.1:{coordinator_port}"
+        env["JOB_COMPLETION_INDEX"] = str(index)
+        # Ports are per host: give every process of every local "pod" its own metrics port.
+        env["LONGCTX_LOCAL_PROCESS_ID"] = str(index * layout.processes_per_node)
+        workers.append(LocalWorker(index, command, env))
+    return workers
+
+
+def progress_line(event: dict, steps: int) -> str:
+    parts = [f"step {event['step']}/{steps}", f"loss {event['loss']:.4f}",
+             f"{event['tokens_per_second']:,.0f} tokens/s"]
+    if event.get("mfu") is not None:
+        parts.append(f"MFU {100 * event['mfu']:.2f}%")
+    return "  ".join(parts)
+
+
+class LocalRun:
+    def __init__(self, job: LongContextJob, run_dir: Path, out: IO[str] = sys.stdout):
+        self.job = job
+        self.run_dir = run_dir
+        self.out = out
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+        self.last_event: dict | None = None
+
+    def start(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for worker in local_workers(self.job, self.run_dir, free_port()):
+            log = self.run_dir / f"worker-{worker.index}.log"
+            self.logs.append(log)
+            stdout = subprocess.PIPE if worker.index == 0 else log.open("w")
+            self.procs.append(subprocess.Popen(
+                worker.command, env={**os.environ, **worker.env}, stdout=stdout,
+                stderr=log.open("w" if worker.index == 0 else "a"), text=True,
+                cwd=self.run_dir, start_new_session=True))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def _follow_rank0(self, show: Callable[[str], None]) -> None:
+        rank0 = self.procs[0]
+        with (self.run_dir / "worker-0.progress.jsonl").open("w") as record:
+            for line in rank0.stdout:
+                record.write(line)
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("event") == "step":
+                    self.last_event = event
+                    show(progress_line(event, self.job.spec.steps))
+                elif event.get("event") == "checkpoint":
+                    show(f"checkpoint at step {event['step']} ({event['seconds']:.1f} s)")
+
+    def wait(self) -> int:
+        """Follow progress until all workers exit; returns 0, or the first failure's exit code."""
+        interactive = self.out.isatty()
+
+        def show(text: str) -> None:
+            self.out.write(("\r\033[K" + text) if interactive else text + "\n")
+            self.out.flush()
+
+        follower = threading.Thread(target=self._follow_rank0, args=(show,), daemon=True)
+        follower.start()
+        while True:
+            codes = [p.poll() for p in self.procs]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed or all(c == 0 for c in codes):
+                break
+            time.sleep(0.2)
+        if failed:
+            self.stop()
+        follower.join(timeout=5)
+        if interactive:
+            self.out.write("\n")
+        if failed:
+            index, code = failed[0]
+            tail = self.logs[index].read_text(errors="replace").strip().splitlines()[-1:] or [""]
+            raise WorkerFailed(index, code, self.logs[index], tail[0])
+        return 0
+
+
+class WorkerFailed(Exception):
+    def __init__(self, index: int, code: int, log: Path, last_line: str):
+        self.index, self.code, self.log = index, code, log
+        super().__init__(f"worker {index} exited with code {code}: {last_line} (log: {log})")
+
+
+def run(job: LongContextJob, run_dir: Path, out: IO[str] = sys.stdout) -> int:
+    local = LocalRun(job, run_dir, out)
+    local.start()
+    try:
+        return local.wait()
+    except KeyboardInterrupt:
+        local.stop()
+        raise

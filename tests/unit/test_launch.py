@@ -1,0 +1,33 @@
+"""The in-pod launcher: per-process identity and fail-fast supervision (real child processes)."""
+
+import subprocess
+import sys
+import time
+
+from longctx_trainer.launch import process_env, supervise
+
+
+def test_process_identity_from_completion_index_and_local_number():
+    environ = {"LONGCTX_PROCESSES_PER_POD": "4", "JOB_COMPLETION_INDEX": "2",
+               "LONGCTX_DEVICES_PER_PROCESS": "2", "JAX_NUM_PROCESSES": "16"}
+    envs = [process_env(environ, local) for local in range(4)]
+    assert [e["JAX_PROCESS_ID"] for e in envs] == ["8", "9", "10", "11"]
+    assert [e["JAX_LOCAL_DEVICE_IDS"] for e in envs] == ["0,1", "2,3", "4,5", "6,7"]
+    assert [e["LONGCTX_LOCAL_PROCESS_ID"] for e in envs] == ["0", "1", "2", "3"]
+    assert all(e["JAX_NUM_PROCESSES"] == "16" for e in envs)
+
+
+def _python(code):
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_supervise_returns_zero_when_all_succeed():
+    assert supervise([_python("pass"), _python("import time; time.sleep(0.3)")]) == 0
+
+
+def test_supervise_stops_the_gang_when_one_fails():
+    sleeper = _python("import time; time.sleep(60)")
+    start = time.monotonic()
+    code = supervise([sleeper, _python("raise SystemExit(7)")])
+    assert code == 7
+    assert sleeper.poll() is not None and time.monotonic() - start < 30

@@ -1,0 +1,73 @@
+"""In-pod launcher: `python -m longctx_trainer.launch --config FILE` is every trainer pod's command.
+
+With one process per pod it becomes the trainer (JAX_PROCESS_ID is already the pod's completion
+index). With LONGCTX_PROCESSES_PER_POD = P > 1 (NVSHMEM needs one GPU per process) it starts P
+trainer processes: process l of pod i gets JAX_PROCESS_ID = i * P + l, JAX_LOCAL_DEVICE_IDS = its
+LONGCTX_DEVICES_PER_PROCESS GPUs and LONGCTX_LOCAL_PROCESS_ID = l (which offsets its metrics port).
+JAX cannot lose a process, so when one exits non-zero the others are stopped and the pod fails
+with that exit code; SIGTERM is forwarded to every process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+
+TRAINER = [sys.executable, "-m", "longctx_trainer"]
+
+
+def process_env(environ: Mapping[str, str], local: int) -> dict[str, str]:
+    """The environment of local process `local` of this pod."""
+    per_pod = int(environ["LONGCTX_PROCESSES_PER_POD"])
+    pod_index = int(environ["JOB_COMPLETION_INDEX"])
+    per_process = int(environ.get("LONGCTX_DEVICES_PER_PROCESS", "1"))
+    first = local * per_process
+    return {**environ,
+            "JAX_PROCESS_ID": str(pod_index * per_pod + local),
+            "JAX_LOCAL_DEVICE_IDS": ",".join(str(d) for d in range(first, first + per_process)),
+            "LONGCTX_LOCAL_PROCESS_ID": str(local)}
+
+
+def supervise(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> int:
+    """Wait for all; on the first failure terminate the rest and return its exit code."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            return failed[0] if failed[0] > 0 else 128 - failed[0]
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(poll_seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    per_pod = int(os.environ.get("LONGCTX_PROCESSES_PER_POD", "1"))
+    if per_pod == 1:
+        os.execv(sys.executable, TRAINER + args)
+    procs = [subprocess.Popen(TRAINER + args, env=process_env(os.environ, local))
+             for local in range(per_pod)]
+
+    def forward(signum, frame):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    return supervise(procs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
