@@ -1,0 +1,105 @@
+"""Ring vs all-gather context-parallel attention vs the single-device reference, on 8 CPU devices.
+
+    python benchmarks/attention_cpu.py [--seqs 4096 8192 16384 32768] [--reps 3]
+
+For each sequence length: causal attention forward + backward (gradients of q, k, v), timed as
+the best of `--reps` runs after a warm-up, and the compiled temporary memory per device
+(`memory_analysis().temp_size_in_bytes`). The reference runs on one device; ring and all-gather
+split the same total work over a context axis of 8 (the 8 "devices" share this machine's cores,
+so equal total work means the times are directly comparable). References that would not fit
+in this machine's memory are compiled (for their memory figure) but not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+
+from longctx_trainer.ops import context_parallel_attention, reference_attention  # noqa: E402
+from longctx_trainer.ops.attention import ACTIVATION_SPEC  # noqa: E402
+
+HEADS, KV_HEADS, HEAD_DIM = 2, 1, 64
+CONTEXT = 8
+MIB = 2 ** 20
+
+
+def _inputs(seq):
+    keys = jax.random.split(jax.random.key(0), 4)
+    q = jax.random.normal(keys[0], (1, seq, HEADS, HEAD_DIM))
+    k, v = (jax.random.normal(key, (1, seq, KV_HEADS, HEAD_DIM)) for key in keys[1:3])
+    return q, k, v, jax.random.normal(keys[3], q.shape)
+
+
+def _grad_fn(attention):
+    def loss(q, k, v, do):
+        return jnp.sum(attention(q, k, v) * do)
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def _measure(fn, args, reps, run):
+    compiled = fn.lower(*args).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    if not run:
+        return None, temp
+    jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+    return min(times), temp
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--max-reference-seq", type=int, default=16384,
+                        help="longest sequence whose single-device reference is run, not just compiled")
+    parser.add_argument("--chunk-tokens", type=int, default=512,
+                        help="FPDT chunk for the extra chunked-ring row")
+    args = parser.parse_args()
+
+    mesh = jax.make_mesh((1, CONTEXT, 1), ("data", "context", "tensor"),
+                         axis_types=(AxisType.Auto,) * 3)
+    sharding = NamedSharding(mesh, ACTIVATION_SPEC)
+    variants = {
+        "ring": dict(impl="ring"),
+        f"ring+chunk{args.chunk_tokens}": dict(impl="ring", chunk_tokens=args.chunk_tokens),
+        "all_gather": dict(impl="all_gather"),
+    }
+    print(f"causal attention fwd+bwd, batch 1, heads {HEADS}/{KV_HEADS}, head_dim {HEAD_DIM}, fp32, "
+          f"{len(jax.devices())} CPU devices, context {CONTEXT}, dual-chunk-swap layout")
+    header = f"{'seq':>6} {'variant':<16} {'time s':>8} {'time/ref':>9} {'temp MiB/dev':>13} {'temp/ref':>9}"
+    print(header)
+    print("-" * len(header))
+    for seq in args.seqs:
+        q, k, v, do = _inputs(seq)
+        run_reference = seq <= args.max_reference_seq
+        ref_time, ref_temp = _measure(
+            _grad_fn(lambda q, k, v: reference_attention(q, k, v, causal=True)), (q, k, v, do),
+            args.reps, run_reference)
+        rows = [("reference", ref_time, ref_temp)]
+        sharded = [jax.device_put(x, sharding) for x in (q, k, v, do)]
+        for name, options in variants.items():
+            attention = lambda q, k, v, o=options: context_parallel_attention(
+                q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", **o)
+            rows.append((name, *_measure(_grad_fn(attention), sharded, args.reps, True)))
+        for name, seconds, temp in rows:
+            time_text = "not run" if seconds is None else f"{seconds:.3f}"
+            ratio = "-" if seconds is None or ref_time is None else f"{seconds / ref_time:.2f}"
+            print(f"{seq:>6} {name:<16} {time_text:>8} {ratio:>9} {temp / MIB:>13.1f} "
+                  f"{temp / ref_temp:>9.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
