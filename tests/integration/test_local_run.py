@@ -1,0 +1,67 @@
+"""`longctx run`: real worker processes over gloo with the operator's env; progress and failures."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from support.manifests import ROOT, load_example
+
+pytestmark = pytest.mark.integration
+
+
+def _job(tmp_path, **spec_changes):
+    manifest = load_example(ROOT / "examples" / "quickstart.yaml")
+    manifest["spec"].update(steps=3, sequenceLength=512, globalBatchTokens=1024, **spec_changes)
+    manifest["spec"]["checkpoint"]["intervalSteps"] = 2
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+def _longctx(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "longctx_operator.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _longctx("run", str(_job(tmp_path)), "--run-dir", str(run_dir))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [s.split()[1] for s in steps] == ["1/3", "2/3", "3/3"]
+    assert "tokens/s" in steps[-1] and "checkpoint at step 2" in out
+    assert (run_dir / "worker-1.log").exists() and (run_dir / "trainer.yaml").exists()
+    assert any((run_dir / "checkpoints").iterdir())
+
+
+def test_a_failing_worker_stops_the_run_with_one_line(tmp_path):
+    job = _job(tmp_path, data={"kind": "text", "path": "/nonexistent/corpus.txt"})
+    proc = _longctx("run", str(job), "--run-dir", str(tmp_path / "run"))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("longctx: worker") and "exited with code" in last
+    assert "Traceback" not in err
+
+
+def test_interrupt_stops_every_worker(tmp_path):
+    job = _job(tmp_path)
+    manifest = yaml.safe_load(job.read_text())
+    manifest["spec"]["steps"] = 10000
+    job.write_text(yaml.safe_dump(manifest))
+    run_dir = tmp_path / "run"
+    proc = _longctx("run", str(job), "--run-dir", str(run_dir))
+    deadline = time.monotonic() + 300
+    while not (run_dir / "worker-1.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    left = subprocess.run(["pgrep", "-f", f"--config {run_dir}"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
