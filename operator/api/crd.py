@@ -58,7 +58,9 @@ def _structural(node: dict, defs: dict, scope: str | None) -> dict:
             return _structural(node, defs, scope)
     out: dict[str, Any] = {}
     if node.get("default", None) is not None:
-        out["default"] = node["default"]
+        # An object's default is {}: the API server then fills in its properties' own defaults,
+        # which are the same values pydantic would use.
+        out["default"] = {} if "properties" in node else node["default"]
     if "description" in node:
         out["description"] = " ".join(node["description"].split())
     if "const" in node:

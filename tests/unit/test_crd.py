@@ -68,3 +68,11 @@ def test_printer_columns_and_names():
     assert version["subresources"] == {"status": {}}
     names = crd()["spec"]["names"]
     assert names["shortNames"] == ["lcj"] and "longctx" in names["categories"]
+
+
+def test_api_reference_doc_is_not_stale():
+    from longctx_operator.api.reference import reference_markdown
+
+    assert (ROOT / "docs" / "api-reference.md").read_text() == reference_markdown(), \
+        "docs/api-reference.md is stale: run `python -m longctx_operator.api.reference " \
+        "> docs/api-reference.md`"
