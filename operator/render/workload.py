@@ -122,7 +122,7 @@ def render_workload(job: LongContextJob, layout: ResolvedLayout, generation: int
         priority_class_name=spec.scheduling.priority_class_name,
         node_selector=_node_selector(spec), tolerations=_tolerations(spec),
         affinity=_affinity(workload, spec), sidecars=list(fabric.sidecars),
-        image=spec.image or settings.trainer_image, image_pull_policy=settings.image_pull_policy,
+        image=spec.image or settings.trainer_image, image_pull_policy=settings.trainer_image_pull_policy,
         config_path=f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}",
         env=worker_env(name, spec, layout, generation, fabric), resources=_resources(spec, fabric),
         capabilities=list(fabric.capabilities), volume_mounts=mounts, volumes=volumes, **common)
