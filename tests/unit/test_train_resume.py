@@ -1,0 +1,64 @@
+"""A run stopped after a checkpoint and resumed continues exactly (bitwise) as an uninterrupted one."""
+
+import jax
+import numpy as np
+import pytest
+
+from longctx_trainer.checkpoint import Checkpoints
+from longctx_trainer.config import (CheckpointConfig, DataConfig, ModelConfig, OptimizerConfig,
+                                    ParallelConfig, TrainerConfig)
+from longctx_trainer.mesh import make_mesh
+from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.train import StepFunctions, train
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _config(checkpoint_dir) -> TrainerConfig:
+    return TrainerConfig(
+        model=ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=128),
+        sequence_length=32, global_batch_tokens=128, steps=6, precision="fp32",
+        parallelism=ParallelConfig(data=2, context=2, tensor=2),
+        optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=2),
+        data=DataConfig(kind="synthetic", seed=7),
+        checkpoint=CheckpointConfig(path=str(checkpoint_dir), interval_steps=2, keep=2))
+
+
+def _run(config, mesh, fns, emit):
+    checkpoints = Checkpoints(config.checkpoint)
+    try:
+        return train(config, mesh, emit=emit, metrics=TrainMetrics("test", 0),
+                     checkpoints=checkpoints, peak_flops_per_device=1e12, fns=fns)
+    finally:
+        checkpoints.close()
+
+
+def test_resume_continues_exactly(tmp_path):
+    whole, parts = _config(tmp_path / "whole"), _config(tmp_path / "parts")
+    mesh = make_mesh(whole.parallelism)
+    fns = StepFunctions(whole, mesh)  # one compilation shared by the three runs
+
+    whole_events = []
+    final = jax.tree.map(np.asarray, _run(whole, mesh, fns, whole_events.append))
+
+    def stop_after_step_4_checkpoint(event):
+        first_events.append(event)
+        if event["event"] == "checkpoint" and event["step"] == 4:
+            raise Interrupted
+
+    first_events, resumed_events = [], []
+    with pytest.raises(Interrupted):
+        _run(parts, mesh, fns, stop_after_step_4_checkpoint)
+    resumed = jax.tree.map(np.asarray, _run(parts, mesh, fns, resumed_events.append))
+
+    losses = {e["step"]: e["loss"] for e in whole_events if e["event"] == "step"}
+    resumed_losses = {e["step"]: e["loss"] for e in resumed_events if e["event"] == "step"}
+    assert sorted(resumed_losses) == [5, 6]  # it did resume from step 4, not from scratch
+    assert resumed_losses == {s: losses[s] for s in (5, 6)}
+    assert int(resumed["step"]) == 6
+    for (path, a), b in zip(jax.tree.flatten_with_path(final)[0], jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+    # keep=2: only the two latest checkpoints remain.
+    assert sorted(int(p.name) for p in (tmp_path / "parts").iterdir() if p.name.isdigit()) == [4, 6]

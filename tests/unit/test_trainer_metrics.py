@@ -1,0 +1,78 @@
+"""The trainer's Prometheus exporter, scraped over HTTP after a real (tiny) training run."""
+
+import socket
+import urllib.request
+
+import jax
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from longctx_trainer.checkpoint import Checkpoints
+from longctx_trainer.config import (CheckpointConfig, ModelConfig, ParallelConfig, TrainerConfig)
+from longctx_trainer.flops import flops_per_token
+from longctx_trainer.mesh import make_mesh
+from longctx_trainer.metrics import TrainMetrics, package_version
+from longctx_trainer.presets import preset
+from longctx_trainer.train import train
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_exporter_serves_training_metrics(tmp_path):
+    config = TrainerConfig(
+        job_name="demo",
+        model=ModelConfig(layers=1, hidden=32, heads=2, kv_heads=1, ffn=64, vocab=64),
+        sequence_length=16, global_batch_tokens=32, steps=3, precision="fp32",
+        parallelism=ParallelConfig(context=2), checkpoint=CheckpointConfig(
+            path=str(tmp_path), interval_steps=2))
+    metrics = TrainMetrics("demo", rank=0)
+    port = _free_port()
+    metrics.serve(port)
+    metrics.describe(config, jax.default_backend())
+    checkpoints = Checkpoints(config.checkpoint)
+    events = []
+    train(config, make_mesh(config.parallelism, jax.devices()[:2]), emit=events.append,
+          metrics=metrics, checkpoints=checkpoints, peak_flops_per_device=1e9)
+    checkpoints.close()
+
+    last_step = [e for e in events if e["event"] == "step"][-1]
+    samples = _scrape(port)
+    rank = (("job_name", "demo"), ("rank", "0"))
+
+    def value(name, **extra):
+        return samples[(name, tuple(sorted(dict(rank, **extra).items())))]
+
+    assert value("longctx_train_steps_total") == 3
+    assert value("longctx_train_tokens_total") == 3 * 32
+    assert value("longctx_train_step") == 3
+    assert value("longctx_train_step_duration_seconds_count") == 3
+    assert value("longctx_train_step_duration_seconds_bucket", le="600.0") == 3
+    assert value("longctx_train_loss") == pytest.approx(last_step["loss"])
+    assert value("longctx_train_checkpoint_duration_seconds_count") == 2  # steps 2 and 3
+    assert value("longctx_train_last_checkpoint_step") == 3
+    assert value("longctx_train_last_checkpoint_timestamp_seconds") > 1.7e9
+    causal = value("longctx_train_mfu_ratio", convention="causal")
+    full = value("longctx_train_mfu_ratio", convention="full")
+    assert 0 < causal < full  # same step time, the full convention counts more FLOPs
+    assert causal == pytest.approx(last_step["mfu"])
+    assert value("longctx_train_build_info", version=package_version(), model="custom", data="1",
+                 context="2", tensor="1", attention="ring", sequence_length="16",
+                 backend="cpu") == 1
+
+
+def test_flops_per_token_conventions():
+    dims = preset("llama3-8b")
+    n = dims.non_embedding_param_count() + dims.vocab * dims.hidden
+    attention = 12 * 32 * 32 * 128 * 8192
+    assert flops_per_token(dims, 8192, "full") == 6 * n + attention
+    assert flops_per_token(dims, 8192, "causal") == 6 * n + attention / 2
