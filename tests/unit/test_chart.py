@@ -1,0 +1,271 @@
+"""The Helm chart: lint, render with default and non-default values, schema rejections, and the
+files it embeds (CRD, dashboard, alert rules, RBAC rules) kept identical to their sources."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "longctx"
+MONITORING = "monitoring.coreos.com/v1"
+KUBERNETES_VERSION = "1.36.0"
+NON_DEFAULT_VALUES = {
+    "image": {"repository": "registry.example.com/ml/longctx-operator", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
+    "rbac": {"scope": "namespace"},
+    "watchNamespaces": ["ml-a", "ml-b"],
+    "serviceAccount": {"name": "longctx-op", "annotations": {"example.com/team": "ml"}},
+    "defaults": {
+        "trainerImage": {"repository": "registry.example.com/ml/longctx-trainer", "tag": "0.1.0-cuda13"},
+        "admission": "kueue",
+        "network": {"fabric": "infiniband", "hcas": ["mlx5_0:1", "mlx5_1:1"], "networks": ["ib-net"]},
+    },
+    "operator": {"healthPort": 18080, "metricsPort": 18000},
+    "metrics": {"service": {"port": 18000},
+                "serviceMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "1m"},
+                "podMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "10s"}},
+    "dashboard": {"namespace": "monitoring", "annotations": {"grafana_folder": "Training"}},
+    "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+    "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def locate_helm() -> str:
+    """Helm: $LONGCTX_HELM, else the binary hack/cluster/build caches (built here when missing)."""
+    if os.environ.get("LONGCTX_HELM"):
+        return os.environ["LONGCTX_HELM"]
+    folders = subprocess.run([str(ROOT / "hack" / "cluster" / "path")], check=True, capture_output=True,
+                             text=True).stdout.strip().split(":")
+    [folder] = [Path(folder) for folder in folders if Path(folder).parent.name.startswith("helm-")]
+    if not (folder / "helm").exists():
+        subprocess.run([str(ROOT / "hack" / "cluster" / "build"), "helm"], check=True)
+    return str(folder / "helm")
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return locate_helm()
+
+
+def run_helm(helm: str, *args: str, values: dict | None = None, tmp_path: Path | None = None):
+    command = [helm, *args]
+    if values is not None:
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        command += ["--values", str(path)]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def render(helm: str, tmp_path: Path, values: dict | None = None, api_versions=(), extra=(),
+           chart: Path = CHART) -> list[dict]:
+    flags = [f"--api-versions={api}" for api in api_versions]
+    result = run_helm(helm, "template", "longctx", str(chart), "--namespace", "longctx-system",
+                      "--kube-version", KUBERNETES_VERSION, "--include-crds", *flags, *extra,
+                      values=values, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def one(objects: list[dict], kind: str) -> dict:
+    [obj] = by_kind(objects, kind)
+    return obj
+
+
+def operator_container(objects: list[dict]) -> dict:
+    [container] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.fixture(scope="module")
+def default_objects(helm, tmp_path_factory):
+    return render(helm, tmp_path_factory.mktemp("default"))
+
+
+@pytest.fixture(scope="module")
+def custom_objects(helm, tmp_path_factory):
+    return render(helm, tmp_path_factory.mktemp("custom"), NON_DEFAULT_VALUES, api_versions=[MONITORING])
+
+
+@pytest.mark.parametrize("values", [None, NON_DEFAULT_VALUES], ids=["default", "non-default"])
+def test_helm_lint_passes_strictly(helm, tmp_path, values):
+    result = run_helm(helm, "lint", "--strict", "--kube-version", KUBERNETES_VERSION, str(CHART),
+                      values=values, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("fixture", ["default_objects", "custom_objects"])
+def test_rendered_core_objects_are_valid_kubernetes(request, fixture):
+    for obj in request.getfixturevalue(fixture):
+        if obj["apiVersion"].startswith(("monitoring.coreos.com", "apiextensions.k8s.io")):
+            continue  # not in the core OpenAPI models; the CRD is checked against crds/ below
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_default_deployment_is_one_hardened_recreated_operator(default_objects):
+    deployment = one(default_objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = operator_container(default_objects)
+    assert container["command"] == ["longctx", "operator"]
+    assert "--all-namespaces" in container["args"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 8000}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["resources"]["requests"].keys() == {"cpu", "memory"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["image"] == "ghcr.io/longctx/longctx-operator:0.1.0"
+
+
+def test_operator_config_carries_trainer_image_and_fabric_defaults(default_objects, custom_objects):
+    def config(objects):
+        [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
+        return yaml.safe_load(configmap["data"]["operator.yaml"])
+
+    default = config(default_objects)
+    assert default["trainerImage"] == "ghcr.io/longctx/longctx-trainer:0.1.0"
+    assert default["network"]["fabric"] == "tcp" and default["admission"] == "builtin"
+    assert default["canReadNodes"] is True and default["watchNamespaces"] == []
+    custom = config(custom_objects)
+    assert custom["trainerImage"] == "registry.example.com/ml/longctx-trainer:0.1.0-cuda13"
+    assert custom["network"]["fabric"] == "infiniband" and custom["network"]["hcas"] == ["mlx5_0:1", "mlx5_1:1"]
+    assert custom["canReadNodes"] is False and custom["watchNamespaces"] == ["ml-a", "ml-b"]
+    env = {item["name"]: item.get("value") for item in operator_container(custom_objects)["env"]}
+    assert env["LONGCTX_OPERATOR_CONFIG"] == "/etc/longctx/operator.yaml"
+
+
+def test_cluster_scope_grants_the_rule_file_and_nothing_more(default_objects):
+    rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
+    role = one(default_objects, "ClusterRole")
+    assert role["rules"] == rules["namespaced"] + rules["clusterScoped"]
+    binding = one(default_objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "longctx", "namespace": "longctx-system"}]
+    assert not by_kind(default_objects, "Role")
+
+
+def test_namespace_scope_has_a_role_per_namespace_without_node_access(custom_objects):
+    assert not by_kind(custom_objects, "ClusterRole") and not by_kind(custom_objects, "ClusterRoleBinding")
+    roles = by_kind(custom_objects, "Role")
+    assert sorted(role["metadata"]["namespace"] for role in roles) == ["ml-a", "ml-b"]
+    for role in roles:
+        assert all("nodes" not in rule["resources"] for rule in role["rules"])
+    bindings = by_kind(custom_objects, "RoleBinding")
+    assert {binding["subjects"][0]["name"] for binding in bindings} == {"longctx-op"}
+    args = operator_container(custom_objects)["args"]
+    assert "--namespace=ml-a" in args and "--namespace=ml-b" in args and "--all-namespaces" not in args
+
+
+def test_rbac_never_touches_secrets_or_uses_wildcards():
+    rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
+    for rule in rules["namespaced"] + rules["clusterScoped"]:
+        assert "secrets" not in rule["resources"]
+        assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
+
+
+def test_monitoring_objects_need_the_api_and_the_values(helm, tmp_path, default_objects, custom_objects):
+    kinds = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert not kinds & {obj["kind"] for obj in default_objects}, "rendered without monitoring.coreos.com/v1"
+    assert kinds <= {obj["kind"] for obj in custom_objects}
+    disabled = {"metrics": {key: {"enabled": False} for key in ("serviceMonitor", "podMonitor", "prometheusRule")}}
+    objects = render(helm, tmp_path, disabled, api_versions=[MONITORING])
+    assert not kinds & {obj["kind"] for obj in objects}
+
+
+def test_monitors_select_the_operator_and_the_trainer_pods(custom_objects):
+    service = one(custom_objects, "Service")
+    monitor = one(custom_objects, "ServiceMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics" and monitor["spec"]["endpoints"][0]["honorLabels"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    pods = one(custom_objects, "PodMonitor")["spec"]
+    assert pods["selector"]["matchExpressions"] == [{"key": "longctx.io/job-name", "operator": "Exists"}]
+    assert pods["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert pods["namespaceSelector"] == {"matchNames": ["ml-a", "ml-b"]}
+
+
+def test_chart_embeds_the_dashboard_and_the_alert_rules(custom_objects):
+    [dashboard] = [obj for obj in by_kind(custom_objects, "ConfigMap") if obj["metadata"]["name"].endswith("-dashboard")]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert json.loads(dashboard["data"]["longctx.json"]) == json.loads((ROOT / "dashboards" / "longctx.json").read_text())
+    rules = one(custom_objects, "PrometheusRule")["spec"]
+    assert rules == yaml.safe_load((ROOT / "alerts" / "longctx.rules.yaml").read_text())
+
+
+def test_chart_crd_is_the_generated_crd(default_objects):
+    generated = ROOT / "crds" / "longctx.io_longcontextjobs.yaml"
+    chart_copy = CHART / "crds" / generated.name
+    assert chart_copy.read_bytes() == generated.read_bytes(), f"copy {generated} to {chart_copy}"
+    assert one(default_objects, "CustomResourceDefinition") == yaml.safe_load(generated.read_text())
+
+
+def test_schema_fabrics_match_the_crd():
+    crd = yaml.safe_load((ROOT / "crds" / "longctx.io_longcontextjobs.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    network = schema["properties"]["defaults"]["properties"]["network"]["properties"]
+    assert network["fabric"]["enum"] == spec["network"]["properties"]["fabric"]["enum"]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({"rbac": {"scope": "everything"}}, ["/rbac/scope", "cluster", "namespace"]),
+    ({"defaults": {"network": {"fabric": "ethernet"}}}, ["/defaults/network/fabric", "infiniband"]),
+    ({"image": {"repository": ""}}, ["/image/repository"]),
+    ({"operator": {"metricsPort": 70000}}, ["/operator/metricsPort", "maximum"]),
+    ({"metrics": {"podMonitor": {"interval": "fast"}}}, ["/metrics/podMonitor/interval"]),
+    ({"watchNamespaces": ["Not_A_Namespace"]}, ["/watchNamespaces/0"]),
+    ({"podSecurityContext": {"runAsNonRoot": False}}, ["/podSecurityContext/runAsNonRoot"]),
+    ({"replicas": 2}, ["replicas"]),
+], ids=["scope", "fabric", "repository", "port", "interval", "namespace", "root", "unknown-key"])
+def test_schema_rejects_bad_values_naming_the_field(helm, tmp_path, overrides, expected):
+    result = run_helm(helm, "template", "longctx", str(CHART), "--kube-version", KUBERNETES_VERSION,
+                      values=overrides, tmp_path=tmp_path)
+    assert result.returncode != 0, f"accepted {overrides}"
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+def test_builtin_admission_in_namespace_scope_is_refused_with_the_reason(helm, tmp_path):
+    result = run_helm(helm, "template", "longctx", str(CHART), "--kube-version", KUBERNETES_VERSION,
+                      values={"rbac": {"scope": "namespace"}}, tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert "defaults.admission=builtin needs rbac.scope=cluster" in result.stderr, result.stderr
+    assert "kueue or none" in result.stderr
+
+
+def render_notes(helm: str, tmp_path: Path, values: dict | None = None, api_versions=()) -> str:
+    """NOTES.txt as `helm install` prints it: `helm template` skips NOTES.txt, so a copy of the
+    chart turns it into a named template and renders that into a ConfigMap."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    notes = chart / "templates" / "NOTES.txt"
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + notes.read_text() + "{{- end -}}")
+    notes.unlink()
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "test.notes" . | quote }}\n')
+    objects = render(helm, tmp_path, values, api_versions, extra=["--show-only", "templates/notes.yaml"], chart=chart)
+    return one(objects, "ConfigMap")["data"]["notes"]
+
+
+def test_notes_explain_scope_and_monitoring(helm, tmp_path):
+    default = render_notes(helm, tmp_path / "default")
+    assert "watches all namespaces" in default and "does not serve monitoring.coreos.com/v1" in default
+    custom = render_notes(helm, tmp_path / "custom", NON_DEFAULT_VALUES, [MONITORING])
+    assert "namespace(s) ml-a, ml-b" in custom and "cannot read nodes" in custom
+    assert "PodMonitor longctx-trainers" in custom and "LongctxJobStalled" in custom
+    assert "registry.example.com/ml/longctx-trainer:0.1.0-cuda13" in custom
