@@ -121,6 +121,7 @@ def test_default_deployment_is_one_hardened_recreated_operator(default_objects):
     assert container["command"] == ["longctx", "operator"]
     assert "--all-namespaces" in container["args"]
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert "--metrics-port=8000" in container["args"]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports == {"health": 8080, "metrics": 8000}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -144,7 +145,10 @@ def test_operator_config_carries_trainer_image_and_fabric_defaults(default_objec
     assert custom["trainerImage"] == "registry.example.com/ml/longctx-trainer:0.1.0-cuda13"
     assert custom["network"]["fabric"] == "infiniband" and custom["network"]["hcas"] == ["mlx5_0:1", "mlx5_1:1"]
     assert custom["canReadNodes"] is False and custom["watchNamespaces"] == ["ml-a", "ml-b"]
-    env = {item["name"]: item.get("value") for item in operator_container(custom_objects)["env"]}
+    container = operator_container(custom_objects)
+    assert {"--liveness=http://0.0.0.0:18080/healthz", "--metrics-port=18000"} <= set(container["args"])
+    assert {port["containerPort"] for port in container["ports"]} == {18080, 18000}
+    env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["LONGCTX_OPERATOR_CONFIG"] == "/etc/longctx/operator.yaml"
 
 
