@@ -153,6 +153,12 @@ def cmd_run(args) -> int:
     return code
 
 
+def cmd_operator(args) -> int:
+    from .main import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -193,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", help="directory for logs, config and relative checkpoint paths "
                                      "(default .runs/NAME-TIMESTAMP; reuse one to resume)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
+    from .main import add_arguments
+    add_arguments(p)
+    p.set_defaults(func=cmd_operator)
 
     p = sub.add_parser("crd", help="print the CustomResourceDefinition generated from the API models")
     p.set_defaults(func=cmd_crd)

@@ -1,0 +1,111 @@
+"""Builtin gang admission: does the whole gang fit on free GPUs of matching nodes right now?
+
+A half-scheduled gang holds GPUs without training (JAX needs every rank), so the operator creates
+nothing until every rank has a node: one pod per node (the renderer's anti-affinity), each node
+matching the pod's node selector, its taints tolerated, and enough unrequested GPUs on it.
+Pure functions over Node and Pod dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GPU = "nvidia.com/gpu"
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    pods: int
+    gpus_per_pod: int
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Admission:
+    fits: bool
+    reason: str
+    message: str
+
+
+def _quantity(value) -> int:
+    """Extended resources such as nvidia.com/gpu are whole numbers."""
+    return int(str(value)) if value is not None else 0
+
+
+def pod_gpus(pod: dict) -> int:
+    """GPUs a pod holds: its containers' requests (limits when no request; they must be equal)."""
+    total = 0
+    for c in pod.get("spec", {}).get("containers") or []:
+        res = c.get("resources") or {}
+        total += _quantity((res.get("requests") or {}).get(GPU, (res.get("limits") or {}).get(GPU)))
+    return total
+
+
+def holds_resources(pod: dict) -> bool:
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def tolerates(tolerations: list[dict], taint: dict) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def node_ready(node: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in node.get("status", {}).get("conditions") or [])
+
+
+def node_matches(node: dict, request: GangRequest) -> bool:
+    labels = node.get("metadata", {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in request.node_selector.items()):
+        return False
+    if node.get("spec", {}).get("unschedulable") or not node_ready(node):
+        return False
+    return all(tolerates(request.tolerations, taint) for taint in node.get("spec", {}).get("taints") or []
+               if taint.get("effect") in BLOCKING_EFFECTS)
+
+
+def free_gpus(nodes: list[dict], pods: list[dict]) -> dict[str, int]:
+    """Allocatable GPUs of each node minus those requested by its pods that still hold resources."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        node = pod.get("spec", {}).get("nodeName")
+        if node and holds_resources(pod):
+            used[node] = used.get(node, 0) + pod_gpus(pod)
+    return {n["metadata"]["name"]: _quantity((n.get("status", {}).get("allocatable") or {}).get(GPU)) - used.get(n["metadata"]["name"], 0)
+            for n in nodes}
+
+
+def waiting_gpu_pods(pods: list[dict]) -> int:
+    """GPU pods not bound to a node yet: each will take a node, so they count against free ones."""
+    return sum(1 for p in pods if not p.get("spec", {}).get("nodeName") and holds_resources(p)
+               and pod_gpus(p) > 0)
+
+
+def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserved_nodes: int = 0) -> Admission:
+    """Whether `request` fits now. `reserved_nodes`: nodes promised to gangs admitted a moment ago
+    whose pods the caller has not seen yet."""
+    if request.gpus_per_pod == 0:
+        return Admission(True, "NoGPUsRequested", "the gang requests no GPUs; the scheduler places it")
+    matching = [n for n in nodes if node_matches(n, request)]
+    free = free_gpus(matching, pods)
+    candidates = sum(1 for gpus in free.values() if gpus >= request.gpus_per_pod)
+    waiting = waiting_gpu_pods(pods) + reserved_nodes
+    available = max(0, candidates - waiting)
+    if available >= request.pods:
+        return Admission(True, "GangFits",
+                         f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each")
+    selector = ",".join(f"{k}={v}" for k, v in sorted(request.node_selector.items())) or "any"
+    return Admission(False, "InsufficientGPUs",
+                     f"the gang needs {request.pods} nodes with {request.gpus_per_pod} free {GPU} "
+                     f"(node selector {selector}); {available} available of {len(matching)} matching "
+                     f"nodes ({waiting} taken by GPU pods waiting to be scheduled)")

@@ -1,0 +1,278 @@
+"""The lifecycle of a LongContextJob as pure decisions.
+
+`decide` takes the job's spec and status, what was observed of its current workload generation and
+a way to ask builtin admission, and returns the next status, the actions to apply (create or delete
+a generation) and one Kubernetes Event per condition transition. The handlers write the status
+BEFORE applying the actions, which makes every step idempotent: a restarted operator finds the
+generation it meant to create (or delete) in the status and does it again with create-or-get.
+
+Phases: Pending (not admitted; the reason says why) -> Admitted (workload created) -> Starting
+(some ranks Running) -> Running (all ranks Running) -> Succeeded. A failed rank or a startup
+timeout -> Restarting (generation deleted, backoff) -> generation + 1, or Failed after
+restartPolicy.maxRestarts. spec.suspend -> Suspended (workload deleted); unsuspending creates the
+next generation, which resumes from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+from .admission import Admission
+from .api.spec import LongContextJobSpec
+from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
+from .observe import WorkloadObservation, parse_time
+from .planner import Plan, PlanError
+from .render import names
+from .render.layout import ResolvedLayout
+from .resolve import resolve_layout
+
+TERMINAL = ("Succeeded", "Failed")
+DELETE_WAIT_SECONDS = 1.0
+ADMISSION_RETRY_SECONDS = 5.0
+WARNING_WHEN_TRUE = ("Failed", "Restarting")
+WARNING_WHEN_FALSE = ("Admitted", "LayoutPlanned")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CreateWorkload:
+    """Create-or-get the Service, ConfigMap and Indexed Job of `generation`."""
+
+    generation: int
+    layout: ResolvedLayout
+
+
+@dataclass(frozen=True)
+class DeleteWorkload:
+    """Delete the Job of `generation` and its pods (foreground propagation)."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: LongContextJobStatus
+    actions: tuple[CreateWorkload | DeleteWorkload, ...] = ()
+    events: tuple[Event, ...] = ()
+    requeue_after: float | None = None
+
+
+def timestamp(now: datetime) -> str:
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan | None) -> LayoutStatus:
+    return LayoutStatus(
+        data=layout.data, context=layout.context, tensor=layout.tensor,
+        processes_per_node=layout.processes_per_node,
+        processes=spec.resources.nodes * layout.processes_per_node, offload=layout.offload,
+        chunk_tokens=layout.chunk_tokens,
+        memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
+        estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None)
+
+
+def resolved(layout: LayoutStatus) -> ResolvedLayout:
+    return ResolvedLayout(layout.data, layout.context, layout.tensor, layout.processes_per_node,
+                          layout.offload, layout.chunk_tokens)
+
+
+@dataclass
+class _Next:
+    """The status being decided, with the events its condition transitions produce."""
+
+    status: LongContextJobStatus
+    now: datetime
+    spec_generation: int
+    events: list[Event] = field(default_factory=list)
+    actions: list = field(default_factory=list)
+
+    def set(self, **values) -> None:
+        self.status = self.status.model_copy(update=values)
+
+    def condition(self, kind: str, status: bool, reason: str, message: str = "") -> None:
+        value = "True" if status else "False"
+        old = next((c for c in self.status.conditions if c.type == kind), None)
+        if old and old.status == value and old.reason == reason and old.message == message:
+            return
+        changed = old is None or old.status != value
+        new = Condition(type=kind, status=value, reason=reason, message=message or None,
+                        last_transition_time=timestamp(self.now) if changed else old.last_transition_time,
+                        observed_generation=self.spec_generation)
+        self.set(conditions=[c for c in self.status.conditions if c.type != kind] + [new])
+        if changed:
+            warning = (status and kind in WARNING_WHEN_TRUE) or (not status and kind in WARNING_WHEN_FALSE)
+            self.events.append(Event("Warning" if warning else "Normal", reason, message or f"{kind} {value}"))
+
+    def clear(self, kind: str, reason: str, message: str) -> None:
+        """Sets `kind` False only where it is True now, so conditions never reached stay absent."""
+        if any(c.type == kind and c.status == "True" for c in self.status.conditions):
+            self.condition(kind, False, reason, message)
+
+    def restart_clock(self, kind: str) -> None:
+        """Forgets `kind`, so setting it again records a new transition time and Event."""
+        self.set(conditions=[c for c in self.status.conditions if c.type != kind])
+
+    def condition_since(self, kind: str) -> datetime | None:
+        c = next((c for c in self.status.conditions if c.type == kind and c.status == "True"), None)
+        return parse_time(c.last_transition_time) if c else None
+
+    def decision(self, requeue_after: float | None = None) -> Decision:
+        return Decision(self.status, tuple(self.actions), tuple(self.events), requeue_after)
+
+
+def _plan(n: _Next, spec: LongContextJobSpec) -> bool:
+    """Plans the layout for a new or changed spec; False when the planner rejects it."""
+    if n.status.layout is not None and n.status.observed_generation == n.spec_generation:
+        return next((c.status == "True" for c in n.status.conditions if c.type == "LayoutPlanned"), True)
+    n.set(observed_generation=n.spec_generation)
+    try:
+        layout, plan = resolve_layout(spec)
+    except PlanError as e:
+        n.condition("LayoutPlanned", False, "PlanFailed", str(e))
+        return False
+    status = layout_status(spec, layout, plan)
+    n.set(layout=status)
+    n.condition("LayoutPlanned", True, "Planned",
+                f"data {layout.data} x context {layout.context} x tensor {layout.tensor}, "
+                f"{status.processes} processes" + (f", offload chunks of {layout.chunk_tokens} tokens"
+                                                   if layout.offload and layout.chunk_tokens else ""))
+    return True
+
+
+def _fail(n: _Next, reason: str, message: str) -> Decision:
+    n.set(phase="Failed", reason=reason, message=message, completion_time=timestamp(n.now))
+    n.clear("Running", reason, message)
+    n.condition("Failed", True, reason, message)
+    return n.decision()
+
+
+def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: str, message: str) -> Decision:
+    """Any failed rank takes the whole gang down: delete it, then restart it or give up."""
+    n.actions.append(DeleteWorkload(generation))
+    n.set(current_workload=None)
+    n.clear("Rendezvous", reason, message)
+    if n.status.restarts >= spec.restart_policy.max_restarts:
+        return _fail(n, reason, f"{message} (after {n.status.restarts} gang restarts, "
+                                f"restartPolicy.maxRestarts is {spec.restart_policy.max_restarts})")
+    n.set(phase="Restarting", reason=reason, message=message, restarts=n.status.restarts + 1)
+    n.clear("Running", reason, message)
+    n.restart_clock("Restarting")
+    n.condition("Restarting", True, reason, f"gang restart {n.status.restarts}: {message}")
+    return n.decision(requeue_after=float(spec.restart_policy.backoff_seconds))
+
+
+def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callable[[], Admission],
+                planned: bool) -> Decision:
+    """Admission of the next generation; creates nothing unless the whole gang is admitted."""
+    if not planned:
+        return _fail(n, "PlanFailed", next(c.message for c in n.status.conditions if c.type == "LayoutPlanned"))
+    mode = spec.scheduling.admission
+    if mode == "builtin":
+        verdict = admit()
+        if not verdict.fits:
+            n.set(phase="Pending", reason=verdict.reason, message=verdict.message)
+            n.condition("Admitted", False, verdict.reason, verdict.message)
+            return n.decision(requeue_after=ADMISSION_RETRY_SECONDS)
+        admitted = ("Admitted", True, verdict.reason, verdict.message)
+    elif mode == "kueue":
+        admitted = ("Admitted", False, "QueuedInKueue",
+                    f"Job created suspended in LocalQueue {spec.scheduling.queue_name}; Kueue admits it")
+    else:
+        admitted = ("Admitted", True, "AdmissionDisabled", "scheduling.admission is none")
+    generation = (n.status.workload_generation or 0) + 1
+    workload = names.workload_name(job_name, generation)
+    n.set(phase="Admitted" if admitted[1] else "Pending", reason=admitted[2], message=admitted[3],
+          workload_generation=generation, current_workload=workload, workers=None)
+    n.condition(*admitted)
+    n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
+    return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))
+
+
+def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed: WorkloadObservation) -> Decision:
+    generation = n.status.workload_generation
+    if not observed.exists or observed.deleting:
+        # Not seen yet (just created) or removed by someone else: create-or-get it again.
+        n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
+        return n.decision(requeue_after=DELETE_WAIT_SECONDS)
+    n.set(workers=WorkersStatus(total=observed.total, ready=observed.ready, failed=observed.failed,
+                                succeeded=observed.succeeded))
+    if observed.complete:
+        n.set(phase="Succeeded", reason="Completed", message=f"all {observed.total} ranks completed",
+              completion_time=timestamp(n.now))
+        n.clear("Running", "Completed", f"generation {generation} completed")
+        n.clear("Rendezvous", "Completed", f"generation {generation} completed")
+        n.condition("Succeeded", True, "Completed", f"all {observed.total} ranks completed")
+        return n.decision()
+    if observed.failure is not None:
+        return _gang_failed(n, spec, generation, "RankFailed", observed.failure.describe())
+    if observed.suspended:  # Kueue has not admitted it yet
+        return n.decision()
+    if spec.scheduling.admission == "kueue":
+        n.condition("Admitted", True, "AdmittedByKueue", "Kueue unsuspended the Job")
+        if n.status.phase == "Pending":
+            n.set(phase="Admitted", reason="AdmittedByKueue", message="Kueue unsuspended the Job")
+    if observed.all_running:
+        n.set(phase="Running", reason="AllRanksRunning", message=f"{observed.total} ranks Running",
+              start_time=n.status.start_time or timestamp(n.now))
+        n.condition("Running", True, "AllRanksRunning", f"{observed.total} ranks Running")
+        if observed.all_ready:
+            n.condition("Rendezvous", True, "AllRanksReady", f"all {observed.total} ranks Ready")
+        if n.status.restarts:
+            n.condition("Restarting", False, "Recovered", f"generation {generation} is Running")
+        return n.decision()
+    if n.status.phase == "Running":
+        return n.decision()
+    # Kueue unsuspends a Job later than it was created: the clock starts at the later of both.
+    times = [t for t in (observed.created, n.condition_since("Admitted")) if t is not None]
+    started = max(times) if times else n.now
+    waited = (n.now - started).total_seconds()
+    timeout = spec.scheduling.startup_timeout_seconds
+    if waited > timeout:
+        return _gang_failed(n, spec, generation, "StartupTimeout",
+                            f"startup timeout: {observed.running} of {observed.total} ranks Running "
+                            f"after {timeout}s (scheduling.startupTimeoutSeconds)")
+    if observed.running and n.status.phase != "Starting":
+        n.set(phase="Starting", reason="RanksStarting", message=f"{observed.running} of {observed.total} ranks Running")
+    return n.decision(requeue_after=max(0.5, timeout - waited + 0.5))
+
+
+def decide(job_name: str, spec: LongContextJobSpec, spec_generation: int, status: LongContextJobStatus,
+           observed: WorkloadObservation, now: datetime, admit: Callable[[], Admission]) -> Decision:
+    """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
+    generation (status.workloadGeneration) looks like `observed`."""
+    n = _Next(status, now, spec_generation)
+    if status.phase in TERMINAL:
+        return n.decision()
+    planned = _plan(n, spec)
+    current = status.workload_generation
+    if spec.suspend:
+        if observed.exists and not observed.deleting:
+            n.actions.append(DeleteWorkload(current))
+        n.set(current_workload=None)
+        n.set(phase="Suspended", reason="Suspended", message="spec.suspend is true; the workload is deleted")
+        n.clear("Running", "Suspended", "spec.suspend is true")
+        n.clear("Rendezvous", "Suspended", "spec.suspend is true")
+        n.condition("Suspended", True, "Suspended", "spec.suspend is true; the workload is deleted")
+        return n.decision()
+    if status.phase == "Suspended":
+        n.condition("Suspended", False, "Resumed", "the next generation resumes from the last checkpoint")
+    if status.current_workload:  # a generation was admitted and not deleted since
+        return _watch_workload(n, spec, job_name, observed)
+    if observed.exists:  # the previous generation is (still being) deleted
+        if not observed.deleting:
+            n.actions.append(DeleteWorkload(current))
+        return n.decision(requeue_after=DELETE_WAIT_SECONDS)
+    if status.phase == "Restarting":
+        since = n.condition_since("Restarting") or now
+        remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
+        if remaining > 0:
+            return n.decision(requeue_after=remaining)
+    return _admit_next(n, spec, job_name, admit, planned)

@@ -1,0 +1,27 @@
+"""The operator's own Prometheus metrics (served by `longctx operator --metrics-port`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from .api.status import Phase
+
+RECONCILES = Counter("longctx_operator_reconciles", "Reconciliations of LongContextJobs by result.",
+                     ["result"])
+RECONCILE_DURATION = Histogram("longctx_operator_reconcile_duration_seconds",
+                               "Wall time of one reconciliation (decision and API calls).",
+                               buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+JOBS = Gauge("longctx_operator_jobs", "LongContextJobs seen by this operator, by phase.", ["phase"])
+GANG_RESTARTS = Counter("longctx_operator_gang_restarts", "Gang restarts (a generation deleted after a failure).")
+ADMISSION_WAIT = Histogram("longctx_operator_admission_wait_seconds",
+                           "Time from a generation becoming due to its admission.",
+                           buckets=(.1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600))
+API_REQUESTS = Counter("longctx_operator_api_requests", "Kubernetes API requests of the reconciler, by verb.",
+                       ["verb"])
+PHASES = Phase.__args__
+
+
+def count_phases(phases: list[str | None]) -> None:
+    """Sets longctx_operator_jobs from the phases of every known job (None counts as Pending)."""
+    for phase in PHASES:
+        JOBS.labels(phase=phase).set(sum(1 for p in phases if (p or "Pending") == phase))

@@ -1,0 +1,115 @@
+"""What one workload generation looks like right now: its Indexed Job and pods -> ranks and failures.
+
+Pure functions over the API objects as plain dicts (what the watch streams deliver), so the
+lifecycle can be tested without a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from .render.names import COMPLETION_INDEX_LABEL
+
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 timestamp as the API server writes it (e.g. 2026-01-02T03:04:05Z)."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """The first failed rank of a gang (lowest index) and why it ended."""
+
+    rank: int | None
+    pod: str | None
+    reason: str
+
+    def describe(self) -> str:
+        who = f"rank {self.rank} (pod {self.pod})" if self.rank is not None else "the workload"
+        return f"{who} failed: {self.reason}"
+
+
+@dataclass(frozen=True)
+class WorkloadObservation:
+    """The ranks of one generation. `exists` is False when its Job is not (or no longer) there."""
+
+    exists: bool
+    deleting: bool = False
+    suspended: bool = False
+    created: datetime | None = None
+    total: int = 0
+    running: int = 0
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    complete: bool = False
+    failure: RankFailure | None = None
+
+    @property
+    def all_running(self) -> bool:
+        return self.total > 0 and self.running == self.total
+
+    @property
+    def all_ready(self) -> bool:
+        return self.total > 0 and self.ready == self.total
+
+
+MISSING = WorkloadObservation(exists=False)
+
+
+def pod_rank(pod: dict) -> int | None:
+    meta = pod.get("metadata", {})
+    index = (meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) \
+        or (meta.get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION)
+    return int(index) if index is not None and str(index).isdigit() else None
+
+
+def _condition(obj: dict, kind: str) -> dict | None:
+    for c in obj.get("status", {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == "True":
+            return c
+    return None
+
+
+def exit_reason(pod: dict) -> str:
+    """Why a failed pod ended: each terminated container's reason and exit code, else the pod's."""
+    parts = []
+    for c in pod.get("status", {}).get("containerStatuses") or []:
+        term = (c.get("state") or {}).get("terminated")
+        if term and term.get("exitCode", 0) != 0:
+            parts.append(f"container {c.get('name')} terminated: {term.get('reason') or 'Error'}, "
+                         f"exit code {term.get('exitCode')}")
+    if parts:
+        return "; ".join(parts)
+    status = pod.get("status", {})
+    return status.get("reason") or status.get("message") or "pod Failed"
+
+
+def observe_workload(job: dict | None, pods: list[dict]) -> WorkloadObservation:
+    """Ranks of the Job `job` from `pods` (the pods of that generation; others must be filtered out)."""
+    if job is None:
+        return MISSING
+    spec = job.get("spec", {})
+    meta = job.get("metadata", {})
+    live = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
+    phases = [p.get("status", {}).get("phase") for p in live]
+    failed = sorted((p for p in live if p.get("status", {}).get("phase") == "Failed"),
+                    key=lambda p: (pod_rank(p) is None, pod_rank(p) or 0))
+    failure = None
+    if failed:
+        first = failed[0]
+        failure = RankFailure(pod_rank(first), first["metadata"].get("name"), exit_reason(first))
+    elif (cond := _condition(job, "Failed")) is not None:
+        failure = RankFailure(None, None, f"Job failed: {cond.get('reason')}: {cond.get('message', '')}".rstrip(": "))
+    ready = sum(1 for p in live if p.get("status", {}).get("phase") == "Running" and _condition(p, "Ready"))
+    return WorkloadObservation(
+        exists=True, deleting=bool(meta.get("deletionTimestamp")), suspended=bool(spec.get("suspend")),
+        created=parse_time(meta.get("creationTimestamp")),
+        total=int(spec.get("completions") or spec.get("parallelism") or 0),
+        running=phases.count("Running"), ready=ready, succeeded=phases.count("Succeeded"),
+        failed=len(failed), complete=_condition(job, "Complete") is not None, failure=failure)

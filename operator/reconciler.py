@@ -1,0 +1,283 @@
+"""The reconcile loop: a de-duplicating work queue of job keys, workers that decide and apply.
+
+Watch events (handlers.py) fill the cache and enqueue the job they concern; a worker takes a key
+(one worker per key at a time), asks lifecycle.decide what to do, writes the status first, then
+creates or deletes the workload and posts the Events. Blocking API calls run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pydantic import ValidationError
+
+from . import metrics
+from .admission import Admission, GangRequest, admit_gang
+from .api.spec import LongContextJob
+from .api.status import LongContextJobStatus
+from .cache import Cache, Key
+from .kube import Kube
+from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide, timestamp
+from .observe import MISSING, observe_workload, pod_rank
+from .progress import metrics_url, parse_progress
+from .render import OperatorSettings, render_workload
+from .render.names import workload_name
+from .render.workload import _node_selector, _tolerations
+
+log = logging.getLogger("longctx.operator")
+POD_ANNOTATIONS = "longctx.io/pod-annotations"
+RESERVATION_SECONDS = 30.0
+RESYNC_SECONDS = 60.0
+
+
+class WorkQueue:
+    """Keys waiting for a worker; a key is never processed twice at once, and adding a key that is
+    already waiting is a no-op (client-go's workqueue semantics). Event-loop only."""
+
+    def __init__(self):
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._dirty: set = set()
+        self._processing: set = set()
+        self._timers: dict = {}
+
+    def add(self, key) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.put_nowait(key)
+
+    def add_after(self, key, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        timer = self._timers.get(key)
+        if timer is not None and not timer.cancelled() and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = loop.call_at(when, self.add, key)
+
+    async def get(self):
+        key = await self._queue.get()
+        self._dirty.discard(key)
+        self._processing.add(key)
+        return key
+
+    def done(self, key) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.put_nowait(key)
+
+
+@dataclass
+class Reservation:
+    nodes: int
+    generation: int
+    until: float
+
+
+def status_patch(old: dict, new: LongContextJobStatus) -> dict:
+    """Merge patch from `old` to `new`, leaving status.progress to the progress timer."""
+    body = new.model_dump(by_alias=True, exclude_none=True, exclude={"progress"})
+    for removed in set(old) - set(body) - {"progress"}:
+        body[removed] = None
+    return body
+
+
+def with_pod_annotations(objects: list[dict], annotations: dict[str, str]) -> list[dict]:
+    """Copies the JSON object in the job's longctx.io/pod-annotations annotation onto every pod
+    (for example KWOK's lifecycle annotations in tests, or a profiler switch)."""
+    extra = json.loads(annotations.get(POD_ANNOTATIONS) or "{}")
+    for obj in objects:
+        if obj["kind"] == "Job" and extra:
+            meta = obj["spec"]["template"].setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
+    return objects
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, settings: OperatorSettings, workers: int = 4,
+                 progress_interval: float = 10.0):
+        self.kube, self.settings = kube, settings
+        self.cache = Cache()
+        self.queue = WorkQueue()
+        self.workers = workers
+        self.progress_interval = progress_interval
+        self.reservations: dict[Key, Reservation] = {}
+        self.waiting_since: dict[Key, float] = {}  # first refused admission of the coming generation
+        self._tasks: list[asyncio.Task] = []
+
+    # -- events from the watch streams -------------------------------------------------------
+    def job_event(self, obj: dict, deleted: bool) -> None:
+        self.cache.put_job(obj, deleted)
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if deleted:
+            self.reservations.pop(key, None)
+            self.waiting_since.pop(key, None)
+        else:
+            self.queue.add(key)
+
+    def workload_event(self, obj: dict, deleted: bool) -> None:
+        if (key := self.cache.put_workload(obj, deleted)) is not None:
+            self.queue.add(key)
+
+    def pod_event(self, obj: dict, deleted: bool) -> None:
+        key = self.cache.put_pod(obj, deleted)
+        if key is not None:
+            self.queue.add(key)
+        if deleted or obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            self.wake_pending()  # GPUs may have been freed
+
+    def node_event(self, obj: dict, deleted: bool) -> None:
+        self.cache.put_node(obj, deleted)
+        self.wake_pending()
+
+    def wake_pending(self) -> None:
+        for key, obj in self.cache.jobs_of.items():
+            if (obj.get("status") or {}).get("phase") in (None, "Pending"):
+                self.queue.add(key)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        self._tasks.append(asyncio.create_task(self._progress_loop()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            started = time.perf_counter()
+            try:
+                requeue = await self.reconcile(key)
+                metrics.RECONCILES.labels(result="ok").inc()
+            except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
+                log.exception("reconciling %s/%s failed; retrying", *key)
+                metrics.RECONCILES.labels(result="error").inc()
+                requeue = 2.0
+            finally:
+                self.queue.done(key)
+                metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+            if requeue is not None:
+                self.queue.add_after(key, requeue)
+
+    def _admission(self, key: Key, job: LongContextJob) -> Admission:
+        spec = job.spec
+        gpus = spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else 0
+        request = GangRequest(pods=spec.resources.nodes, gpus_per_pod=gpus, node_selector=_node_selector(spec),
+                              tolerations=_tolerations(spec))
+        now = time.monotonic()
+        reserved = 0
+        for other, r in list(self.reservations.items()):
+            seen = sum(1 for p in self.cache.generation_pods(other, r.generation) if p["spec"].get("nodeName"))
+            if r.until < now or seen >= r.nodes:
+                del self.reservations[other]
+            elif other != key:
+                reserved += r.nodes - seen
+        return admit_gang(request, list(self.cache.nodes.values()), list(self.cache.pods.values()), reserved)
+
+    async def reconcile(self, key: Key) -> float | None:
+        obj = self.cache.jobs_of.get(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return None  # children go with the owner (garbage collector)
+        try:
+            job = LongContextJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+            status = LongContextJobStatus.model_validate(obj.get("status") or {})
+        except ValidationError as e:
+            log.error("%s/%s does not parse: %s", *key, e)
+            return None
+        generation = status.workload_generation
+        observed = MISSING
+        if generation:
+            workload = self.cache.workloads.get((key[0], workload_name(key[1], generation)))
+            if workload is not None:
+                observed = observe_workload(workload, self.cache.generation_pods(key, generation))
+        now = datetime.now(timezone.utc)
+        decision = decide(key[1], job.spec, obj["metadata"].get("generation", 1), status, observed, now,
+                          lambda: self._admission(key, job))
+        self._account(key, job, status, decision)
+        await self._apply(key, obj, job, status, decision)
+        metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
+        return min(decision.requeue_after, RESYNC_SECONDS) if decision.requeue_after is not None else RESYNC_SECONDS
+
+    def _account(self, key: Key, job: LongContextJob, old: LongContextJobStatus, decision: Decision) -> None:
+        new = decision.status
+        if new.restarts > old.restarts:
+            metrics.GANG_RESTARTS.inc(new.restarts - old.restarts)
+        if new.phase == "Pending" and new.current_workload is None:
+            self.waiting_since.setdefault(key, time.monotonic())
+        for action in decision.actions:
+            if isinstance(action, CreateWorkload) and action.generation != old.workload_generation:
+                self.reservations[key] = Reservation(job.spec.resources.nodes, action.generation,
+                                                     time.monotonic() + RESERVATION_SECONDS)
+                waited = time.monotonic() - self.waiting_since.pop(key, time.monotonic())
+                metrics.ADMISSION_WAIT.observe(waited)
+
+    async def _apply(self, key: Key, obj: dict, job: LongContextJob, old: LongContextJobStatus,
+                     decision: Decision) -> None:
+        namespace, name = key
+        patch = status_patch(obj.get("status") or {}, decision.status)
+        if decision.status != old:
+            updated = await asyncio.to_thread(self.kube.patch_status, namespace, name, patch)
+            self.cache.put_job(updated, deleted=False)
+            obj = updated
+        for action in decision.actions:
+            if isinstance(action, CreateWorkload):
+                objects = with_pod_annotations(
+                    render_workload(job, action.layout, action.generation, self.settings),
+                    job.metadata.model_extra.get("annotations") or {})
+                await asyncio.to_thread(self.kube.create_workload, objects, obj)
+            elif isinstance(action, DeleteWorkload):
+                await asyncio.to_thread(self.kube.delete_job, namespace, workload_name(name, action.generation))
+        for event in decision.events:
+            await asyncio.to_thread(self.kube.post_event, obj, event.type, event.reason, event.message)
+
+    # -- live progress -------------------------------------------------------------------------
+    def _rank0_url(self, key: Key, obj: dict) -> str | None:
+        status = obj.get("status") or {}
+        rank0 = next((p for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0)
+                      if pod_rank(p) == 0), None)
+        port = ((obj.get("spec") or {}).get("metrics") or {}).get("port", 9400)
+        return metrics_url(obj["metadata"].get("annotations") or {},
+                           rank0["status"].get("podIP") if rank0 else None, port)
+
+    async def scrape(self, key: Key) -> None:
+        obj = self.cache.jobs_of.get(key)
+        if obj is None or (obj.get("status") or {}).get("phase") != "Running":
+            return
+        url = self._rank0_url(key, obj)
+        if url is None:
+            return
+        try:
+            text = await asyncio.to_thread(_fetch, url)
+        except OSError as e:
+            log.debug("%s/%s: metrics at %s unreachable: %s", *key, url, e)
+            return
+        progress = parse_progress(text, timestamp(datetime.now(timezone.utc)))
+        if progress is not None:
+            updated = await asyncio.to_thread(self.kube.patch_status, *key,
+                                              {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
+            self.cache.put_job(updated, deleted=False)
+
+    async def _progress_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.progress_interval)
+            keys = [k for k, o in self.cache.jobs_of.items() if (o.get("status") or {}).get("phase") == "Running"]
+            results = await asyncio.gather(*(self.scrape(k) for k in keys), return_exceptions=True)
+            for key, result in zip(keys, results):
+                if isinstance(result, Exception):
+                    log.warning("%s/%s: progress not updated: %s", *key, result)
+
+
+def _fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=3) as response:
+        return response.read().decode()

@@ -1,0 +1,90 @@
+"""Builtin gang admission against hand-counted nodes and pods."""
+
+from longctx_operator.admission import GangRequest, admit_gang, free_gpus, node_matches, pod_gpus, tolerates
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def node(name, gpus=8, labels=H100, taints=(GPU_TAINT,), ready=True, unschedulable=False):
+    return {"metadata": {"name": name, "labels": dict(labels)},
+            "spec": {"taints": list(taints), "unschedulable": unschedulable},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def pod(node_name, gpus, phase="Running"):
+    return {"spec": {"nodeName": node_name, "containers": [
+        {"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}, {"resources": {}}]},
+            "status": {"phase": phase}}
+
+
+def gang(pods, gpus=8):
+    return GangRequest(pods=pods, gpus_per_pod=gpus, node_selector=dict(H100), tolerations=[GPU_TOLERATION])
+
+
+def test_pod_gpus_sums_containers_and_prefers_requests():
+    assert pod_gpus(pod("n", 4)) == 4
+    both = {"spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "2"},
+                                                    "limits": {"nvidia.com/gpu": "2"}}}] * 2}}
+    assert pod_gpus(both) == 4
+
+
+def test_free_gpus_ignores_finished_pods():
+    nodes = [node("a"), node("b")]
+    pods = [pod("a", 8), pod("b", 3), pod("b", 8, phase="Succeeded"), pod("b", 8, phase="Failed")]
+    assert free_gpus(nodes, pods) == {"a": 0, "b": 5}
+
+
+def test_tolerations():
+    assert tolerates([GPU_TOLERATION], GPU_TAINT)
+    assert tolerates([{"operator": "Exists"}], GPU_TAINT)
+    assert tolerates([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}], GPU_TAINT)
+    assert not tolerates([{"key": "nvidia.com/gpu", "value": "other"}], GPU_TAINT)
+    assert not tolerates([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}], GPU_TAINT)
+    assert not tolerates([], GPU_TAINT)
+
+
+def test_node_matching_needs_labels_tolerations_readiness():
+    request = gang(1)
+    assert node_matches(node("a"), request)
+    assert not node_matches(node("a", labels={"nvidia.com/gpu.product": "NVIDIA-A100"}), request)
+    assert not node_matches(node("a", ready=False), request)
+    assert not node_matches(node("a", unschedulable=True), request)
+    assert not node_matches(node("a"), GangRequest(1, 8, dict(H100), []))
+    soft = {"key": "x", "effect": "PreferNoSchedule"}
+    assert node_matches(node("a", taints=(GPU_TAINT, soft)), request)
+
+
+def test_gang_fits_exactly():
+    nodes = [node(n) for n in "abcd"]
+    verdict = admit_gang(gang(2), nodes, [pod("a", 8), pod("b", 1)])  # c and d are free
+    assert verdict.fits and verdict.reason == "GangFits"
+
+
+def test_gang_does_not_fit_and_says_why():
+    nodes = [node(n) for n in "abcd"] + [node("e", labels={})]
+    verdict = admit_gang(gang(3), nodes, [pod("a", 8), pod("b", 1)])
+    assert not verdict.fits and verdict.reason == "InsufficientGPUs"
+    assert "needs 3 nodes with 8 free nvidia.com/gpu" in verdict.message
+    assert "2 available of 4 matching nodes" in verdict.message
+
+
+def test_unscheduled_gpu_pods_and_reservations_take_nodes():
+    nodes = [node(n) for n in "abcd"]
+    waiting = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+               "status": {"phase": "Pending"}}
+    assert admit_gang(gang(3), nodes, [waiting]).fits
+    assert not admit_gang(gang(4), nodes, [waiting]).fits
+    assert not admit_gang(gang(3), nodes, [], reserved_nodes=2).fits
+
+
+def test_partial_gpu_requests():
+    nodes = [node("a"), node("b")]
+    assert admit_gang(gang(2, gpus=4), nodes, [pod("a", 4), pod("b", 2)]).fits
+    assert not admit_gang(gang(2, gpus=4), nodes, [pod("a", 5)]).fits
+
+
+def test_cpu_gangs_are_left_to_the_scheduler():
+    assert admit_gang(GangRequest(pods=100, gpus_per_pod=0), [], []).fits

@@ -1,0 +1,199 @@
+"""lifecycle.decide step by step: each test walks a job through the states the operator sees."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from longctx_operator.admission import Admission
+from longctx_operator.api.spec import LongContextJobSpec
+from longctx_operator.api.status import LongContextJobStatus
+from longctx_operator.lifecycle import ADMISSION_RETRY_SECONDS, CreateWorkload, DeleteWorkload, decide
+from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+FITS = Admission(True, "GangFits", "2 of 4 free nodes")
+NO_FIT = Admission(False, "InsufficientGPUs", "the gang needs 2 nodes; 1 available")
+
+
+def spec(**over) -> LongContextJobSpec:
+    base = {"model": {"preset": "tiny"}, "sequenceLength": 4096, "steps": 10,
+            "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 10},
+            "scheduling": {"startupTimeoutSeconds": 60}}
+    for key, value in over.items():
+        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
+    return LongContextJobSpec.model_validate(base)
+
+
+def running(total=2, ready=2, created=T0):
+    return WorkloadObservation(exists=True, created=created, total=total, running=total, ready=ready)
+
+
+def step(s, status, observed=MISSING, now=T0, admission=FITS, spec_generation=1):
+    asked = []
+
+    def admit():
+        asked.append(True)
+        return admission
+
+    decision = decide("job", s, spec_generation, status, observed, now, admit)
+    return decision, bool(asked)
+
+
+def conditions(status):
+    return {c.type: (c.status, c.reason) for c in status.conditions}
+
+
+def test_new_job_is_planned_admitted_and_created():
+    d, asked = step(spec(), LongContextJobStatus())
+    assert asked
+    assert d.status.phase == "Admitted"
+    assert (d.status.workload_generation, d.status.current_workload) == (1, "job-g1")
+    assert d.status.layout.processes == 2 and d.status.layout.data * d.status.layout.context * d.status.layout.tensor == 16
+    assert conditions(d.status) == {"LayoutPlanned": ("True", "Planned"), "Admitted": ("True", "GangFits")}
+    assert d.actions == (CreateWorkload(1, d.actions[0].layout),)
+    assert [e.reason for e in d.events] == ["Planned", "GangFits"]
+    assert d.status.observed_generation == 1
+
+
+def test_no_room_stays_pending_and_creates_nothing():
+    d, _ = step(spec(), LongContextJobStatus(), admission=NO_FIT)
+    assert (d.status.phase, d.status.reason) == ("Pending", "InsufficientGPUs")
+    assert d.status.message == NO_FIT.message and d.actions == ()
+    assert d.requeue_after == ADMISSION_RETRY_SECONDS
+    assert d.events[-1].type == "Warning"
+    again, _ = step(spec(), d.status, now=T0 + timedelta(seconds=5), admission=NO_FIT)
+    assert again.events == () and again.actions == ()
+    later, _ = step(spec(), again.status, now=T0 + timedelta(seconds=10))
+    assert later.status.phase == "Admitted" and later.actions[0].generation == 1
+
+
+def test_planner_rejection_fails_the_job():
+    bad = spec(sequenceLength=4096, resources={"nodes": 1, "gpusPerNode": 8},
+               parallelism={"mode": "manual", "data": 1, "context": 3, "tensor": 1})
+    d, asked = step(bad, LongContextJobStatus())
+    assert not asked and d.actions == ()
+    assert (d.status.phase, d.status.reason) == ("Failed", "PlanFailed")
+    assert conditions(d.status)["LayoutPlanned"][0] == "False"
+
+
+def test_admitted_to_running_to_succeeded():
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    starting, _ = step(s, admitted.status, WorkloadObservation(exists=True, created=T0, total=2, running=1))
+    assert starting.status.phase == "Starting" and starting.actions == ()
+    run, _ = step(s, starting.status, running(ready=1), now=T0 + timedelta(seconds=2))
+    assert run.status.phase == "Running" and "Rendezvous" not in conditions(run.status)
+    ready, _ = step(s, run.status, running(), now=T0 + timedelta(seconds=3))
+    assert conditions(ready.status)["Rendezvous"] == ("True", "AllRanksReady")
+    assert ready.status.workers.ready == 2 and ready.status.start_time == "2026-01-01T00:00:02Z"
+    done, _ = step(s, ready.status, WorkloadObservation(exists=True, total=2, succeeded=2, complete=True))
+    assert done.status.phase == "Succeeded" and done.actions == ()
+    assert conditions(done.status)["Succeeded"] == ("True", "Completed")
+    assert conditions(done.status)["Running"] == ("False", "Completed")
+    assert [e.reason for e in run.events + ready.events + done.events] == [
+        "AllRanksRunning", "AllRanksReady", "Completed", "Completed", "Completed"]
+    assert step(s, done.status, MISSING)[0].actions == ()  # terminal
+
+
+def test_lost_create_is_repeated_for_the_same_generation():
+    """The status names generation 1 but its Job is not there (operator died before creating it)."""
+    admitted, _ = step(spec(), LongContextJobStatus())
+    again, asked = step(spec(), admitted.status, MISSING, now=T0 + timedelta(seconds=1))
+    assert not asked and again.actions == (CreateWorkload(1, admitted.actions[0].layout),)
+    assert again.status.workload_generation == 1
+
+
+def failed_rank():
+    return WorkloadObservation(exists=True, created=T0, total=2, running=1, failed=1,
+                               failure=RankFailure(1, "job-g1-1-x", "container trainer terminated: Error, exit code 7"))
+
+
+def test_failed_rank_restarts_the_gang_after_backoff():
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    run, _ = step(s, admitted.status, running())
+    failed, _ = step(s, run.status, failed_rank(), now=T0 + timedelta(seconds=5))
+    assert failed.actions == (DeleteWorkload(1),)
+    assert (failed.status.phase, failed.status.restarts, failed.status.current_workload) == ("Restarting", 1, None)
+    assert conditions(failed.status)["Restarting"][0] == "True"
+    assert "rank 1" in failed.status.message and "exit code 7" in failed.status.message
+    assert failed.requeue_after == 10
+    deleting, _ = step(s, failed.status, WorkloadObservation(exists=True, deleting=True, total=2),
+                       now=T0 + timedelta(seconds=6))
+    assert deleting.actions == () and deleting.status.phase == "Restarting"
+    waiting, asked = step(s, deleting.status, MISSING, now=T0 + timedelta(seconds=9))
+    assert not asked and waiting.actions == () and waiting.requeue_after == pytest.approx(6)
+    next_gen, asked = step(s, waiting.status, MISSING, now=T0 + timedelta(seconds=16))
+    assert asked and next_gen.actions == (CreateWorkload(2, admitted.actions[0].layout),)
+    assert (next_gen.status.workload_generation, next_gen.status.current_workload) == (2, "job-g2")
+    recovered, _ = step(s, next_gen.status, running(), now=T0 + timedelta(seconds=17))
+    assert recovered.status.phase == "Running" and recovered.status.restarts == 1
+    assert conditions(recovered.status)["Restarting"] == ("False", "Recovered")
+
+
+def test_failing_every_time_fails_after_max_restarts():
+    s = spec()
+    status = step(s, LongContextJobStatus())[0].status
+    status = step(s, status, failed_rank())[0].status
+    status = step(s, status, MISSING, now=T0 + timedelta(seconds=20))[0].status
+    final, _ = step(s, status, failed_rank(), now=T0 + timedelta(seconds=25))
+    assert final.actions == (DeleteWorkload(2),)
+    assert (final.status.phase, final.status.reason, final.status.restarts) == ("Failed", "RankFailed", 1)
+    assert "rank 1 (pod job-g1-1-x) failed: container trainer terminated: Error, exit code 7" in final.status.message
+    assert "maxRestarts is 1" in final.status.message
+    assert conditions(final.status)["Failed"] == ("True", "RankFailed")
+
+
+def test_startup_timeout_counts_as_a_failure():
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    pending = WorkloadObservation(exists=True, created=T0, total=2, running=1)
+    waiting, _ = step(s, admitted.status, pending, now=T0 + timedelta(seconds=50))
+    assert waiting.actions == () and waiting.requeue_after == pytest.approx(10.5)
+    late, _ = step(s, waiting.status, pending, now=T0 + timedelta(seconds=61))
+    assert late.actions == (DeleteWorkload(1),)
+    assert (late.status.phase, late.status.reason) == ("Restarting", "StartupTimeout")
+    assert "1 of 2 ranks Running after 60s" in late.status.message
+
+
+def test_suspend_deletes_and_resume_creates_the_next_generation():
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    run, _ = step(s, admitted.status, running())
+    suspended, _ = step(spec(suspend=True), run.status, running(), spec_generation=2)
+    assert suspended.actions == (DeleteWorkload(1),)
+    assert suspended.status.phase == "Suspended" and suspended.status.current_workload is None
+    assert conditions(suspended.status)["Running"] == ("False", "Suspended")
+    still, _ = step(spec(suspend=True), suspended.status, MISSING, spec_generation=2)
+    assert still.actions == () and still.events == ()
+    resumed, _ = step(s, still.status, MISSING, spec_generation=3)
+    assert resumed.actions == (CreateWorkload(2, admitted.actions[0].layout),)
+    assert resumed.status.restarts == 0 and conditions(resumed.status)["Suspended"] == ("False", "Resumed")
+
+
+def test_kueue_creates_suspended_and_waits_for_kueue():
+    s = spec(scheduling={"admission": "kueue", "queueName": "team-a"})
+    queued, asked = step(s, LongContextJobStatus())
+    assert not asked and queued.actions[0].generation == 1
+    assert (queued.status.phase, conditions(queued.status)["Admitted"]) == ("Pending", ("False", "QueuedInKueue"))
+    held = WorkloadObservation(exists=True, suspended=True, created=T0, total=2)
+    waiting, _ = step(s, queued.status, held, now=T0 + timedelta(hours=1))
+    assert waiting.actions == () and waiting.status.phase == "Pending"
+    unsuspended, _ = step(s, waiting.status, running(), now=T0 + timedelta(hours=1, seconds=1))
+    assert unsuspended.status.phase == "Running"
+    assert conditions(unsuspended.status)["Admitted"] == ("True", "AdmittedByKueue")
+
+
+def test_admission_none_creates_at_once():
+    d, asked = step(spec(scheduling={"admission": "none"}), LongContextJobStatus())
+    assert not asked and d.status.phase == "Admitted" and d.actions[0].generation == 1
+
+
+def test_spec_change_is_replanned_for_the_next_generation_only():
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    run, _ = step(s, admitted.status, running())
+    changed, _ = step(spec(steps=20), run.status, running(), spec_generation=2)
+    assert changed.actions == () and changed.status.observed_generation == 2
+    assert changed.status.phase == "Running" and changed.status.workload_generation == 1
