@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import kubernetes_validate
@@ -199,6 +200,18 @@ def test_monitors_select_the_operator_and_the_trainer_pods(custom_objects):
     assert pods["selector"]["matchExpressions"] == [{"key": "longctx.io/job-name", "operator": "Exists"}]
     assert pods["podMetricsEndpoints"][0]["port"] == "metrics"
     assert pods["namespaceSelector"] == {"matchNames": ["ml-a", "ml-b"]}
+
+
+@pytest.mark.parametrize("example", ["quickstart.yaml", "llama3-8b-128k-infiniband-nvshmem.yaml"])
+def test_pod_monitor_selects_the_trainer_pods_longctx_renders(custom_objects, example):
+    rendered = subprocess.run([str(Path(sys.executable).parent / "longctx"), "render", str(ROOT / "examples" / example)],
+                              check=True, capture_output=True, text=True).stdout
+    template = one([doc for doc in yaml.safe_load_all(rendered) if doc], "Job")["spec"]["template"]
+    selector = one(custom_objects, "PodMonitor")["spec"]["selector"]
+    for expression in selector["matchExpressions"]:
+        assert expression["operator"] == "Exists" and expression["key"] in template["metadata"]["labels"]
+    [trainer] = [c for c in template["spec"]["containers"] if c["name"] == "trainer"]
+    assert "metrics" in {port["name"] for port in trainer["ports"]}
 
 
 def test_chart_embeds_the_dashboard_and_the_alert_rules(custom_objects):
