@@ -8,6 +8,11 @@ the best of `--reps` runs after a warm-up, and the compiled temporary memory per
 split the same total work over a context axis of 8 (the 8 "devices" share this machine's cores,
 so equal total work means the times are directly comparable). References that would not fit
 in this machine's memory are compiled (for their memory figure) but not run.
+
+The reference computes every logit and masks half of them; the ring skips fully masked blocks.
+The "one-device" row runs the ring's own chunked kernel on a single device with the same chunk
+size and the same skipping: the ratio to it (time/1dev) is the cost of going parallel at equal
+arithmetic.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ def main():
 
     mesh = jax.make_mesh((1, CONTEXT, 1), ("data", "context", "tensor"),
                          axis_types=(AxisType.Auto,) * 3)
+    one_device = jax.make_mesh((1, 1, 1), ("data", "context", "tensor"),
+                               axis_types=(AxisType.Auto,) * 3, devices=jax.devices()[:1])
     sharding = NamedSharding(mesh, ACTIVATION_SPEC)
     variants = {
         "ring": dict(impl="ring"),
@@ -79,7 +86,8 @@ def main():
     }
     print(f"causal attention fwd+bwd, batch 1, heads {HEADS}/{KV_HEADS}, head_dim {HEAD_DIM}, fp32, "
           f"{len(jax.devices())} CPU devices, context {CONTEXT}, dual-chunk-swap layout")
-    header = f"{'seq':>6} {'variant':<16} {'time s':>8} {'time/ref':>9} {'temp MiB/dev':>13} {'temp/ref':>9}"
+    header = (f"{'seq':>6} {'variant':<16} {'time s':>8} {'time/ref':>9} {'time/1dev':>10} "
+              f"{'temp MiB/dev':>13} {'temp/ref':>9}")
     print(header)
     print("-" * len(header))
     for seq in args.seqs:
@@ -89,6 +97,11 @@ def main():
             _grad_fn(lambda q, k, v: reference_attention(q, k, v, causal=True)), (q, k, v, do),
             args.reps, run_reference)
         rows = [("reference", ref_time, ref_temp)]
+        same_kernel = lambda q, k, v: context_parallel_attention(
+            q, k, v, mesh=one_device, causal=True, load_balance="none",
+            chunk_tokens=seq // (2 * CONTEXT))
+        rows.append(("one-device", *_measure(_grad_fn(same_kernel), (q, k, v, do), args.reps, True)))
+        one_device_time = rows[-1][1]
         sharded = [jax.device_put(x, sharding) for x in (q, k, v, do)]
         for name, options in variants.items():
             attention = lambda q, k, v, o=options: context_parallel_attention(
@@ -97,8 +110,9 @@ def main():
         for name, seconds, temp in rows:
             time_text = "not run" if seconds is None else f"{seconds:.3f}"
             ratio = "-" if seconds is None or ref_time is None else f"{seconds / ref_time:.2f}"
-            print(f"{seq:>6} {name:<16} {time_text:>8} {ratio:>9} {temp / MIB:>13.1f} "
-                  f"{temp / ref_temp:>9.3f}", flush=True)
+            ratio_1dev = "-" if seconds is None else f"{seconds / one_device_time:.2f}"
+            print(f"{seq:>6} {name:<16} {time_text:>8} {ratio:>9} {ratio_1dev:>10} "
+                  f"{temp / MIB:>13.1f} {temp / ref_temp:>9.3f}", flush=True)
 
 
 if __name__ == "__main__":

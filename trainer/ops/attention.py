@@ -28,6 +28,8 @@ def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring
     context = mesh.shape[CONTEXT]
     seq = q.shape[1]
     positions = permutation(seq, context, load_balance).astype(np.int32) if causal else None
+    if causal and load_balance == "dual_chunk_swap" and context > 1:
+        chunk_tokens = _within_layout_chunks(seq // context, chunk_tokens)
     options = dict(positions=positions, scale=float(q.shape[-1]) ** -0.5,
                    chunk_tokens=chunk_tokens, offload=offload)
     if impl == "ring":
@@ -40,3 +42,11 @@ def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring
     # every output is genuinely per-device (sharded like q), nothing relies on replication checks.
     return jax.shard_map(local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3,
                          out_specs=ACTIVATION_SPEC, check_vma=False)(q, k, v)
+
+
+def _within_layout_chunks(shard_tokens: int, chunk_tokens):
+    """A dual-chunk-swap shard is an early and a late chunk: a block spanning both is never
+    entirely in the past or the future of another, so no block could be skipped. Splitting at
+    the chunk boundary lets the causal skip drop the fully masked half of the work."""
+    half = shard_tokens // 2
+    return half if chunk_tokens is None or chunk_tokens > half else chunk_tokens
