@@ -19,8 +19,8 @@ from . import metrics
 
 GROUP, VERSION, PLURAL, KIND = "longctx.io", "v1alpha1", "longcontextjobs", "LongContextJob"
 COMPONENT = "longctx-operator"
-# Test hook (docs/operator.md): exit right after creating a workload's Service, before its Job,
-# to prove that a restarted operator creates exactly one of each.
+# Test hook (docs/operator.md): set to NAMESPACE/NAME, the operator exits right after creating that
+# job's Service, before its Job, to prove that a restarted operator creates exactly one of each.
 EXIT_AFTER_SERVICE_ENV = "LONGCTX_OPERATOR_TEST_EXIT_AFTER_SERVICE"
 EXIT_AFTER_SERVICE_CODE = 17
 
@@ -84,7 +84,8 @@ class Kube:
             obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
             if self._create(obj, replace_on_conflict=obj["kind"] == "ConfigMap"):
                 created.append(obj["kind"])
-                if obj["kind"] == "Service" and os.environ.get(EXIT_AFTER_SERVICE_ENV):
+                owner_key = f"{owner['metadata']['namespace']}/{owner['metadata']['name']}"
+                if obj["kind"] == "Service" and os.environ.get(EXIT_AFTER_SERVICE_ENV) == owner_key:
                     os._exit(EXIT_AFTER_SERVICE_CODE)
         return created
 

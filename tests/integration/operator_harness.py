@@ -1,0 +1,116 @@
+"""Shared helpers of the operator integration tests: the operator as a real process, job manifests.
+
+Not a conftest (that belongs to the cluster fixture); test modules load it by path because
+--import-mode=importlib does not put tests/ on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OperatorProcess:
+    """`longctx operator --all-namespaces` against the test cluster, logging to a file."""
+
+    def __init__(self, kubeconfig: Path, log: Path, env: dict[str, str] | None = None):
+        self.kubeconfig, self.log_path = kubeconfig, log
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.env = os.environ | {"KUBECONFIG": str(kubeconfig), "LONGCTX_PROGRESS_INTERVAL_SECONDS": "1"} | (env or {})
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "OperatorProcess":
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces",
+             "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port)],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+
+def job_manifest(name: str, nodes: int = 2, pod_annotations: dict | None = None, annotations: dict | None = None,
+                 **spec_over) -> dict:
+    """A small GPU job for the simulated nodes: tiny model, 8 GPUs per node, short backoff."""
+    spec = {"model": {"preset": "tiny"}, "sequenceLength": 4096, "steps": 10,
+            "resources": {"nodes": nodes, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
+            "scheduling": {"startupTimeoutSeconds": 60}}
+    for key, value in spec_over.items():
+        spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
+    meta_annotations = dict(annotations or {})
+    if pod_annotations:
+        meta_annotations["longctx.io/pod-annotations"] = json.dumps(pod_annotations)
+    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
+            "metadata": {"name": name, "annotations": meta_annotations}, "spec": spec}
+
+
+def conditions(obj: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c.get("reason")) for c in (obj.get("status") or {}).get("conditions", [])}
+
+
+def events(kubectl, name: str) -> list[tuple[str, str]]:
+    """(type, reason) of the job's Events in the order they were created."""
+    items = kubectl.json("get", "events", "--field-selector",
+                         f"involvedObject.kind=LongContextJob,involvedObject.name={name}")["items"]
+    items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return [(e["type"], e["reason"]) for e in items]
+
+
+def children(kubectl, name: str) -> dict[str, list[str]]:
+    selector = f"longctx.io/job-name={name}"
+    return {kind: [o["metadata"]["name"] for o in kubectl.json("get", kind, "-l", selector)["items"]]
+            for kind in ("services", "configmaps", "jobs", "pods")}
+
+
+def wait_phase(kubectl, wait_until, name: str, phase: str, timeout: float = 90) -> dict:
+    def check():
+        obj = kubectl.json("get", "longcontextjob", name)
+        return obj if (obj.get("status") or {}).get("phase") == phase else None
+
+    return wait_until(check, timeout=timeout, what=f"{name} in phase {phase}")
+
+
+def install_crd(admin_kubectl) -> None:
+    admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    admin_kubectl.run("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+
+
+def wait_ready(url: str, timeout: float = 60) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)

@@ -1,0 +1,246 @@
+"""The operator as a real process on the local control plane (docs/operator.md).
+
+One operator (`longctx operator --all-namespaces`) serves every test of this module; each test
+has its own namespace. KWOK plays the kubelet: the jobs' pods carry its lifecycle annotations
+through the job's longctx.io/pod-annotations annotation (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
+h = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(h)
+
+pytestmark = pytest.mark.integration
+FAST = {"longctx.io/complete-after": "4s"}
+
+
+@pytest.fixture(scope="module")
+def operator(cluster, admin_kubectl, tmp_path_factory):
+    h.install_crd(admin_kubectl)
+    op = h.OperatorProcess(cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log").start()
+    try:
+        h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+        yield op
+    finally:
+        op.stop()
+        print(op.log())
+
+
+def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
+    kubectl.apply(h.job_manifest("happy", pod_annotations=FAST))
+    done = h.wait_phase(kubectl, wait_until, "happy", "Succeeded")
+    status = done["status"]
+    assert status["workloadGeneration"] == 1 and status["restarts"] == 0
+    assert status["currentWorkload"] == "happy-g1"
+    assert status["workers"]["total"] == 2 and status["workers"]["succeeded"] == 2
+    assert status["layout"]["processes"] == 2
+    assert h.conditions(done) == {
+        "LayoutPlanned": ("True", "Planned"), "Admitted": ("True", "GangFits"),
+        "Running": ("False", "Completed"), "Rendezvous": ("False", "Completed"),
+        "Succeeded": ("True", "Completed")}
+    assert h.events(kubectl, "happy") == [
+        ("Normal", "Planned"), ("Normal", "GangFits"), ("Normal", "AllRanksRunning"),
+        ("Normal", "AllRanksReady"), ("Normal", "Completed"), ("Normal", "Completed"), ("Normal", "Completed")]
+    kids = h.children(kubectl, "happy")
+    assert (kids["services"], kids["configmaps"], kids["jobs"]) == (["happy"], ["happy-trainer"], ["happy-g1"])
+    job = kubectl.json("get", "job", "happy-g1")
+    owner = job["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == \
+        ("LongContextJob", "happy", done["metadata"]["uid"], True)
+    assert job["spec"]["template"]["metadata"]["annotations"]["longctx.io/complete-after"] == "4s"
+
+
+def test_one_failed_rank_restarts_the_whole_gang(operator, kubectl, wait_until):
+    kubectl.apply(h.job_manifest("flaky", pod_annotations={"longctx.io/complete-after": "8s"}))
+    h.wait_phase(kubectl, wait_until, "flaky", "Running")
+    rank1 = kubectl.pods("longctx.io/job-name=flaky,batch.kubernetes.io/job-completion-index=1")[0]
+    kubectl.run("annotate", "pod", rank1["metadata"]["name"], "longctx.io/fail=true", "longctx.io/exit-code=7")
+    restarted = wait_until(lambda: (o := kubectl.json("get", "lcj", "flaky"))["status"].get("restarts") == 1 and o,
+                           timeout=30, what="restarts=1")
+    assert "rank 1" in restarted["status"]["message"] and "exit code 7" in restarted["status"]["message"]
+    done = h.wait_phase(kubectl, wait_until, "flaky", "Succeeded")
+    assert (done["status"]["restarts"], done["status"]["workloadGeneration"]) == (1, 2)
+    assert h.children(kubectl, "flaky")["jobs"] == ["flaky-g2"]
+    reasons = [r for _, r in h.events(kubectl, "flaky")]
+    assert reasons.index("RankFailed") < reasons.index("Recovered") < reasons.index("Completed")
+
+
+def test_failing_every_time_fails_after_max_restarts(operator, kubectl, wait_until):
+    kubectl.apply(h.job_manifest("doomed", pod_annotations={"longctx.io/fail": "true", "longctx.io/exit-code": "3"}))
+    failed = h.wait_phase(kubectl, wait_until, "doomed", "Failed")
+    status = failed["status"]
+    assert (status["reason"], status["restarts"], status["workloadGeneration"]) == ("RankFailed", 1, 2)
+    assert "rank 0 (pod doomed-g2-0-" in status["message"]
+    assert "container trainer terminated: Error, exit code 3" in status["message"]
+    assert "maxRestarts is 1" in status["message"]
+    assert h.conditions(failed)["Failed"] == ("True", "RankFailed")
+    wait_until(lambda: not h.children(kubectl, "doomed")["jobs"], timeout=30, what="failed workload deleted")
+    assert ("Warning", "RankFailed") in h.events(kubectl, "doomed")
+
+
+def test_startup_timeout_is_a_failure_with_its_own_reason(operator, kubectl, wait_until):
+    """A node selector no node has: admission none creates the gang, its pods never run."""
+    kubectl.apply(h.job_manifest("stuck", scheduling={"admission": "none", "startupTimeoutSeconds": 10,
+                                                      "nodeSelector": {"longctx.io/no-such-pool": "x"}},
+                                 restartPolicy={"maxRestarts": 0}))
+    failed = h.wait_phase(kubectl, wait_until, "stuck", "Failed", timeout=60)
+    assert failed["status"]["reason"] == "StartupTimeout"
+    assert "0 of 2 ranks Running after 10s" in failed["status"]["message"]
+
+
+@pytest.fixture
+def gpu_pool(admin_kubectl, namespace):
+    """Adds two simulated GPU nodes labelled with this test's pool on request; removes them after."""
+    names: list[str] = []
+
+    def add(count: int = 2) -> list[str]:
+        nodes = json.loads(subprocess.run(
+            [sys.executable, str(h.REPO / "hack" / "cluster" / "nodes.py"), "--start", "900", "--count", str(count)],
+            check=True, capture_output=True, text=True).stdout)
+        for node in nodes["items"]:
+            node["metadata"]["labels"]["longctx.io/test-pool"] = namespace
+            names.append(node["metadata"]["name"])
+        admin_kubectl.run("create", "-f", "-", input=json.dumps(nodes))
+        return names
+
+    yield add
+    if names:
+        admin_kubectl.run("delete", "node", *names, "--wait=false", check=False)
+
+
+def test_not_enough_gpus_stays_pending_then_starts_when_nodes_are_added(operator, kubectl, wait_until, namespace,
+                                                                        gpu_pool):
+    kubectl.apply(h.job_manifest("waiting", pod_annotations=FAST,
+                                 scheduling={"nodeSelector": {"longctx.io/test-pool": namespace}}))
+    pending = h.wait_phase(kubectl, wait_until, "waiting", "Pending", timeout=30)
+    assert pending["status"]["reason"] == "InsufficientGPUs"
+    assert "needs 2 nodes with 8 free nvidia.com/gpu" in pending["status"]["message"]
+    assert h.conditions(pending)["Admitted"] == ("False", "InsufficientGPUs")
+    assert h.children(kubectl, "waiting") == {"services": [], "configmaps": [], "jobs": [], "pods": []}
+    gpu_pool(2)
+    done = h.wait_phase(kubectl, wait_until, "waiting", "Succeeded", timeout=90)
+    assert h.conditions(done)["Admitted"] == ("True", "GangFits")
+    nodes = {p["spec"]["nodeName"] for p in kubectl.pods("longctx.io/job-name=waiting")}
+    assert nodes == {"sim-gpu-0900", "sim-gpu-0901"}
+
+
+def test_kueue_job_is_created_suspended_and_runs_once_unsuspended(operator, kubectl, wait_until):
+    kubectl.apply(h.job_manifest("queued", pod_annotations=FAST,
+                                 scheduling={"admission": "kueue", "queueName": "team-a"}))
+    job = wait_until(lambda: kubectl.json("get", "jobs", "-l", "longctx.io/job-name=queued")["items"],
+                     timeout=30, what="the suspended Job")[0]
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    queued = kubectl.json("get", "lcj", "queued")
+    assert queued["status"]["phase"] == "Pending"
+    assert h.conditions(queued)["Admitted"] == ("False", "QueuedInKueue")
+    assert kubectl.pods("longctx.io/job-name=queued") == []
+    kubectl.run("patch", "job", job["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":false}}')  # Kueue's part
+    done = h.wait_phase(kubectl, wait_until, "queued", "Succeeded")
+    assert h.conditions(done)["Admitted"] == ("True", "AdmittedByKueue")
+    assert done["status"]["workloadGeneration"] == 1
+
+
+def test_suspend_then_resume_runs_the_next_generation(operator, kubectl, wait_until):
+    kubectl.apply(h.job_manifest("pausable", pod_annotations={"longctx.io/keep-running": "true"}))
+    h.wait_phase(kubectl, wait_until, "pausable", "Running")
+    kubectl.run("patch", "lcj", "pausable", "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    h.wait_phase(kubectl, wait_until, "pausable", "Suspended", timeout=30)
+    wait_until(lambda: h.children(kubectl, "pausable")["jobs"] == [] and not kubectl.pods("longctx.io/job-name=pausable"),
+               timeout=30, what="workload deleted")
+    kubectl.run("patch", "lcj", "pausable", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    resumed = h.wait_phase(kubectl, wait_until, "pausable", "Running", timeout=60)
+    assert (resumed["status"]["workloadGeneration"], resumed["status"]["restarts"]) == (2, 0)
+    assert h.children(kubectl, "pausable")["jobs"] == ["pausable-g2"]
+    assert h.conditions(resumed)["Suspended"] == ("False", "Resumed")
+
+
+def test_delete_removes_every_child(operator, kubectl, wait_until):
+    kubectl.apply(h.job_manifest("doomed-by-user", pod_annotations={"longctx.io/keep-running": "true"}))
+    h.wait_phase(kubectl, wait_until, "doomed-by-user", "Running")
+    kids = h.children(kubectl, "doomed-by-user")
+    assert len(kids["jobs"]) == 1 and len(kids["pods"]) == 2 and kids["services"] and kids["configmaps"]
+    kubectl.run("delete", "lcj", "doomed-by-user", "--wait=true", "--timeout=30s")
+    wait_until(lambda: not any(h.children(kubectl, "doomed-by-user").values()), timeout=60,
+               what="children garbage-collected")
+
+
+def test_immutable_fields_are_rejected_by_the_api_server(operator, kubectl, wait_until):
+    kubectl.apply(h.job_manifest("fixed", pod_annotations={"longctx.io/keep-running": "true"}))
+    h.wait_phase(kubectl, wait_until, "fixed", "Running")
+    proc = kubectl.run("patch", "lcj", "fixed", "--type=merge", "-p", '{"spec":{"model":{"preset":"125m"}}}',
+                       check=False)
+    assert proc.returncode != 0 and "model is immutable" in proc.stderr
+    kubectl.run("patch", "lcj", "fixed", "--type=merge", "-p", '{"spec":{"steps":20}}')  # mutable
+    obj = wait_until(lambda: (o := kubectl.json("get", "lcj", "fixed"))["status"].get("observedGeneration") == 2 and o,
+                     timeout=30, what="the change observed")
+    assert obj["status"]["workloadGeneration"] == 1 and obj["status"]["phase"] == "Running"
+
+
+EXPORTER = textwrap.dedent("""
+    import sys, time
+    from longctx_trainer.metrics import TrainMetrics
+    m = TrainMetrics(sys.argv[1], 0)
+    m.serve(int(sys.argv[2]))
+    step = 0
+    while True:
+        step += 1
+        m.observe_step(step, tokens=4096, seconds=0.5, loss=10.0 / step, mfu={"causal": 0.25, "full": 0.3})
+        if step % 5 == 0:
+            m.observe_checkpoint(step, 0.01)
+        time.sleep(0.2)
+""")
+
+
+def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
+    port = h.free_port()
+    exporter = subprocess.Popen([sys.executable, "-c", EXPORTER, "progress", str(port)])
+    try:
+        h.wait_ready(f"http://127.0.0.1:{port}/metrics")
+        kubectl.apply(h.job_manifest("progress", pod_annotations={"longctx.io/keep-running": "true"},
+                                     annotations={"longctx.io/metrics-url": f"http://127.0.0.1:{port}/metrics"}))
+        first = wait_until(lambda: (kubectl.json("get", "lcj", "progress")["status"].get("progress") or {}).get("step"),
+                           timeout=60, what="status.progress")
+        later = wait_until(lambda: (p := kubectl.json("get", "lcj", "progress")["status"]["progress"])["step"] > first
+                           and p, timeout=30, what="progress advancing")
+        assert later["tokensPerSecond"] == pytest.approx(8192.0)
+        assert later["mfu"] == pytest.approx(0.25)
+        assert later["loss"] == pytest.approx(10.0 / later["step"], rel=0.3)
+        assert later["lastCheckpointStep"] % 5 == 0 and later["lastCheckpointStep"] <= later["step"]
+        assert later["updatedAt"].endswith("Z")
+        table = kubectl.run("get", "lcj", "progress").stdout
+        assert "8192" in table
+    finally:
+        exporter.terminate()
+        exporter.wait()
+
+
+def _operator_metrics(operator) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("longctx_operator_")}
+
+
+def test_operator_metrics_count_reconciles_restarts_and_phases(operator, kubectl, wait_until):
+    before = _operator_metrics(operator)
+    kubectl.apply(h.job_manifest("counted", pod_annotations={"longctx.io/fail": "true"}))
+    h.wait_phase(kubectl, wait_until, "counted", "Failed")
+    after = _operator_metrics(operator)
+    assert after["longctx_operator_gang_restarts_total"] - before.get("longctx_operator_gang_restarts_total", 0) == 1
+    assert after['longctx_operator_reconciles_total{result="ok"}'] > before.get('longctx_operator_reconciles_total{result="ok"}', 0)
+    assert after['longctx_operator_jobs{phase="Failed"}'] >= 1
+    assert after["longctx_operator_admission_wait_seconds_count"] >= before.get("longctx_operator_admission_wait_seconds_count", 0) + 2
+    assert after["longctx_operator_reconcile_duration_seconds_count"] > 0
+    assert after['longctx_operator_api_requests_total{verb="post"}'] > before.get('longctx_operator_api_requests_total{verb="post"}', 0)

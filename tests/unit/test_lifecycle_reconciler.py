@@ -1,0 +1,62 @@
+"""The reconciler's own pieces: work-queue semantics, status patches, pod annotations."""
+
+import asyncio
+
+from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
+from longctx_operator.cache import Cache
+from longctx_operator.reconciler import WorkQueue, status_patch, with_pod_annotations
+
+
+def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once():
+    async def scenario():
+        q = WorkQueue()
+        q.add("a"), q.add("a"), q.add("b")
+        first = await q.get()
+        q.add("a")  # re-added while processing: queued again only when done
+        second = await q.get()
+        assert (first, second) == ("a", "b")
+        assert q._queue.empty()
+        q.done("a")
+        assert await asyncio.wait_for(q.get(), 1) == "a"
+        q.add_after("c", 0.05)
+        q.add_after("c", 10)  # a later deadline does not replace an earlier one
+        assert await asyncio.wait_for(q.get(), 1) == "c"
+
+    asyncio.run(scenario())
+
+
+def test_status_patch_removes_cleared_fields_and_leaves_progress_alone():
+    old = {"phase": "Running", "currentWorkload": "j-g1", "restarts": 0, "progress": {"step": 3}}
+    new = LongContextJobStatus(phase="Restarting", restarts=1, progress=ProgressStatus(step=1))
+    patch = status_patch(old, new)
+    assert patch["phase"] == "Restarting" and patch["restarts"] == 1
+    assert patch["currentWorkload"] is None
+    assert "progress" not in patch
+
+
+def test_pod_annotations_are_copied_to_the_job_template_only():
+    objects = [{"kind": "Service", "metadata": {}},
+               {"kind": "Job", "spec": {"template": {"metadata": {"annotations": {"keep": "1"}}}}}]
+    with_pod_annotations(objects, {"longctx.io/pod-annotations": '{"longctx.io/fail": "true"}'})
+    assert objects[1]["spec"]["template"]["metadata"]["annotations"] == {"keep": "1", "longctx.io/fail": "true"}
+    assert objects[0] == {"kind": "Service", "metadata": {}}
+
+
+def test_cache_keeps_the_newest_copy_of_a_job():
+    cache = Cache()
+    newer = {"metadata": {"namespace": "n", "name": "j", "resourceVersion": "20"}, "status": {"phase": "Running"}}
+    older = {"metadata": {"namespace": "n", "name": "j", "resourceVersion": "19"}, "status": {"phase": "Admitted"}}
+    cache.put_job(newer, deleted=False)
+    cache.put_job(older, deleted=False)
+    assert cache.jobs_of[("n", "j")]["status"]["phase"] == "Running"
+    cache.put_job(older, deleted=True)
+    assert ("n", "j") not in cache.jobs_of
+
+
+def test_cache_finds_the_pods_of_one_generation():
+    cache = Cache()
+    for gen, name in ((1, "a"), (2, "b")):
+        owner = cache.put_pod({"metadata": {"namespace": "n", "name": name, "labels": {
+            "longctx.io/job-name": "j", "longctx.io/generation": str(gen)}}, "spec": {}, "status": {}}, deleted=False)
+        assert owner == ("n", "j")
+    assert [p["metadata"]["name"] for p in cache.generation_pods(("n", "j"), 2)] == ["b"]
