@@ -1,0 +1,109 @@
+"""The operator -> trainer contract, both ways.
+
+Operator side: every field of the trainer's config schema is either set from the spec (and a change
+of that spec field shows up in the rendered config) or declared trainer-only below; adding a field
+to TrainerConfig fails this test until the renderer maps it or it is declared here.
+Trainer side: the rendered ConfigMap parses with the trainer's own loader. (tests/integration/
+test_local_run.py runs real trainer processes on a rendered config.)
+"""
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from longctx_operator.api import parse_job
+from longctx_operator.render import ResolvedLayout, render_workload
+from longctx_trainer.config import TrainerConfig, load_config
+from support.manifests import apply_case
+
+TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.schedule", "optimizer.beta1",
+                "optimizer.beta2", "data.seed", "checkpoint.keep"}
+BASE = {
+    "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "c"},
+    "spec": {"model": {"preset": "tiny"}, "sequenceLength": 1024,
+             "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 2},
+             "resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "cpu"}},
+}
+LAYOUT = ResolvedLayout(1, 2, 2, 1)
+# (spec change, layout, config path, expected value)
+MAPPING = [
+    ({"metadata.name": "other"}, LAYOUT, "job_name", "other"),
+    ({"metadata.name": "other"}, LAYOUT, "metrics.job", "other"),
+    ({"spec.model": {"layers": 3, "hidden": 64, "heads": 4, "kvHeads": 2, "ffn": 96, "vocab": 300,
+                     "tieEmbeddings": True, "ropeTheta": 1000.0}}, LAYOUT, "model",
+     {"preset": None, "layers": 3, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 96,
+      "vocab": 300, "tie_embeddings": True, "rope_theta": 1000.0}),
+    ({"spec.sequenceLength": 2048}, LAYOUT, "sequence_length", 2048),
+    ({"spec.globalBatchTokens": 4096}, LAYOUT, "global_batch_tokens", 4096),
+    ({"spec.steps": 7}, LAYOUT, "steps", 7),
+    ({"spec.precision": "fp32"}, LAYOUT, "precision", "fp32"),
+    ({"spec.globalBatchTokens": 2048}, ResolvedLayout(2, 1, 2, 1), "parallelism.data", 2),
+    ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.context", 4),
+    ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.tensor", 1),
+    ({"spec.parallelism.attention": "allGather"}, LAYOUT, "parallelism.attention", "all_gather"),
+    ({"spec.parallelism.loadBalance": "striped"}, LAYOUT, "parallelism.load_balance", "striped"),
+    ({}, ResolvedLayout(1, 2, 2, 1, offload=True), "offload.enabled", True),
+    ({}, ResolvedLayout(1, 2, 2, 1, True, 256), "offload.chunk_tokens", 256),
+    ({"spec.optimizer.learningRate": 0.01}, LAYOUT, "optimizer.learning_rate", 0.01),
+    ({"spec.optimizer.warmupSteps": 3}, LAYOUT, "optimizer.warmup_steps", 3),
+    ({"spec.optimizer.weightDecay": 0.0}, LAYOUT, "optimizer.weight_decay", 0.0),
+    ({"spec.optimizer.gradClip": 0.5}, LAYOUT, "optimizer.grad_clip", 0.5),
+    ({"spec.data": {"kind": "text", "path": "/data/x.txt"}}, LAYOUT, "data.kind", "text"),
+    ({"spec.data": {"kind": "text", "path": "/data/x.txt"}}, LAYOUT, "data.path", "/data/x.txt"),
+    ({"spec.checkpoint.path": "/ckpt"}, LAYOUT, "checkpoint.path", "/ckpt"),
+    ({"spec.checkpoint.intervalSteps": 9}, LAYOUT, "checkpoint.interval_steps", 9),
+    ({"spec.metrics.port": 9500}, LAYOUT, "metrics.port", 9500),
+]
+# communication needs a GPU job; it is covered by its own test below.
+COMMUNICATION = "communication"
+
+
+def rendered_config(changes: dict, layout: ResolvedLayout) -> dict:
+    job = parse_job(apply_case(BASE, {"set": changes}))
+    config_map = render_workload(job, layout)[1]
+    return yaml.safe_load(config_map["data"]["trainer.yaml"])
+
+
+def _get(config: dict, dotted: str):
+    for name in dotted.split("."):
+        config = config[name]
+    return config
+
+
+def _leaves(model: type[BaseModel], prefix: str = "") -> set[str]:
+    out = set()
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and name != "model":
+            out |= _leaves(kind, f"{prefix}{name}.")
+        else:
+            out.add(prefix + name)
+    return out
+
+
+@pytest.mark.parametrize("changes,layout,path,expected", MAPPING,
+                         ids=[m[2] for m in MAPPING])
+def test_spec_field_reaches_the_trainer_config(changes, layout, path, expected):
+    assert _get(rendered_config(changes, layout), path) == expected
+
+
+def test_every_trainer_config_field_is_mapped_or_trainer_only():
+    mapped = {m[2] for m in MAPPING} | {COMMUNICATION}
+    assert mapped | TRAINER_ONLY == _leaves(TrainerConfig)
+    assert not mapped & TRAINER_ONLY
+
+
+def test_communication_reaches_the_trainer_config():
+    job = parse_job(apply_case(BASE, {"set": {
+        "spec.resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "h100-80gb"},
+        "spec.communication.collectivePermute": "nvshmem"}}))
+    config_map = render_workload(job, ResolvedLayout(1, 2, 2, 4))[1]
+    assert yaml.safe_load(config_map["data"]["trainer.yaml"])["communication"] == "nvshmem"
+
+
+def test_trainer_loads_the_rendered_config_file(tmp_path):
+    path = tmp_path / "trainer.yaml"
+    path.write_text(yaml.safe_dump(rendered_config({}, LAYOUT)))
+    config = load_config(path)
+    assert (config.parallelism.context, config.parallelism.tensor) == (2, 2)
+    assert config.model.dims().param_count() > 0
