@@ -76,9 +76,6 @@ def _plan_request_from_flags(args):
         raise UsageError(f"--model: unknown preset {args.model!r}; known: {', '.join(PRESETS)}")
     if args.gpus % args.gpus_per_node:
         raise UsageError(f"--gpus {args.gpus} is not a multiple of --gpus-per-node {args.gpus_per_node}")
-    manual = [args.data, args.context, args.tensor]
-    if any(v is not None for v in manual) and None in manual:
-        raise UsageError("--data, --context and --tensor pin a manual layout: give all three or none")
     return PlanRequest(
         model=PRESETS[args.model], sequence_length=args.sequence_length,
         global_batch_tokens=args.global_batch_tokens or args.sequence_length,
@@ -178,9 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fabric", default="infiniband")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--attention", default="ring", choices=["ring", "allGather"])
-    p.add_argument("--data", type=int)
-    p.add_argument("--context", type=int)
-    p.add_argument("--tensor", type=int)
+    p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")
+    p.add_argument("--context", type=int, help="pin context parallelism")
+    p.add_argument("--tensor", type=int, help="pin tensor parallelism")
     p.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
                    help="force host offload on or off (default: only when needed)")
     p.add_argument("--chunk-tokens", type=int)
