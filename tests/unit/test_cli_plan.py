@@ -1,0 +1,47 @@
+"""`longctx plan` from flags and from a manifest: readable table, JSON, one-line errors."""
+
+import json
+
+import pytest
+
+from longctx_operator.cli import main
+from support.manifests import ROOT
+
+FLAGS = ["plan", "--model", "llama3-8b", "--sequence-length", "262144", "--gpus", "32",
+         "--gpus-per-node", "8", "--gpu", "h100-80gb"]
+
+
+def test_plan_table_shows_layout_memory_throughput_and_rejections(capsys):
+    assert main(FLAGS) == 0
+    out = capsys.readouterr().out
+    assert "Chosen layout: data=" in out
+    for component in ("params", "master weights", "Adam moments", "gradients", "activations",
+                      "total"):
+        assert component in out
+    assert "tokens/s" in out and "MFU" in out
+    assert "Rejected layouts:" in out and "exceeds 8 GPUs per node" in out
+
+
+def test_plan_json_agrees_with_the_table(capsys):
+    assert main(FLAGS + ["--output", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    layout = plan["layout"]
+    assert layout["data"] * layout["context"] * layout["tensor"] == 32
+    assert main(FLAGS) == 0
+    assert f"context={layout['context']} tensor={layout['tensor']}" in capsys.readouterr().out
+
+
+def test_plan_from_a_manifest(capsys):
+    assert main(["plan", str(ROOT / "examples" / "gcp-a3-mega.yaml")]) == 0
+    assert "data=1 context=32 tensor=4" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--tensor", "16"], "spec.parallelism.tensor"),
+    (["--gpus", "12"], "--gpus"),
+    (["--model", "gpt-5"], "--model"),
+])
+def test_plan_errors_are_one_line(capsys, extra, needle):
+    assert main(FLAGS + extra) == 1
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
