@@ -286,3 +286,18 @@ def test_notes_explain_scope_and_monitoring(helm, tmp_path):
     assert "namespace(s) ml-a, ml-b" in custom and "cannot read nodes" in custom
     assert "PodMonitor longctx-trainers" in custom and "LongctxJobStalled" in custom
     assert "registry.example.com/ml/longctx-trainer:0.1.0-cuda13" in custom
+
+
+def test_operator_cli_accepts_the_chart_arguments(default_objects, custom_objects):
+    from longctx_operator.cli import build_parser
+
+    def parse(objects):
+        container = operator_container(objects)
+        return build_parser().parse_args(container["command"][1:] + container["args"])
+
+    default = parse(default_objects)
+    assert default.command == "operator" and default.all_namespaces and not default.namespaces
+    assert default.liveness == "http://0.0.0.0:8080/healthz" and default.metrics_port == 8000
+    custom = parse(custom_objects)
+    assert custom.namespaces == ["ml-a", "ml-b"] and not custom.all_namespaces
+    assert custom.liveness == "http://0.0.0.0:18080/healthz" and custom.metrics_port == 18000
