@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "longctx"
 MONITORING = "monitoring.coreos.com/v1"
 KUBERNETES_VERSION = "1.36.0"
+# The Prometheus Operator release whose CRD schemas the monitors are checked against.
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
 NON_DEFAULT_VALUES = {
     "image": {"repository": "registry.example.com/ml/longctx-operator", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
     "rbac": {"scope": "namespace"},
@@ -301,3 +304,45 @@ def test_operator_cli_accepts_the_chart_arguments(default_objects, custom_object
     custom = parse(custom_objects)
     assert custom.namespaces == ["ml-a", "ml-b"] and not custom.all_namespaces
     assert custom.liveness == "http://0.0.0.0:18080/healthz" and custom.metrics_port == 18000
+
+
+@pytest.fixture(scope="module")
+def monitoring_schemas(tmp_path_factory) -> dict[str, dict]:
+    """openAPIV3Schema of each monitoring.coreos.com/v1 kind, from the Prometheus Operator's Go
+    module (its example/prometheus-operator-crd), fetched through the Go module proxy once."""
+    env = {**os.environ, "GOSUMDB": "off", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+    download = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True,
+                              capture_output=True, text=True, env=env, cwd=tmp_path_factory.mktemp("go"))
+    folder = Path(json.loads(download.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    schemas = {}
+    for plural in ("servicemonitors", "podmonitors", "prometheusrules"):
+        crd = yaml.safe_load((folder / f"monitoring.coreos.com_{plural}.yaml").read_text())
+        [v1] = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
+        schemas[crd["spec"]["names"]["kind"]] = v1["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+def unknown_fields(value, schema: dict, path: str = "") -> list[str]:
+    """Fields the API server would silently prune: keys a structural schema does not declare."""
+    if isinstance(value, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        return [problem for key, item in value.items()
+                for problem in ([f"{path}.{key}"] if key not in schema["properties"]
+                                else unknown_fields(item, schema["properties"][key], f"{path}.{key}"))]
+    if isinstance(value, list) and "items" in schema:
+        return [problem for index, item in enumerate(value)
+                for problem in unknown_fields(item, schema["items"], f"{path}[{index}]")]
+    return []
+
+
+def test_monitors_and_rules_match_the_prometheus_operator_crds(custom_objects, monitoring_schemas):
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        obj = one(custom_objects, kind)
+        # No metaschema check: the CRDs carry Go regexes such as ^(?i)... that Python rejects.
+        jsonschema.Draft7Validator(monitoring_schemas[kind]).validate(obj)
+        assert not unknown_fields(obj, monitoring_schemas[kind]), kind
+
+
+def test_unknown_field_check_catches_a_misplaced_field(custom_objects, monitoring_schemas):
+    monitor = json.loads(json.dumps(one(custom_objects, "ServiceMonitor")))
+    monitor["spec"]["honorLabels"] = True  # belongs to an endpoint, not to the spec
+    assert unknown_fields(monitor, monitoring_schemas["ServiceMonitor"]) == [".spec.honorLabels"]
