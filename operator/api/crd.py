@@ -40,6 +40,12 @@ PRINTER_COLUMNS = [
 _DROPPED_KEYS = {"title", "additionalProperties", "$defs"}
 
 
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def _structural(node: dict, defs: dict, scope: str | None) -> dict:
     """Convert one pydantic JSON-schema node; scope is the dotted path for CEL rules (or None)."""
     node = dict(node)
@@ -58,9 +64,9 @@ def _structural(node: dict, defs: dict, scope: str | None) -> dict:
             return _structural(node, defs, scope)
     out: dict[str, Any] = {}
     if node.get("default", None) is not None:
-        # An object's default is {}: the API server then fills in its properties' own defaults,
-        # which are the same values pydantic would use.
-        out["default"] = {} if "properties" in node else node["default"]
+        # An object's default is pydantic's default without its nulls: the API server checks
+        # defaults against the CEL rules too, so an empty {} would fail rules reading its fields.
+        out["default"] = _without_nulls(node["default"]) if "properties" in node else node["default"]
     if "description" in node:
         out["description"] = " ".join(node["description"].split())
     if "const" in node:
