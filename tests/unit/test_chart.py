@@ -27,6 +27,7 @@ NON_DEFAULT_VALUES = {
     "defaults": {
         "trainerImage": {"repository": "registry.example.com/ml/longctx-trainer", "tag": "0.1.0-cuda13"},
         "admission": "kueue",
+        "tcpxoDaemonImage": "registry.example.com/gcp/tcpgpudmarxd:v1.0.99",
         "network": {"fabric": "infiniband", "hcas": ["mlx5_0:1", "mlx5_1:1"], "networks": ["ib-net"]},
     },
     "operator": {"healthPort": 18080, "metricsPort": 18000},
@@ -154,6 +155,24 @@ def test_operator_config_carries_trainer_image_and_fabric_defaults(default_objec
     assert {port["containerPort"] for port in container["ports"]} == {18080, 18000}
     env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["LONGCTX_OPERATOR_CONFIG"] == "/etc/longctx/operator.yaml"
+
+
+@pytest.mark.parametrize("fixture", ["default_objects", "custom_objects"])
+def test_operator_settings_read_the_rendered_config(request, tmp_path, fixture):
+    from longctx_operator.render.settings import OperatorSettings
+
+    objects = request.getfixturevalue(fixture)
+    [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
+    path = tmp_path / "operator.yaml"
+    path.write_text(configmap["data"]["operator.yaml"])
+    settings = OperatorSettings.from_env({"LONGCTX_OPERATOR_CONFIG": str(path)})
+    rendered = yaml.safe_load(path.read_text())
+    assert settings.trainer_image == rendered["trainerImage"]
+    assert settings.trainer_image_pull_policy == rendered["trainerImagePullPolicy"]
+    if fixture == "custom_objects":
+        assert settings.tcpxo_daemon_image == "registry.example.com/gcp/tcpgpudmarxd:v1.0.99"
+    else:
+        assert "tcpxoDaemonImage" not in rendered  # the operator keeps its built-in default
 
 
 def test_cluster_scope_grants_the_rule_file_and_nothing_more(default_objects):
