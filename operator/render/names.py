@@ -10,6 +10,12 @@ RANK_LABEL = "longctx.io/rank"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
+def metrics_port_name(local_process: int) -> str:
+    """Container port name of local process `local_process`'s exporter (metrics.port + local_process):
+    "metrics", "metrics-1", ...; the chart's PodMonitor keeps ports matching metrics(-[0-9]+)?."""
+    return "metrics" if local_process == 0 else f"metrics-{local_process}"
+
+
 def service_name(job: str) -> str:
     """The headless Service: stable across generations, so rank DNS names only change with the Job."""
     return job

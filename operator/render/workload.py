@@ -95,6 +95,12 @@ def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile) -> tuple
     return volumes + list(fabric.volumes), mounts + list(fabric.trainer_mounts)
 
 
+def _metrics_ports(first_port: int, processes_per_pod: int) -> list[dict]:
+    """One named container port per trainer process of a pod (process i listens on first_port + i)."""
+    return [{"name": names.metrics_port_name(local), "containerPort": first_port + local}
+            for local in range(processes_per_pod)]
+
+
 def render_workload(job: LongContextJob, layout: ResolvedLayout, generation: int = 1,
                     settings: OperatorSettings | None = None) -> list[dict]:
     """Service, ConfigMap and Indexed Job of `generation` for a validated job and its layout."""
@@ -125,7 +131,8 @@ def render_workload(job: LongContextJob, layout: ResolvedLayout, generation: int
         image=spec.image or settings.trainer_image, image_pull_policy=settings.trainer_image_pull_policy,
         config_path=f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}",
         env=worker_env(name, spec, layout, generation, fabric), resources=_resources(spec, fabric),
-        capabilities=list(fabric.capabilities), volume_mounts=mounts, volumes=volumes, **common)
+        capabilities=list(fabric.capabilities), volume_mounts=mounts, volumes=volumes,
+        metrics_ports=_metrics_ports(spec.metrics.port, layout.processes_per_node), **common)
     return [service, config, workload_job]
 
 

@@ -3,6 +3,7 @@ files it embeds (CRD, dashboard, alert rules, RBAC rules) kept identical to thei
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -220,7 +221,11 @@ def test_monitors_select_the_operator_and_the_trainer_pods(custom_objects):
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
     pods = one(custom_objects, "PodMonitor")["spec"]
     assert pods["selector"]["matchExpressions"] == [{"key": "longctx.io/job-name", "operator": "Exists"}]
-    assert pods["podMetricsEndpoints"][0]["port"] == "metrics"
+    [endpoint] = pods["podMetricsEndpoints"]
+    assert "port" not in endpoint  # every declared port is a candidate; the relabeling keeps metrics ports
+    [keep] = endpoint["relabelings"]
+    assert keep == {"sourceLabels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics(-[0-9]+)?",
+                    "action": "keep"}
     assert pods["namespaceSelector"] == {"matchNames": ["ml-a", "ml-b"]}
 
 
@@ -233,7 +238,10 @@ def test_pod_monitor_selects_the_trainer_pods_longctx_renders(custom_objects, ex
     for expression in selector["matchExpressions"]:
         assert expression["operator"] == "Exists" and expression["key"] in template["metadata"]["labels"]
     [trainer] = [c for c in template["spec"]["containers"] if c["name"] == "trainer"]
-    assert "metrics" in {port["name"] for port in trainer["ports"]}
+    [keep] = one(custom_objects, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    kept = {port["name"] for port in trainer["ports"] if re.fullmatch(keep["regex"], port["name"])}
+    processes = int(next(e["value"] for e in trainer["env"] if e["name"] == "LONGCTX_PROCESSES_PER_POD"))
+    assert len(kept) == processes and "metrics" in kept and "coordinator" not in kept
 
 
 def test_chart_embeds_the_dashboard_and_the_alert_rules(custom_objects):

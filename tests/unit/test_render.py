@@ -94,6 +94,13 @@ def test_gpu_pod_requests_selectors_tolerations_and_shm():
     assert ports == {"metrics": 9400, "coordinator": 8476}
 
 
+def test_one_named_metrics_port_per_process_of_a_pod():
+    _, _, workload = render({"spec.metrics.port": 9500}, ResolvedLayout(1, 8, 4, processes_per_node=8))
+    ports = {p["name"]: p["containerPort"] for p in trainer(workload)["ports"]}
+    assert ports == {"coordinator": 8476, "metrics": 9500, **{f"metrics-{i}": 9500 + i for i in range(1, 8)}}
+    assert all(len(name) <= 15 for name in ports)  # IANA_SVC_NAME limit of container port names
+
+
 def test_tcp_profile():
     _, _, workload = render()
     e = env(workload)
