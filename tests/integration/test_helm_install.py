@@ -1,0 +1,171 @@
+"""`helm install --wait` of charts/longctx on the local control plane, in cluster and namespace
+scope: the CRD is established, the operator Deployment becomes available (KWOK plays the kubelet),
+the operator's service account may do exactly what the operator does (`kubectl auth can-i --as`),
+and `helm uninstall` removes what the release created."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "longctx"
+RULES = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
+# The simulated nodes are GPU nodes with the nvidia.com/gpu taint; the operator pod tolerates it here.
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+
+# Every Kubernetes API call of the operator, as (verb, resource, subresource), with where it is made.
+# The chart's rules must grant these and nothing else.
+OPERATOR_CALLS_NAMESPACED = {
+    ("list", "longcontextjobs.longctx.io", ""), ("watch", "longcontextjobs.longctx.io", ""),  # handlers: kopf.on.event
+    ("patch", "longcontextjobs.longctx.io", "status"),  # kube.patch_status
+    ("update", "longcontextjobs.longctx.io", "finalizers"),  # blockOwnerDeletion owner references (kube.owner_reference)
+    ("create", "jobs.batch", ""), ("delete", "jobs.batch", ""),  # kube.create_workload, kube.delete_job
+    ("list", "jobs.batch", ""), ("watch", "jobs.batch", ""),  # handlers: workload_event
+    ("create", "services", ""),  # kube.create_workload (create-or-get)
+    ("create", "configmaps", ""), ("patch", "configmaps", ""),  # kube.create_workload (create-or-update)
+    ("list", "pods", ""), ("watch", "pods", ""),  # handlers: pod_event
+    ("create", "events", ""),  # kube.post_event
+}
+OPERATOR_CALLS_CLUSTER = {("list", "nodes", ""), ("watch", "nodes", "")}  # handlers: node_event
+
+
+def granted(rules: list[dict]) -> set[tuple[str, str, str]]:
+    """(verb, resource.group, subresource) triples a list of RBAC rules grants."""
+    triples = set()
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                name, _, sub = resource.partition("/")
+                triples |= {(verb, f"{name}.{group}" if group else name, sub) for verb in rule["verbs"]}
+    return triples
+
+
+def test_rule_file_grants_exactly_the_operators_calls():
+    assert granted(RULES["namespaced"]) == OPERATOR_CALLS_NAMESPACED
+    assert granted(RULES["clusterScoped"]) == OPERATOR_CALLS_CLUSTER
+
+
+class Helm:
+    def __init__(self, kubectl):
+        self.env = kubectl.env
+
+    def __call__(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+        result = subprocess.run(["helm", *args], capture_output=True, text=True, env=self.env, timeout=timeout)
+        assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}{result.stdout}"
+        return result
+
+
+class Access:
+    """`kubectl auth can-i` as the operator's service account."""
+
+    def __init__(self, admin_kubectl, namespace: str, service_account: str):
+        self.admin, self.user = admin_kubectl, f"system:serviceaccount:{namespace}:{service_account}"
+
+    def can(self, verb: str, resource: str, subresource: str = "", namespace: str | None = None) -> bool:
+        args = ["auth", "can-i", verb, resource, f"--as={self.user}"]
+        args += [f"--subresource={subresource}"] if subresource else []
+        args += ["--namespace", namespace] if namespace else []
+        result = self.admin.run(*args, check=False)
+        assert result.stdout.strip() in ("yes", "no"), result.stderr
+        return result.stdout.strip() == "yes"
+
+    def mismatches(self, expected: set[tuple[str, str, str]], resources: set[tuple[str, str]],
+                   namespace: str | None) -> list[str]:
+        """Every verb on every (resource, subresource) whose answer differs from `expected`."""
+        wrong = []
+        for resource, sub in sorted(resources):
+            for verb in VERBS:
+                allowed = self.can(verb, resource, sub, namespace)
+                if allowed != ((verb, resource, sub) in expected):
+                    wrong.append(f"{verb} {resource}{'/' + sub if sub else ''} in {namespace or 'cluster scope'}: "
+                                 f"{'allowed' if allowed else 'denied'}")
+        return wrong
+
+
+NAMESPACED_RESOURCES = {(resource, sub) for _, resource, sub in OPERATOR_CALLS_NAMESPACED} | {("secrets", "")}
+CLUSTER_RESOURCES = {("nodes", ""), ("namespaces", ""), ("customresourcedefinitions.apiextensions.k8s.io", "")}
+
+
+@pytest.fixture
+def release(namespace: str) -> str:
+    return f"longctx-{namespace[-6:]}"
+
+
+@pytest.fixture
+def other_namespace(admin_kubectl):
+    name = f"longctx-watched-{uuid.uuid4().hex[:6]}"
+    admin_kubectl.run("create", "namespace", name)
+    yield name
+    admin_kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+def install(helm: Helm, release: str, namespace: str, tmp_path: Path, values: dict) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump({"tolerations": [GPU_TOLERATION], **values}))
+    helm("install", release, str(CHART), "--namespace", namespace, "--values", str(path), "--wait",
+         "--timeout", "180s")
+
+
+def check_running_operator(kubectl, admin_kubectl, release: str) -> None:
+    admin_kubectl.run("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+    deployment = kubectl.json("get", "deployment", release)
+    conditions = {c["type"]: c["status"] for c in deployment["status"]["conditions"]}
+    assert conditions.get("Available") == "True" and deployment["status"].get("readyReplicas") == 1, deployment["status"]
+    [pod] = kubectl.pods(f"app.kubernetes.io/instance={release}")
+    assert pod["status"]["phase"] == "Running"
+    assert pod["spec"]["serviceAccountName"] == release
+
+
+def check_uninstall(helm: Helm, kubectl, admin_kubectl, release: str, namespaces: list[str]) -> None:
+    helm("uninstall", release, "--namespace", kubectl.namespace, "--wait", "--timeout", "120s")
+    selector = f"app.kubernetes.io/instance={release}"
+    for ns in namespaces:
+        left = admin_kubectl.json("get", "deployments,services,configmaps,serviceaccounts,roles,rolebindings",
+                                  "-l", selector, "--namespace", ns)["items"]
+        assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
+    left = admin_kubectl.json("get", "clusterroles,clusterrolebindings", "-l", selector)["items"]
+    assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
+    # Helm never deletes CRDs from crds/ (that would delete every LongContextJob): it stays.
+    admin_kubectl.run("get", "crd", "longcontextjobs.longctx.io")
+
+
+def test_cluster_scope_install_grants_the_operator_exactly_its_calls(kubectl, admin_kubectl, namespace, release,
+                                                                      tmp_path):
+    helm = Helm(kubectl)
+    install(helm, release, namespace, tmp_path, {})
+    check_running_operator(kubectl, admin_kubectl, release)
+    access = Access(admin_kubectl, namespace, release)
+    elsewhere = f"any-{uuid.uuid4().hex[:6]}"  # cluster scope: every namespace, existing or not
+    wrong = access.mismatches(OPERATOR_CALLS_NAMESPACED, NAMESPACED_RESOURCES, namespace)
+    wrong += access.mismatches(OPERATOR_CALLS_NAMESPACED, NAMESPACED_RESOURCES, elsewhere)
+    wrong += access.mismatches(OPERATOR_CALLS_CLUSTER, CLUSTER_RESOURCES, None)
+    assert not wrong, "\n".join(wrong)
+    check_uninstall(helm, kubectl, admin_kubectl, release, [namespace])
+    assert not access.can("list", "nodes") and not access.can("watch", "pods", namespace=elsewhere)
+
+
+def test_namespace_scope_install_grants_only_the_watched_namespace(kubectl, admin_kubectl, namespace, release,
+                                                                    other_namespace, tmp_path):
+    helm = Helm(kubectl)
+    install(helm, release, namespace, tmp_path,
+            {"rbac": {"scope": "namespace"}, "watchNamespaces": [other_namespace], "defaults": {"admission": "kueue"}})
+    check_running_operator(kubectl, admin_kubectl, release)
+    args = next(c for c in kubectl.json("get", "deployment", release)["spec"]["template"]["spec"]["containers"])["args"]
+    assert f"--namespace={other_namespace}" in args and "--all-namespaces" not in args
+    access = Access(admin_kubectl, namespace, release)
+    wrong = access.mismatches(OPERATOR_CALLS_NAMESPACED, NAMESPACED_RESOURCES, other_namespace)
+    # Not watched: neither the release's own namespace nor any other one.
+    wrong += access.mismatches(set(), NAMESPACED_RESOURCES, namespace)
+    wrong += access.mismatches(set(), NAMESPACED_RESOURCES, f"any-{uuid.uuid4().hex[:6]}")
+    wrong += access.mismatches(set(), CLUSTER_RESOURCES, None)
+    assert not wrong, "\n".join(wrong)
+    check_uninstall(helm, kubectl, admin_kubectl, release, [namespace, other_namespace])
+    assert not access.can("watch", "longcontextjobs.longctx.io", namespace=other_namespace)
