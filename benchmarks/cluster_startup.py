@@ -1,0 +1,95 @@
+"""Start-up costs of the local control plane (hack/cluster): cold build, warm start, time for N
+simulated GPU nodes to become Ready, and the control plane's memory before and after.
+
+    python benchmarks/cluster_startup.py [--nodes 1000] [--cold-build]
+
+Without --cold-build the cold build time is the one the cache recorded when it was built
+(build-seconds per component); with it, everything is rebuilt into empty temporary build and
+binary caches (the Go module download cache is kept, so network time is not counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "hack" / "cluster"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def versions() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (SCRIPTS / "versions.env").read_text().splitlines() if "=" in line and not line.startswith("#"))
+    return {key.removesuffix("_VERSION").lower(): value.strip() for key, value in pairs}
+
+
+def recorded_build_seconds(cache: Path) -> dict[str, int]:
+    return {name: int((cache / f"{name}-{version}" / "build-seconds").read_text()) for name, version in versions().items()}
+
+
+def cold_build_seconds() -> dict[str, int]:
+    with tempfile.TemporaryDirectory(prefix="longctx-cold-build-") as scratch:
+        env = os.environ | {"LONGCTX_CACHE": f"{scratch}/longctx", "GOCACHE": f"{scratch}/go-build"}
+        subprocess.run([str(SCRIPTS / "build")], env=env, check=True)
+        return recorded_build_seconds(Path(scratch) / "longctx")
+
+
+def rss_mib(state: Path) -> dict[str, float]:
+    """Resident memory of each control-plane process, from the pids hack/cluster/up recorded."""
+    usage = {}
+    for name in COMPONENTS:
+        pid = (state / "pids" / f"{name}.pid").read_text().strip()
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                usage[name] = int(line.split()[1]) / 1024
+    return usage
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.monotonic()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes to add to the default 4")
+    parser.add_argument("--cold-build", action="store_true", help="rebuild everything into empty caches")
+    args = parser.parse_args()
+
+    subprocess.run([str(SCRIPTS / "build")], check=True)  # the warm start below must not include a build
+    build = cold_build_seconds() if args.cold_build else recorded_build_seconds(
+        Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx")))
+
+    with tempfile.TemporaryDirectory(prefix="longctx-bench-cluster-") as state_dir:
+        state = Path(state_dir)
+        env = os.environ | {"LONGCTX_CLUSTER_DIR": state_dir}
+        try:
+            warm_start = timed([str(SCRIPTS / "up"), "--nodes", "4"], env)
+            idle_rss = rss_mib(state)
+            nodes_ready = timed([str(SCRIPTS / "add-nodes"), str(state / "kubeconfig"), str(args.nodes), "4"], env)
+            time.sleep(5)  # let the controllers settle on the new nodes before reading memory
+            loaded_rss = rss_mib(state)
+        finally:
+            subprocess.run([str(SCRIPTS / "down")], env=env, check=False)
+
+    rows = [(f"cold build: {name}", f"{seconds} s") for name, seconds in build.items()]
+    rows.append(("cold build: total" + (" (rebuilt now)" if args.cold_build else " (recorded in cache)"), f"{sum(build.values())} s"))
+    rows.append(("warm start (control plane + 4 nodes Ready)", f"{warm_start:.1f} s"))
+    rows.append((f"{args.nodes} more simulated nodes Ready", f"{nodes_ready:.1f} s"))
+    for name in COMPONENTS:
+        rows.append((f"RSS {name} (idle / {args.nodes} nodes)", f"{idle_rss[name]:.0f} / {loaded_rss[name]:.0f} MiB"))
+    rows.append((f"RSS control plane total (idle / {args.nodes} nodes)",
+                 f"{sum(idle_rss.values()):.0f} / {sum(loaded_rss.values()):.0f} MiB"))
+    width = max(len(label) for label, _ in rows)
+    print(f"{'measure'.ljust(width)}  value")
+    for label, value in rows:
+        print(f"{label.ljust(width)}  {value}")
+
+
+if __name__ == "__main__":
+    main()

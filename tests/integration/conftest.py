@@ -1,0 +1,219 @@
+"""Fixtures for tests against the real local control plane (hack/cluster, docs/cluster.md).
+
+`cluster` (session): reuses a live cluster named by $LONGCTX_KUBECONFIG or <repo>/.cluster/kubeconfig
+(started by `hack/cluster/up`, left running), otherwise starts a private one in a temporary folder
+with $LONGCTX_CLUSTER_NODES simulated GPU nodes (default 4) and stops it at the end of the session.
+`namespace` / `kubectl` (per test): a fresh namespace, deleted afterwards, and a kubectl bound to it.
+`wait_until`: polls a function until it returns something truthy (a fixture, since test modules
+cannot import this file under --import-mode=importlib).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_SCRIPTS = REPO / "hack" / "cluster"
+T = TypeVar("T")
+
+
+def component_versions() -> dict[str, str]:
+    """The component versions pinned in hack/cluster/versions.env, e.g. {"kubernetes": "v1.36.3"}."""
+    versions = {}
+    for line in (CLUSTER_SCRIPTS / "versions.env").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            versions[key.removesuffix("_VERSION").lower()] = value.strip()
+    return versions
+
+
+def cluster_bin_path() -> str:
+    """PATH entries holding the cached cluster binaries (kubectl, helm, kwok, etcd...)."""
+    cache = Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx"))
+    return os.pathsep.join(str(cache / f"{name}-{version}" / "bin") for name, version in component_versions().items())
+
+
+def poll_until(check: Callable[[], T], timeout: float = 60, interval: float = 0.5, what: str = "condition") -> T:
+    """Calls `check` until it returns a truthy value, which is returned; fails the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last value: {result!r})")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """Runs the cached kubectl against the test cluster, optionally bound to one namespace."""
+
+    kubeconfig: Path
+    namespace: str | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return os.environ | {"KUBECONFIG": str(self.kubeconfig), "PATH": cluster_bin_path() + os.pathsep + os.environ["PATH"]}
+
+    def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        cmd = ["kubectl", *(["--namespace", self.namespace] if self.namespace else []), *args]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, env=self.env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def apply(self, *manifests: dict, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """Applies manifests given as dicts (server-side checks apply: schema, admission)."""
+        docs = "\n---\n".join(yaml.safe_dump(m) for m in manifests)
+        return self.run("apply", "-f", "-", *extra, input=docs)
+
+    def pods(self, selector: str) -> list[dict]:
+        return self.json("get", "pods", "-l", selector)["items"]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    bin_path: str
+
+
+def _is_live(kubeconfig: Path) -> bool:
+    if not kubeconfig.is_file():
+        return False
+    probe = Kubectl(kubeconfig).run("get", "--raw", "/readyz", check=False, timeout=10)
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    for candidate in (os.environ.get("LONGCTX_KUBECONFIG"), REPO / ".cluster" / "kubeconfig"):
+        if candidate and _is_live(Path(candidate)):
+            yield Cluster(Path(candidate), cluster_bin_path())
+            return
+    state = Path(tempfile.mkdtemp(prefix="longctx-cluster-"))
+    env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}
+    nodes = os.environ.get("LONGCTX_CLUSTER_NODES", "4")
+    try:
+        subprocess.run([str(CLUSTER_SCRIPTS / "up"), "--nodes", nodes], env=env, check=True, stdout=subprocess.DEVNULL)
+        yield Cluster(state / "kubeconfig", cluster_bin_path())
+    finally:
+        subprocess.run([str(CLUSTER_SCRIPTS / "down")], env=env, check=False)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{name}-{uuid.uuid4().hex[:6]}"
+    admin = Kubectl(cluster.kubeconfig)
+    admin.run("create", "namespace", name)
+    # The service-account controller fills a new namespace a moment later; pods need it.
+    poll_until(lambda: admin.run("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
+               timeout=30, what=f"the default service account in {name}")
+    yield name
+    admin.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kubectl(cluster: Cluster, namespace: str) -> Kubectl:
+    return Kubectl(cluster.kubeconfig, namespace)
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., Any]:
+    return poll_until
+
+
+@pytest.fixture(scope="session")
+def admin_kubectl(cluster: Cluster) -> Kubectl:
+    """kubectl without a namespace, for cluster-scoped objects (nodes, CRDs)."""
+    return Kubectl(cluster.kubeconfig)
+
+
+class Workloads:
+    """Hand-written manifests shaped like the operator's: an Indexed Job (completions = parallelism =
+    workers) whose pods use a headless Service as subdomain, tolerate the nvidia.com/gpu taint and
+    select GPU nodes by their GPU Feature Discovery label."""
+
+    GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+
+    @staticmethod
+    def headless_service(name: str) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {"job-name": name},
+                "ports": [{"name": "coordinator", "port": 1234}],
+            },
+        }
+
+    @staticmethod
+    def gpu_indexed_job(name: str, workers: int, gpus_per_worker: int = 8, annotations: dict | None = None) -> dict:
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": workers,
+                "parallelism": workers,
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"annotations": annotations or {}},
+                    "spec": {
+                        "subdomain": name,
+                        "restartPolicy": "Never",
+                        "nodeSelector": {"nvidia.com/gpu.product": Workloads.GPU_PRODUCT},
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "image": "longctx/trainer:test",
+                                "resources": {"limits": {"nvidia.com/gpu": str(gpus_per_worker)}},
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+
+    @staticmethod
+    def is_running_and_ready(pod: dict) -> bool:
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        return pod["status"].get("phase") == "Running" and conditions.get("Ready") == "True"
+
+
+@pytest.fixture
+def workloads() -> type[Workloads]:
+    return Workloads
+
+
+@pytest.fixture(scope="session")
+def cluster_versions() -> dict[str, str]:
+    return component_versions()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
