@@ -41,8 +41,9 @@ def dump_gradients(fns: StepFunctions, config: TrainerConfig, path: Path) -> Non
     loss, grads = fns.loss_and_grads(state["params"], *Batches(config, fns.mesh).for_step(0))
     flat = {jax.tree_util.keystr(k): multihost_utils.process_allgather(g, tiled=True)
             for k, g in jax.tree.flatten_with_path(grads)[0]}
+    loss = np.asarray(loss)  # replicated: readable on every process
     if jax.process_index() == 0:
-        np.savez(path, loss=np.asarray(multihost_utils.process_allgather(loss)), **flat)
+        np.savez(path, loss=loss, **flat)
 
 
 def main(argv: list[str] | None = None) -> None:
