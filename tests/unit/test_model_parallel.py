@@ -9,6 +9,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from longctx_trainer import model
 from longctx_trainer.config import ModelConfig, ParallelConfig
@@ -18,10 +19,10 @@ DIMS = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
 SEQ, BATCH = 32, 2
 
 
-def _options(attention: str = "ring") -> model.ModelOptions:
-    return model.ModelOptions(compute_dtype=jnp.float32, remat=True, offload=False,
-                              chunk_tokens=None, attention=attention,
-                              load_balance="dual_chunk_swap")
+def _options(**changes) -> model.ModelOptions:
+    options = dict(compute_dtype=jnp.float32, remat=True, offload=False, chunk_tokens=None,
+                   attention="ring", load_balance="dual_chunk_swap")
+    return model.ModelOptions(**{**options, **changes})
 
 
 def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
@@ -34,17 +35,35 @@ def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
     return float(value), jax.tree.map(np.asarray, grads), params
 
 
-def test_sharded_model_matches_single_device():
-    """Data 2 x context 2 x tensor 2 (heads and ffn split, sequence split, batch split)."""
-    ref_loss, ref_grads, _ = _loss_and_grads(ParallelConfig(), _options())
-    loss, grads, params = _loss_and_grads(ParallelConfig(data=2, context=2, tensor=2), _options())
+@pytest.fixture(scope="module")
+def single_device():
+    return _loss_and_grads(ParallelConfig(), _options())
+
+
+def _assert_same(result, reference):
+    (loss, grads, _), (ref_loss, ref_grads, _) = result, reference
     np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
     flat_ref = dict(jax.tree.flatten_with_path(ref_grads)[0])
     for path, g in jax.tree.flatten_with_path(grads)[0]:
         np.testing.assert_allclose(g, flat_ref[path], rtol=2e-5, atol=1e-7,
                                    err_msg=jax.tree_util.keystr(path))
+
+
+def test_sharded_model_matches_single_device(single_device):
+    """Data 2 x context 2 x tensor 2 (heads and ffn split, sequence split, batch split)."""
+    result = _loss_and_grads(ParallelConfig(data=2, context=2, tensor=2), _options())
+    _assert_same(result, single_device)
+    params = result[2]
     assert params["layers"]["wq"].sharding.spec[2] == "tensor"  # heads really are split
     assert params["layers"]["w_up"].sharding.spec[2] == "tensor"  # and the ffn
+
+
+def test_chunked_offloaded_all_gather_model_matches_single_device(single_device):
+    """offload=True, FPDT chunks of 4 tokens, all-gather attention, context 4 (on CPU host
+    placement is the identity and remat is plain: the same code path with the same numerics)."""
+    options = _options(offload=True, chunk_tokens=4, attention="all_gather",
+                       load_balance="striped")
+    _assert_same(_loss_and_grads(ParallelConfig(context=4), options), single_device)
 
 
 def test_params_are_zero3_sharded_where_divisible():
