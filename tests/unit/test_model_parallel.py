@@ -77,3 +77,17 @@ def test_params_are_zero3_sharded_where_divisible():
     # hidden 6 does not divide over 4 (data x context) devices: that dim stays replicated.
     assert model.param_specs(odd, mesh)["layers"]["w_up"] == jax.sharding.PartitionSpec(
         None, None, "tensor")
+
+
+def test_bf16_compute_stays_close_to_fp32(single_device):
+    """bf16 compute (fp32 master weights, fp32 softmax/loss): loss within 1e-2 relative,
+    each gradient within 4e-2 relative error in norm."""
+    loss, grads, _ = _loss_and_grads(ParallelConfig(context=2, tensor=2),
+                                     _options(compute_dtype=jnp.bfloat16))
+    ref_loss, ref_grads, _ = single_device
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-2)
+    flat_ref = dict(jax.tree.flatten_with_path(ref_grads)[0])
+    for path, g in jax.tree.flatten_with_path(grads)[0]:
+        assert g.dtype == np.float32  # gradients of the fp32 master weights
+        error = np.linalg.norm(g - flat_ref[path]) / np.linalg.norm(flat_ref[path])
+        assert error < 4e-2, (jax.tree_util.keystr(path), error)
