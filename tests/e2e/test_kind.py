@@ -1,0 +1,51 @@
+"""End to end on kind: the chart's operator (its image, built and loaded by hack/e2e-kind) runs the
+quickstart LongContextJob as real CPU trainer pods until it Succeeds, and reports live progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart.yaml"
+TIMEOUT_SECONDS = 1200
+
+
+def kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> str:
+    path = subprocess.run([str(REPO / "hack" / "cluster" / "path")], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    env = os.environ | {"KUBECONFIG": str(kubeconfig), "PATH": f"{path}:{os.environ['PATH']}"}
+    result = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+def test_quickstart_succeeds_with_progress(kind_kubeconfig):
+    namespace = f"quickstart-{uuid.uuid4().hex[:6]}"
+    kubectl(kind_kubeconfig, "create", "namespace", namespace)
+    try:
+        kubectl(kind_kubeconfig, "apply", "--namespace", namespace, "-f", str(QUICKSTART))
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        seen_progress: dict = {}
+        while True:
+            job = json.loads(kubectl(kind_kubeconfig, "get", "longcontextjob", "quickstart", "--namespace",
+                                     namespace, "-o", "json"))
+            status = job.get("status") or {}
+            seen_progress = status.get("progress") or seen_progress
+            if status.get("phase") in ("Succeeded", "Failed") or time.monotonic() > deadline:
+                break
+            time.sleep(5)
+        pods = kubectl(kind_kubeconfig, "get", "pods", "--namespace", namespace, "-o", "wide")
+        assert status.get("phase") == "Succeeded", f"status: {json.dumps(status, indent=1)}\n{pods}"
+        assert status["workers"]["succeeded"] == 2
+        assert seen_progress.get("tokensPerSecond", 0) > 0 and seen_progress.get("step", 0) >= 1, seen_progress
+    finally:
+        kubectl(kind_kubeconfig, "delete", "namespace", namespace, "--wait=false")
