@@ -26,9 +26,17 @@ EXIT_AFTER_SERVICE_CODE = 17
 
 
 class CountingApiClient(kubernetes.client.ApiClient):
-    def request(self, method, url, *args, **kwargs):
-        metrics.API_REQUESTS.labels(verb=method.lower()).inc()
-        return super().request(method, url, *args, **kwargs)
+    """Counts every HTTP request its REST client sends."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration):
+        super().__init__(configuration)
+        send = self.rest_client.request
+
+        def counted(method, url, *args, **kwargs):
+            metrics.API_REQUESTS.labels(verb=method.lower()).inc()
+            return send(method, url, *args, **kwargs)
+
+        self.rest_client.request = counted
 
 
 def load_client() -> CountingApiClient:

@@ -32,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # kopf logs every handled watch event at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.metrics_port:
         os.environ["LONGCTX_OPERATOR_METRICS_PORT"] = str(args.metrics_port)
     if args.workers:

@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from . import metrics
@@ -239,7 +240,10 @@ class Reconciler:
             elif isinstance(action, DeleteWorkload):
                 await asyncio.to_thread(self.kube.delete_job, namespace, workload_name(name, action.generation))
         for event in decision.events:
-            await asyncio.to_thread(self.kube.post_event, obj, event.type, event.reason, event.message)
+            try:
+                await asyncio.to_thread(self.kube.post_event, obj, event.type, event.reason, event.message)
+            except ApiException as e:  # e.g. the namespace is being deleted: the status has it all
+                log.warning("%s/%s: event %s not posted: %s", *key, event.reason, e.reason)
 
     # -- live progress -------------------------------------------------------------------------
     def _rank0_url(self, key: Key, obj: dict) -> str | None:

@@ -37,6 +37,21 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
         print(op.log())
 
 
+@pytest.fixture(autouse=True)
+def suspend_leftovers(operator, kubectl, wait_until):
+    """After each test, suspends its unfinished jobs and waits for their pods to go while the
+    operator and the Job controller still run (a namespace deleted under Running KWOK pods leaves
+    them stuck: nothing moves them to a terminal phase, so the Job controller keeps its
+    batch.kubernetes.io/job-tracking finalizer on them, and they would hold GPUs for later tests)."""
+    yield
+    for obj in kubectl.json("get", "lcj")["items"]:
+        if (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            kubectl.run("patch", "lcj", obj["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_until(lambda: not [p for p in kubectl.json("get", "pods")["items"]
+                            if p["status"].get("phase") not in ("Succeeded", "Failed")],
+               timeout=60, what="the test's running pods gone")
+
+
 def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
     kubectl.apply(h.job_manifest("happy", pod_annotations=FAST))
     done = h.wait_phase(kubectl, wait_until, "happy", "Succeeded")
