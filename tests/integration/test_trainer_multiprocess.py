@@ -2,7 +2,7 @@
 losses and gradients as one process x four devices (fp32; rtol 2e-5, atol 1e-7 for gradients).
 
 Each worker gets exactly the env the operator renders (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
-JAX_PROCESS_ID) plus the CPU device count. Layout data 2 x context 2: every process holds one
+JAX_PROCESS_ID) plus the CPU device count; the two-process run also writes orbax checkpoints. Layout data 2 x context 2: every process holds one
 data-parallel rank (and reads only its rows), gradients are reduced across the processes.
 """
 
@@ -55,10 +55,13 @@ def _finish(proc: subprocess.Popen, folder: Path, name: str) -> list[dict]:
 
 
 def test_two_processes_over_gloo_match_one_process(tmp_path):
-    config = tmp_path / "config.yaml"
+    config, multi_config = tmp_path / "config.yaml", tmp_path / "multi.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
+    # The two-process run also checkpoints: orbax across processes.
+    multi_config.write_text(yaml.safe_dump(
+        {**CONFIG, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}}))
     coordinator = f"127.0.0.1:{_free_port()}"
-    workers = [_start(config, f"rank{rank}", 2,
+    workers = [_start(multi_config, f"rank{rank}", 2,
                       JAX_COORDINATOR_ADDRESS=coordinator, JAX_NUM_PROCESSES="2",
                       JAX_PROCESS_ID=str(rank)) for rank in range(2)]
     single = _start(config, "single", 4)
@@ -69,6 +72,8 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
     losses = [e["loss"] for e in rank0 if e["event"] == "step"]
     expected = [e["loss"] for e in reference if e["event"] == "step"]
     assert len(losses) == 3 and rank0[-1] == {"event": "done", "step": 3}
+    assert [e["step"] for e in rank0 if e["event"] == "checkpoint"] == [2, 3]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == ["2", "3"]
     np.testing.assert_allclose(losses, expected, rtol=2e-5)
 
     assert not (tmp_path / "rank1.npz").exists()  # process 0 writes
