@@ -79,10 +79,10 @@ class Kubectl:
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "-o", "json").stdout)
 
-    def apply(self, *manifests: dict, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    def apply(self, *manifests: dict) -> subprocess.CompletedProcess:
         """Applies manifests given as dicts (server-side checks apply: schema, admission)."""
         docs = "\n---\n".join(yaml.safe_dump(m) for m in manifests)
-        return self.run("apply", "-f", "-", *extra, input=docs)
+        return self.run("apply", "-f", "-", input=docs)
 
     def pods(self, selector: str) -> list[dict]:
         return self.json("get", "pods", "-l", selector)["items"]
@@ -91,7 +91,6 @@ class Kubectl:
 @dataclass(frozen=True)
 class Cluster:
     kubeconfig: Path
-    bin_path: str
 
 
 def _is_live(kubeconfig: Path) -> bool:
@@ -105,14 +104,14 @@ def _is_live(kubeconfig: Path) -> bool:
 def cluster() -> Iterator[Cluster]:
     for candidate in (os.environ.get("LONGCTX_KUBECONFIG"), REPO / ".cluster" / "kubeconfig"):
         if candidate and _is_live(Path(candidate)):
-            yield Cluster(Path(candidate), cluster_bin_path())
+            yield Cluster(Path(candidate))
             return
     state = Path(tempfile.mkdtemp(prefix="longctx-cluster-"))
     env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}
     nodes = os.environ.get("LONGCTX_CLUSTER_NODES", "4")
     try:
         subprocess.run([str(CLUSTER_SCRIPTS / "up"), "--nodes", nodes], env=env, check=True, stdout=subprocess.DEVNULL)
-        yield Cluster(state / "kubeconfig", cluster_bin_path())
+        yield Cluster(state / "kubeconfig")
     finally:
         subprocess.run([str(CLUSTER_SCRIPTS / "down")], env=env, check=False)
         shutil.rmtree(state, ignore_errors=True)
