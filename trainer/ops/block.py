@@ -59,7 +59,10 @@ def block_forward(q, k, v, q_pos=None, k_pos=None, *, scale):
     Pass positions for a causal mask; None means every key is visible.
     """
     if q_pos is None and _cudnn_usable(q, k):
-        return _cudnn_forward(q, k, v, scale=scale)
+        try:
+            return _cudnn_forward(q, k, v, scale=scale)
+        except (ValueError, NotImplementedError):  # a layout cuDNN rejects at trace time
+            pass
     logits = _masked_logits(q, k, q_pos, k_pos, scale)
     row_max = logits.max(-1)
     row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
