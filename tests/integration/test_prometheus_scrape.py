@@ -81,7 +81,10 @@ class Prometheus:
              f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}",
              "--log.level=warn"],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        h.wait_ready(f"{self.url}/-/ready", timeout=60)
+        try:
+            h.wait_ready(f"{self.url}/-/ready", timeout=60)
+        except OSError as e:
+            raise AssertionError(f"prometheus did not start: {self.log.read_text()[-2000:]}") from e
 
     def api(self, path: str, **params) -> dict:
         url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
@@ -285,3 +288,4 @@ def test_job_tokens_per_second_matches_the_trainer_log(scraped):
     from_log = len(steps) * TOKENS_PER_STEP / seconds
     print(f"tokens/s over {len(steps)} steps: Prometheus {from_prometheus:.1f}, trainer log {from_log:.1f}")
     assert from_prometheus == pytest.approx(from_log, rel=0.10), (from_prometheus, from_log, len(steps))
+
