@@ -45,7 +45,7 @@ _TOP_SPECS = {
 
 ACTIVATION = P(DATA, CONTEXT, None)  # [batch, seq, hidden]
 HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
-FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn] and logits [batch, seq, vocab]
+FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
 TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 
 
@@ -59,6 +59,7 @@ class ModelOptions:
     chunk_tokens: int | None
     attention: str
     load_balance: str
+    loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> "ModelOptions":
@@ -179,33 +180,56 @@ def remat_policy(options: ModelOptions, mesh: Mesh):
     return jax.checkpoint_policies.nothing_saveable
 
 
-def logits_and_targets(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims,
-                       mesh: Mesh, options: ModelOptions) -> tuple[jax.Array, jax.Array]:
-    """Logits [batch, seq, vocab] (fp32) and targets, both in the load-balanced token order."""
-    context = mesh.shape[CONTEXT]
-    perm = permutation(tokens.shape[1], context, options.load_balance)
+def final_hidden(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims,
+                 mesh: Mesh, options: ModelOptions) -> tuple[jax.Array, jax.Array]:
+    """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order."""
+    perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
     tokens = _constrain(tokens[:, perm], mesh, TOKENS)
     targets = _constrain(targets[:, perm], mesh, TOKENS)
     positions = jnp.asarray(perm, jnp.int32)
 
-    dt = options.compute_dtype
-    table = _constrain(params["embed"].astype(dt), mesh, P())  # gathered for the lookup
+    table = _constrain(params["embed"].astype(options.compute_dtype), mesh, P())  # for the lookup
     x = _constrain(table[tokens], mesh, ACTIVATION)
     body = partial(_layer, positions=positions, dims=dims, mesh=mesh, options=options)
     if options.remat:
         body = jax.checkpoint(body, policy=remat_policy(options, mesh), prevent_cse=False)
     x, _ = jax.lax.scan(lambda carry, p: (body(carry, p), None), x, params["layers"])
-    x = rms_norm(x, params["final_norm"])
-    head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
-    logits = jnp.einsum("bsh,hv->bsv", x, head.astype(dt), preferred_element_type=jnp.float32)
-    return _constrain(logits, mesh, FFN), targets
+    return rms_norm(x, params["final_norm"]), targets
+
+
+def chunked_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array, *, mesh: Mesh,
+                          chunk_tokens: int) -> jax.Array:
+    """Mean cross-entropy of logits x @ head (fp32), never materialising all logits at once.
+
+    Full logits are [batch, seq, vocab] in fp32 (64 GB at 128K tokens and a 128K vocabulary), so
+    every device walks its own sequence shard in chunks of `chunk_tokens`, recomputing each
+    chunk's logits in the backward instead of keeping them.
+    """
+    batch, seq, hidden = x.shape
+    context = mesh.shape[CONTEXT]
+    local = seq // context
+    chunk = chunk_tokens if local % chunk_tokens == 0 else local
+    # [batch, seq, ...] -> [chunks, batch, context, chunk, ...]: chunks within each device's shard.
+    xs = jnp.moveaxis(x.reshape(batch, context, local // chunk, chunk, hidden), 2, 0)
+    ts = jnp.moveaxis(targets.reshape(batch, context, local // chunk, chunk), 2, 0)
+
+    @jax.checkpoint
+    def chunk_loss(x_chunk, t_chunk):
+        x_chunk = _constrain(x_chunk, mesh, P(DATA, CONTEXT, None, None))
+        logits = jnp.einsum("bxch,hv->bxcv", x_chunk, head, preferred_element_type=jnp.float32)
+        logits = _constrain(logits, mesh, P(DATA, CONTEXT, None, TENSOR))
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.sum(jnp.take_along_axis(logp, t_chunk[..., None], axis=-1))
+
+    total, _ = jax.lax.scan(lambda acc, xt: (acc + chunk_loss(*xt), None),
+                            jnp.zeros((), jnp.float32), (xs, ts))
+    return total / (batch * seq)
 
 
 def loss_fn(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims, mesh: Mesh,
             options: ModelOptions) -> jax.Array:
     """Mean next-token cross-entropy (fp32) over all tokens of the batch."""
-    logits, targets = logits_and_targets(params, tokens, targets, dims=dims, mesh=mesh,
-                                         options=options)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    picked = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-    return -jnp.mean(picked)
+    x, targets = final_hidden(params, tokens, targets, dims=dims, mesh=mesh, options=options)
+    head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
+    return chunked_cross_entropy(x, head.astype(options.compute_dtype), targets, mesh=mesh,
+                                 chunk_tokens=options.loss_chunk_tokens)
