@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jax
 import orbax.checkpoint as ocp
 
 from .config import CheckpointConfig
@@ -45,6 +44,3 @@ class Checkpoints:
     def close(self) -> None:
         self.manager.close()
 
-
-def abstract_like(state: Any) -> Any:
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)

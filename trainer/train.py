@@ -19,7 +19,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import model
-from .checkpoint import Checkpoints, abstract_like
+from .checkpoint import Checkpoints
 from .config import OptimizerConfig, TrainerConfig
 from .data import Batches
 from .flops import flops_per_token
@@ -83,6 +83,13 @@ class StepFunctions:
                                       in_shardings=(params, tokens, tokens),
                                       out_shardings=(replicated, params))
 
+    def abstract_state(self) -> dict:
+        """Shapes, dtypes and shardings of the train state, without computing it."""
+        shapes = jax.eval_shape(self._init, jax.random.key(0))
+        return jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype,
+                                                                     sharding=sharding),
+                            shapes, self.state_shardings)
+
     def compiled_step(self, state: dict, inputs: jax.Array, targets: jax.Array):
         """The step compiled ahead of time (so no step's timing includes compilation), once."""
         if self._compiled is None:
@@ -101,16 +108,13 @@ class StepFunctions:
         return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, loss
 
 
-def _restore(checkpoints: Checkpoints, batches: Batches, state: dict,
-             config: TrainerConfig) -> tuple[dict, int]:
-    latest = checkpoints.latest_step()
-    if latest is None:
-        return state, 0
-    state, meta = checkpoints.restore(latest, abstract_like(state))
-    if meta["data_seed"] != config.data.seed or meta["data_position"] != batches.position(latest):
-        raise ValueError(f"checkpoint {latest} was written for other data ({meta}); "
+def _restore(checkpoints: Checkpoints, step: int, abstract_state: dict, batches: Batches,
+             config: TrainerConfig) -> dict:
+    state, meta = checkpoints.restore(step, abstract_state)
+    if meta["data_seed"] != config.data.seed or meta["data_position"] != batches.position(step):
+        raise ValueError(f"checkpoint {step} was written for other data ({meta}); "
                          "resume needs the same data seed and batch size")
-    return state, latest
+    return state
 
 
 def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetrics,
@@ -119,10 +123,11 @@ def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetric
     """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state."""
     fns = fns or StepFunctions(config, mesh)
     batches = Batches(config, mesh)
-    state = fns.init(jax.random.key(config.seed))
-    start = 0
-    if checkpoints is not None:
-        state, start = _restore(checkpoints, batches, state, config)
+    start = checkpoints.latest_step() if checkpoints is not None else None
+    if start is None:  # from scratch
+        start, state = 0, fns.init(jax.random.key(config.seed))
+    else:  # restored straight into the sharded layout, never initialised first
+        state = _restore(checkpoints, start, fns.abstract_state(), batches, config)
     metrics.observe_resume(start)
 
     dims = config.model.dims()
