@@ -137,6 +137,7 @@ def check_uninstall(helm: Helm, kubectl, admin_kubectl, release: str, namespaces
     admin_kubectl.run("get", "crd", "longcontextjobs.longctx.io")
 
 
+@pytest.mark.slow
 def test_cluster_scope_install_grants_the_operator_exactly_its_calls(kubectl, admin_kubectl, namespace, release,
                                                                       tmp_path):
     helm = Helm(kubectl)
@@ -152,6 +153,7 @@ def test_cluster_scope_install_grants_the_operator_exactly_its_calls(kubectl, ad
     assert not access.can("list", "nodes") and not access.can("watch", "pods", namespace=elsewhere)
 
 
+@pytest.mark.slow
 def test_namespace_scope_install_grants_only_the_watched_namespace(kubectl, admin_kubectl, namespace, release,
                                                                     other_namespace, tmp_path):
     helm = Helm(kubectl)
