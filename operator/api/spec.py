@@ -197,8 +197,9 @@ class RestartPolicySpec(ApiModel):
 class MetricsSpec(ApiModel):
     """The trainer's Prometheus exporter."""
 
-    port: int = Field(9400, ge=1024, le=65535)
-    """Port of each trainer process's Prometheus exporter (rank 0 is read for status.progress)."""
+    port: int = Field(9400, ge=1024, le=65000)
+    """Port of the first trainer process's Prometheus exporter in each pod; process l of a pod
+    listens on port + l (rank 0 is read for status.progress)."""
 
 
 class DataSpec(ApiModel):
