@@ -129,3 +129,10 @@ def test_chunking_shrinks_compiled_temporaries():
 
     whole, chunked = temp_bytes(None), temp_bytes(128)
     assert chunked * 4 < whole, (chunked, whole)
+
+
+def test_chunk_that_does_not_divide_the_shard_is_rejected():
+    q, k, v, _ = inputs(kv_heads=2)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        context_parallel_attention(q, k, v, mesh=make_mesh(1, 4, 1), causal=True,
+                                   load_balance="none", chunk_tokens=24)

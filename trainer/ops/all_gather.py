@@ -11,33 +11,38 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import custom_vjp, lax
 
-from .chunked import chunked_backward, chunked_forward
+from .chunked import chunked_backward, chunked_forward, split_kv
 from .offload import to_device, to_host
 
 
 def make_local_attention(*, scale: float, chunk_tokens, offload: bool):
-    """f(q, k, v, q_pos, k_pos) -> out over local arrays; positions None = non-causal."""
+    """f(q, k, v, q_pos, k_pos) -> out over local arrays; positions None = non-causal.
 
-    def forward(q, k, v, q_pos, k_pos):
-        return chunked_forward(q, k, v, q_pos, k_pos, scale=scale, chunk_tokens=chunk_tokens,
-                               kv_on_host=offload)
+    With `offload`, the K/V chunk stacks go to host memory once in the forward and the backward
+    reuses them there: the full K/V never return to device memory whole."""
+
+    def forward(q, k_chunks, v_chunks, q_pos, k_pos):
+        out, lse = chunked_forward(q, k_chunks, v_chunks, q_pos, k_pos, scale=scale,
+                                   chunk_tokens=chunk_tokens, kv_on_host=offload)
+        return out.astype(q.dtype), lse
 
     @custom_vjp
     def local_attention(q, k, v, q_pos, k_pos):
-        return forward(q, k, v, q_pos, k_pos)[0].astype(q.dtype)
+        return forward(q, *split_kv(k, v, chunk_tokens, offload), q_pos, k_pos)[0]
 
     def local_fwd(q, k, v, q_pos, k_pos):
-        out, lse = forward(q, k, v, q_pos, k_pos)
-        out = out.astype(q.dtype)
-        return out, (tuple(to_host(x, offload) for x in (q, k, v, out, lse)), q_pos, k_pos)
+        k_chunks, v_chunks = split_kv(k, v, chunk_tokens, offload)
+        out, lse = forward(q, k_chunks, v_chunks, q_pos, k_pos)
+        saved = (*(to_host(x, offload) for x in (q, out, lse)), k_chunks, v_chunks)
+        return out, (saved, q_pos, k_pos)
 
     def local_bwd(residuals, do):
-        arrays, q_pos, k_pos = residuals
-        q, k, v, out, lse = (to_device(x, offload) for x in arrays)
+        (q, out, lse, k_chunks, v_chunks), q_pos, k_pos = residuals
+        q, out, lse = (to_device(x, offload) for x in (q, out, lse))
         delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-        dq, dk, dv = chunked_backward(q, k, v, do, lse, delta, q_pos, k_pos, scale=scale,
-                                      chunk_tokens=chunk_tokens, kv_on_host=offload)
-        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
+        dq, dk, dv = chunked_backward(q, k_chunks, v_chunks, do, lse, delta, q_pos, k_pos,
+                                      scale=scale, chunk_tokens=chunk_tokens, kv_on_host=offload)
+        return dq.astype(q.dtype), dk.astype(k_chunks.dtype), dv.astype(v_chunks.dtype), None, None
 
     local_attention.defvjp(local_fwd, local_bwd)
     return local_attention

@@ -32,12 +32,12 @@ def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring
         chunk_tokens = _within_layout_chunks(seq // context, chunk_tokens)
     options = dict(positions=positions, scale=float(q.shape[-1]) ** -0.5,
                    chunk_tokens=chunk_tokens, offload=offload)
-    if impl == "ring":
-        local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
-    elif impl == "all_gather":
-        local = make_all_gather_attention(axis=CONTEXT, **options)
-    else:
+    if impl not in ("ring", "all_gather"):
         raise ValueError(f"unknown attention impl {impl!r}; expected 'ring' or 'all_gather'")
+    if impl == "ring" and context > 1:
+        local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
+    else:  # at context 1 both are the local chunked attention (its K/V offload included)
+        local = make_all_gather_attention(axis=CONTEXT, **options)
     # check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;
     # every output is genuinely per-device (sharded like q), nothing relies on replication checks.
     return jax.shard_map(local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3,

@@ -73,14 +73,22 @@ def _pair_backward(q, k, v, do, lse, delta, q_pos, k_pos, scale):
     ])
 
 
-class _KVChunks:
-    """K/V split into chunks, kept in host memory when `on_host`; `fetch(j)` brings chunk j back."""
+def split_kv(k, v, chunk_tokens, on_host):
+    """K and V as [chunks, b, chunk, kv_heads, d] stacks, in host memory when `on_host`.
 
-    def __init__(self, k, v, k_pos, chunks, on_host):
-        self.count, self.on_host = chunks, on_host
-        self.k = to_host(_split(k, chunks), on_host)
-        self.v = to_host(_split(v, chunks), on_host)
-        self.pos = None if k_pos is None else k_pos.reshape(chunks, -1)
+    Callers that keep K/V for the backward keep these stacks, so offloaded K/V never return to
+    device memory whole."""
+    chunks = _chunk_count(k.shape[1], chunk_tokens)
+    return to_host(_split(k, chunks), on_host), to_host(_split(v, chunks), on_host)
+
+
+class _KVChunks:
+    """Chunk stacks from `split_kv`; `fetch(j)` brings chunk j to device memory."""
+
+    def __init__(self, k_chunks, v_chunks, k_pos, on_host):
+        self.k, self.v, self.on_host = k_chunks, v_chunks, on_host
+        self.count = k_chunks.shape[0]
+        self.pos = None if k_pos is None else k_pos.reshape(self.count, -1)
 
     def fetch(self, j):
         j = jnp.minimum(j, self.count - 1)  # the prefetch past the last chunk re-reads it
@@ -91,12 +99,14 @@ class _KVChunks:
         return None if self.pos is None else self.pos[j]
 
 
-def chunked_forward(q, k, v, q_pos, k_pos, *, scale, chunk_tokens=None, kv_on_host=False):
-    """(out fp32, lse fp32) of local queries `q` over keys `k`/`v`; positions None = non-causal."""
+def chunked_forward(q, k_chunks, v_chunks, q_pos, k_pos, *, scale, chunk_tokens=None,
+                    kv_on_host=False):
+    """(out fp32, lse fp32) of local queries `q` over K/V given as `split_kv` stacks;
+    positions None = non-causal."""
     q_chunks = _chunk_count(q.shape[1], chunk_tokens)
-    kv = _KVChunks(k, v, k_pos, _chunk_count(k.shape[1], chunk_tokens), kv_on_host)
+    kv = _KVChunks(k_chunks, v_chunks, k_pos, kv_on_host)
     if q_chunks == 1 and kv.count == 1 and not kv_on_host:
-        return _pair_forward(q, k, v, q_pos, k_pos, scale)
+        return _pair_forward(q, k_chunks[0], v_chunks[0], q_pos, k_pos, scale)
 
     def one_query_chunk(_, xs):
         q_c, q_pos_c = xs
@@ -117,13 +127,16 @@ def chunked_forward(q, k, v, q_pos, k_pos, *, scale, chunk_tokens=None, kv_on_ho
     return _join(out), _join(lse)
 
 
-def chunked_backward(q, k, v, do, lse, delta, q_pos, k_pos, *, scale, chunk_tokens=None,
-                     kv_on_host=False):
-    """(dq, dk, dv) in fp32; loops over K/V chunks (fetched ahead) outside, query chunks inside."""
+def chunked_backward(q, k_chunks, v_chunks, do, lse, delta, q_pos, k_pos, *, scale,
+                     chunk_tokens=None, kv_on_host=False):
+    """(dq, dk, dv) in fp32, dk/dv in natural [b, s, ...] layout; loops over K/V chunks (fetched
+    ahead) outside, query chunks inside."""
     q_chunks = _chunk_count(q.shape[1], chunk_tokens)
-    kv = _KVChunks(k, v, k_pos, _chunk_count(k.shape[1], chunk_tokens), kv_on_host)
+    kv = _KVChunks(k_chunks, v_chunks, k_pos, kv_on_host)
     if q_chunks == 1 and kv.count == 1 and not kv_on_host:
-        return _pair_backward(q, k, v, do, lse, delta, q_pos, k_pos, scale)
+        dq, dk, dv = _pair_backward(q, k_chunks[0], v_chunks[0], do, lse, delta, q_pos, k_pos,
+                                    scale)
+        return dq, dk, dv
 
     query_side = tuple(_split(x, q_chunks) for x in (q, do, lse, delta))
     q_pos_chunks = None if q_pos is None else q_pos.reshape(q_chunks, -1)

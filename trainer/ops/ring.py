@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax import custom_vjp, lax
 
 from .block import F32, merge_partials
-from .chunked import chunked_backward, chunked_forward
+from .chunked import chunked_backward, chunked_forward, split_kv
 from .offload import to_device, to_host
 
 
@@ -28,9 +28,6 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
     None for non-causal attention.
     """
     shift = [(i, (i + 1) % axis_size) for i in range(axis_size)]
-    # A visiting shard arrives in device memory and is used at once: only without a ring (one
-    # device holding the whole sequence) do its K/V chunks wait on the host.
-    kv_on_host = offload and axis_size == 1
     rotate = lambda *xs: tuple(lax.ppermute(x, axis, shift) for x in xs)
 
     def shard_positions(source, tokens):
@@ -49,8 +46,8 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
 
         def attend(out, lse, k, v, step):
             return merge_partials(out, lse, *chunked_forward(
-                q, k, v, q_pos, held_positions(step, tokens), scale=scale,
-                chunk_tokens=chunk_tokens, kv_on_host=kv_on_host))
+                q, *split_kv(k, v, chunk_tokens, on_host=False), q_pos,
+                held_positions(step, tokens), scale=scale, chunk_tokens=chunk_tokens))
 
         def step_and_pass(carry, step):
             out, lse, k, v = carry
@@ -68,9 +65,9 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
         delta = jnp.sum(do.astype(F32) * out.astype(F32), axis=-1)
 
         def grads(k, v, step):
-            return chunked_backward(q, k, v, do, lse, delta, q_pos, held_positions(step, tokens),
-                                    scale=scale, chunk_tokens=chunk_tokens,
-                                    kv_on_host=kv_on_host)
+            return chunked_backward(q, *split_kv(k, v, chunk_tokens, on_host=False), do, lse,
+                                    delta, q_pos, held_positions(step, tokens), scale=scale,
+                                    chunk_tokens=chunk_tokens)
 
         def step_and_pass(carry, step):
             dq, k, v, dk, dv = carry
