@@ -5,9 +5,9 @@ the temporaries are chunk x chunk logits instead of shard x shard. With `kv_on_h
 chunks wait in host memory and each one is fetched while the previous chunk computes (the fetch
 of chunk j+1 is issued in iteration j and carried into iteration j+1: double buffering).
 
-Causal chunk pairs whose keys are all in the future of all queries are skipped with `lax.cond`
-(cheap to decide from the chunks' min/max positions); pairs whose keys are all in the past run
-without a mask (cuDNN-eligible on GPU); the rest are masked by position.
+Causal chunk pairs whose keys are all in the future of all queries are skipped (`lax.switch`
+on a decision taken from the chunks' min/max positions); pairs whose keys are all in the past
+run without a mask (cuDNN-eligible on GPU); the rest are masked by position.
 
 These are the bodies of custom VJPs (ring, all-gather): they are run, never differentiated.
 """
