@@ -73,7 +73,6 @@ class StepFunctions:
             jax.eval_shape(self.optimizer.init, abstract_params), params,
             transform_non_params=lambda _: replicated)
         self.state_shardings = {"params": params, "opt_state": opt_state, "step": replicated}
-        self.param_shardings, self.replicated = params, replicated
         tokens = NamedSharding(mesh, model.TOKENS)
         self._compiled = None
         self.init = jax.jit(self._init, out_shardings=self.state_shardings)
