@@ -16,6 +16,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .config import TrainerConfig
@@ -47,6 +48,8 @@ ACTIVATION = P(DATA, CONTEXT, None)  # [batch, seq, hidden]
 HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
 FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
 TOKENS = P(DATA, CONTEXT)  # [batch, seq]
+
+LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see remat_policy)
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
 
 def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOptions):
     dt = options.compute_dtype
+    x = checkpoint_name(x, LAYER_INPUT)
     h = rms_norm(x, p["attn_norm"])
     q = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wq"].astype(dt)), mesh, HEADS)
     k = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wk"].astype(dt)), mesh, HEADS)
@@ -170,13 +174,17 @@ def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOption
 
 
 def remat_policy(options: ModelOptions, mesh: Mesh):
-    """Plain remat keeps only each layer's input; offload moves the projections to host memory.
+    """Which residuals a remat'ed layer keeps: nothing but its input, which offload puts on the host.
 
-    With offload, the outputs of the weight matmuls (no batch dims: q/k/v/o, gate/up/down) are
-    kept in pinned host memory instead of being recomputed; attention itself is recomputed.
+    Plain remat keeps each layer's input on the device and recomputes the layer in the backward.
+    With offload (where the backend has a separate host memory) the input, named LAYER_INPUT, is
+    moved to pinned host memory in the forward and brought back for the layer's recompute, so the
+    device holds only the layers in flight (FPDT; the planner assumes exactly this).
     """
     if options.offload and host_offload_available(mesh.devices.flat[0].platform):
-        return jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+        return jax.checkpoint_policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
+            offload_src="device", offload_dst="pinned_host")
     return jax.checkpoint_policies.nothing_saveable
 
 
