@@ -66,14 +66,18 @@ def token_file(path: str | Path, vocab: int) -> np.ndarray:
 
 
 def text_bytes(path: str | Path) -> np.ndarray:
-    """Byte-level tokens of a text file (memory-mapped) or of every file under a directory."""
+    """Byte-level tokens of a text file (memory-mapped) or of every text file under a directory.
+
+    In a directory, binary files (those containing a NUL byte, e.g. __pycache__/*.pyc) are skipped.
+    """
     path = Path(path)
     if path.is_file():
         return np.memmap(path, dtype=np.uint8, mode="r")
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    if not files:
-        raise ValueError(f"no files under {path}")
-    return np.frombuffer(b"".join(p.read_bytes() for p in files), dtype=np.uint8)
+    texts = [b for b in (p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file())
+             if b"\x00" not in b]
+    if not texts:
+        raise ValueError(f"no text files under {path}")
+    return np.frombuffer(b"".join(texts), dtype=np.uint8)
 
 
 def make_source(data: DataConfig, vocab: int, sequence_length: int) -> TokenSource:

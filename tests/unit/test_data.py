@@ -48,12 +48,13 @@ def test_corpus_windows_cover_every_window_once_per_epoch():
                                                                 for i in range(10)]
 
 
-def test_text_is_byte_level_from_file_or_directory(tmp_path):
+def test_text_is_byte_level_from_file_or_directory_skipping_binaries(tmp_path):
     (tmp_path / "a.txt").write_text("héllo")
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "b.txt").write_bytes(b"\x00xyz")
+    (tmp_path / "sub" / "b.txt").write_bytes(b"xyz\n")
+    (tmp_path / "sub" / "c.pyc").write_bytes(b"\x00\x01binary")
     np.testing.assert_array_equal(text_bytes(tmp_path / "a.txt"), list("héllo".encode()))
-    np.testing.assert_array_equal(text_bytes(tmp_path), list("héllo".encode() + b"\x00xyz"))
+    np.testing.assert_array_equal(text_bytes(tmp_path), list("héllo".encode() + b"xyz\n"))
     with pytest.raises(ValueError, match="at least 256"):
         make_source(DataConfig(kind="text", path=str(tmp_path)), vocab=100, sequence_length=4)
 
