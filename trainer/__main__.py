@@ -53,9 +53,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="also write step 0's loss and gradients to this file")
     args = parser.parse_args(argv)
 
-    config = load_config(args.config)
-    initialize(ProcessEnv.from_environ(), config.communication)
-    mesh = make_mesh(config.parallelism)
+    try:  # a bad config, env or layout ends with its message, not a traceback
+        config = load_config(args.config)
+        initialize(ProcessEnv.from_environ(), config.communication)
+        mesh = make_mesh(config.parallelism)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"longctx_trainer: {error}") from None
     rank = jax.process_index()
 
     metrics = TrainMetrics(config.metrics.job, rank)
