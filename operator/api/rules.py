@@ -192,10 +192,12 @@ RULES: tuple[Rule, ...] = (
          "admission kueue needs scheduling.queueName",
          lambda s: s.scheduling.admission != "kueue" or bool(s.scheduling.queue_name),
          ".scheduling.queueName"),
-    Rule("spec", "self.network.fabric != 'roce' || size(self.network.networks) > 0",
+    Rule("spec", "self.network.fabric != 'roce' || (has(self.network.networks) && "
+                 "size(self.network.networks) > 0)",
          "fabric roce needs network.networks (the Multus networks of the RoCE NICs)",
          lambda s: s.network.fabric != "roce" or len(s.network.networks) > 0, ".network.networks"),
-    *(Rule("spec", f"self.network.fabric != '{fabric}' || size(self.network.networks) == {count}",
+    *(Rule("spec", f"self.network.fabric != '{fabric}' || (has(self.network.networks) && "
+                   f"size(self.network.networks) == {count})",
            f"fabric {fabric} needs network.networks with the {count} GPU NIC network names",
            lambda s, fabric=fabric, count=count: s.network.fabric != fabric
            or len(s.network.networks) == count,

@@ -59,16 +59,7 @@ def test_example_is_accepted_and_stored(crd, kubectl, example: Path):
 
 
 BASE, CASES = malformed_cases()
-# The server rejects this one, but the CEL rule fails to evaluate ("no such key: networks": the
-# rule reads network.networks, which has no schema default, without has()), so the message names
-# spec, not the field. Strict: fixing the rule or the default turns this into a failure.
-SERVER_CANNOT_NAME = {"roce-without-networks"}
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=c["name"], marks=[pytest.mark.xfail(strict=True, reason="CEL rule without has()")]
-                 if c["name"] in SERVER_CANNOT_NAME else [])
-    for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["name"]) for c in CASES])
 def test_server_rejects_malformed_job_naming_the_field(crd, admin_kubectl, case):
     manifest = yaml.safe_dump(apply_case(BASE, case))
     result = admin_kubectl.run("create", "--namespace", "default", "--dry-run=server", "-f", "-", input=manifest,
