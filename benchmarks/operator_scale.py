@@ -6,7 +6,8 @@ Starts a private control plane with --nodes simulated 8-GPU nodes (hack/cluster/
 running cluster given by --kubeconfig), installs the CRD, runs `longctx operator --all-namespaces`
 as a real process, warms it up with one job, then applies --jobs LongContextJobs at once (builtin
 admission, pods kept Running) and prints:
-- p50/p95/max seconds from the apply to all of a job's pods Running (polled every 0.25 s);
+- p50/p95/max seconds from the apply to all of a job's pods Running (watched), with the stages on
+  the way (the operator created the Job, the Job controller created the pods, the scheduler bound them);
 - Kubernetes API requests per job made by the operator's client (longctx_operator_api_requests_total;
   kopf's few watch streams are shared by all jobs and not counted);
 - the operator's peak resident memory (VmHWM).
@@ -19,10 +20,10 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -70,6 +71,11 @@ def api_requests(metrics: dict[str, float]) -> float:
     return sum(v for k, v in metrics.items() if k.startswith("longctx_operator_api_requests_total"))
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -77,30 +83,90 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM")
 
 
-def running_jobs(cluster: Cluster, namespace: str, pods: int) -> set[str]:
-    """Jobs whose `pods` pods are all Running."""
-    items = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json"))["items"]
-    counts: dict[str, int] = {}
-    for p in items:
-        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"):
-            name = p["metadata"]["labels"].get("longctx.io/job-name")
-            counts[name] = counts.get(name, 0) + 1
-    return {name for name, n in counts.items() if n >= pods}
+class Timeline:
+    """Watches the namespace's Jobs and pods (one stream each, in threads) and records, per
+    LongContextJob, when its Job appeared and when its pods were all created, bound and Running."""
 
+    STAGES = ("applied", "job", "created", "scheduled", "running")
 
-def run_batch(cluster: Cluster, namespace: str, names: list[str], pods: int, timeout: float) -> dict[str, float]:
-    docs = "\n---\n".join(json.dumps(job(n, pods)) for n in names)
-    t0 = time.monotonic()
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=docs)
-    done: dict[str, float] = {}
-    while len(done) < len(names):
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError(f"only {len(done)} of {len(names)} jobs Running after {timeout}s")
-        now = time.monotonic()
-        for name in running_jobs(cluster, namespace, pods) - done.keys():
-            done[name] = now - t0
-        time.sleep(0.25)
-    return done
+    def __init__(self, kubeconfig: Path, namespace: str, pods: int):
+        import kubernetes
+
+        self.api = kubernetes.config.new_client_from_config(str(kubeconfig))
+        self.namespace, self.pods = namespace, pods
+        self.t0: dict[str, float] = {}
+        self.times: dict[str, dict[str, float]] = {}
+        self.pod_state: dict[str, dict[str, tuple[bool, bool]]] = {}
+        self.lock = threading.Lock()
+        for target in (self._watch_longcontextjobs, self._watch_jobs, self._watch_pods):
+            threading.Thread(target=self._quietly, args=(target,), daemon=True).start()
+
+    @staticmethod
+    def _quietly(watch) -> None:
+        try:
+            watch()
+        except Exception:  # noqa: BLE001 - the stream ends when the cluster stops
+            pass
+
+    def _mark(self, job: str, stage: str) -> None:
+        self.times.setdefault(job, {}).setdefault(stage, time.monotonic())
+
+    def _watch_longcontextjobs(self) -> None:
+        import kubernetes
+
+        custom = kubernetes.client.CustomObjectsApi(self.api)
+        for event in kubernetes.watch.Watch().stream(custom.list_namespaced_custom_object, "longctx.io",
+                                                     "v1alpha1", self.namespace, "longcontextjobs"):
+            with self.lock:
+                self._mark(event["object"]["metadata"]["name"], "applied")
+
+    def _watch_jobs(self) -> None:
+        import kubernetes
+
+        batch = kubernetes.client.BatchV1Api(self.api)
+        for event in kubernetes.watch.Watch().stream(batch.list_namespaced_job, self.namespace):
+            labels = event["object"].metadata.labels or {}
+            if "longctx.io/job-name" in labels:
+                with self.lock:
+                    self._mark(labels["longctx.io/job-name"], "job")
+
+    def _watch_pods(self) -> None:
+        import kubernetes
+
+        core = kubernetes.client.CoreV1Api(self.api)
+        for event in kubernetes.watch.Watch().stream(core.list_namespaced_pod, self.namespace):
+            pod = event["object"]
+            job = (pod.metadata.labels or {}).get("longctx.io/job-name")
+            if not job or event["type"] == "DELETED":
+                continue
+            with self.lock:
+                states = self.pod_state.setdefault(job, {})
+                states[pod.metadata.name] = (bool(pod.spec.node_name), pod.status.phase == "Running")
+                if len(states) >= self.pods:
+                    self._mark(job, "created")
+                    if all(bound for bound, _ in states.values()):
+                        self._mark(job, "scheduled")
+                    if sum(running for _, running in states.values()) >= self.pods:
+                        self._mark(job, "running")
+
+    def apply(self, cluster: Cluster, names: list[str], timeout: float) -> dict[str, dict[str, float]]:
+        """Creates the jobs at once (kubectl create: one request each); seconds from each job's
+        creation (its ADDED event) to each stage."""
+        docs = "\n---\n".join(json.dumps(job(n, self.pods)) for n in names)
+        t0 = time.monotonic()
+        cluster.kubectl("create", "-n", self.namespace, "-f", "-", input=docs)
+        self.apply_seconds = time.monotonic() - t0
+        while True:
+            with self.lock:
+                done = [n for n in names if "running" in self.times.get(n, {})]
+            if len(done) == len(names):
+                break
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"only {len(done)} of {len(names)} jobs Running after {timeout}s")
+            time.sleep(0.1)
+        with self.lock:
+            return {n: {stage: self.times[n][stage] - self.times[n]["applied"] for stage in self.STAGES
+                        if stage in self.times[n]} for n in names}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -145,18 +211,31 @@ def main() -> int:
         operator = subprocess.Popen(
             [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces", "--metrics-port", str(port),
              "--liveness-port", "0"], env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
-        warm = run_batch(cluster, namespace, ["warmup"], args.pods, args.timeout)
-        print(f"warm-up job: all {args.pods} pods Running after {warm['warmup']:.2f}s", flush=True)
+        timeline = Timeline(kubeconfig, namespace, args.pods)
+        warm = timeline.apply(cluster, ["warmup"], args.timeout)["warmup"]
+        print(f"warm-up job (operator just started): all {args.pods} pods Running after {warm['running']:.2f}s",
+              flush=True)
         before = api_requests(operator_metrics(port))
+        cpu_before = cpu_seconds(operator.pid)
         names = [f"scale-{i:03d}" for i in range(args.jobs)]
-        latencies = run_batch(cluster, namespace, names, args.pods, args.timeout)
+        stages = timeline.apply(cluster, names, args.timeout)
         time.sleep(2)  # let status updates after Running land before counting
         requests = api_requests(operator_metrics(port)) - before
-        values = list(latencies.values())
-        print(f"{args.jobs} concurrent jobs x {args.pods} pods on {args.nodes} nodes:")
-        print(f"  apply -> all pods Running: p50 {percentile(values, 0.5):.2f}s  p95 {percentile(values, 0.95):.2f}s  "
-              f"max {max(values):.2f}s  mean {statistics.mean(values):.2f}s")
+        cpu = cpu_seconds(operator.pid) - cpu_before
+        reconciles = operator_metrics(port)
+        print(f"{args.jobs} concurrent jobs x {args.pods} pods on {args.nodes} nodes (kubectl created them in "
+              f"{timeline.apply_seconds:.1f}s), seconds from each job's creation:")
+        for stage, label in (("job", "Job created by the operator"), ("created", "all pods created"),
+                             ("scheduled", "all pods bound"), ("running", "all pods Running")):
+            values = [s[stage] for s in stages.values() if stage in s]
+            print(f"  {label:28s} p50 {percentile(values, 0.5):6.2f}  p95 {percentile(values, 0.95):6.2f}  "
+                  f"max {max(values):6.2f}")
         print(f"  operator API requests per job: {requests / args.jobs:.1f}")
+        count = sum(v for k, v in reconciles.items() if k.startswith("longctx_operator_reconciles_total"))
+        mean = reconciles["longctx_operator_reconcile_duration_seconds_sum"] / max(1, reconciles[
+            "longctx_operator_reconcile_duration_seconds_count"])
+        print(f"  operator: {count:.0f} reconciliations in all (mean {mean * 1000:.0f} ms), "
+              f"{cpu:.1f} CPU seconds for the batch")
         print(f"  operator peak RSS: {peak_rss_mib(operator.pid):.0f} MiB")
         return 0
     finally:

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -35,6 +36,9 @@ log = logging.getLogger("longctx.operator")
 POD_ANNOTATIONS = "longctx.io/pod-annotations"
 RESERVATION_SECONDS = 30.0
 RESYNC_SECONDS = 60.0
+# Pod and Job events of one job come in bursts (a gang of pods changes together): one
+# reconciliation this long after the first event sees them all and writes the status once.
+COALESCE_SECONDS = 0.3
 
 
 class WorkQueue:
@@ -62,7 +66,11 @@ class WorkQueue:
             return
         if timer is not None:
             timer.cancel()
-        self._timers[key] = loop.call_at(when, self.add, key)
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key) -> None:
+        del self._timers[key]
+        self.add(key)
 
     async def get(self):
         key = await self._queue.get()
@@ -103,7 +111,7 @@ def with_pod_annotations(objects: list[dict], annotations: dict[str, str]) -> li
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: OperatorSettings, workers: int = 4,
+    def __init__(self, kube: Kube, settings: OperatorSettings, workers: int = 8,
                  progress_interval: float = 10.0):
         self.kube, self.settings = kube, settings
         self.cache = Cache()
@@ -113,6 +121,9 @@ class Reconciler:
         self.reservations: dict[Key, Reservation] = {}
         self.waiting_since: dict[Key, float] = {}  # first refused admission of the coming generation
         self._tasks: list[asyncio.Task] = []
+        # Blocking API calls: enough threads for every worker, the progress reads and Events.
+        self._threads = ThreadPoolExecutor(max_workers=2 * workers + 4, thread_name_prefix="kube")
+        self._events: dict[Key, asyncio.Task] = {}  # the last Event-posting task of each job
 
     # -- events from the watch streams -------------------------------------------------------
     def job_event(self, obj: dict, deleted: bool) -> None:
@@ -126,12 +137,12 @@ class Reconciler:
 
     def workload_event(self, obj: dict, deleted: bool) -> None:
         if (key := self.cache.put_workload(obj, deleted)) is not None:
-            self.queue.add(key)
+            self.queue.add_after(key, COALESCE_SECONDS)
 
     def pod_event(self, obj: dict, deleted: bool) -> None:
         key = self.cache.put_pod(obj, deleted)
         if key is not None:
-            self.queue.add(key)
+            self.queue.add_after(key, COALESCE_SECONDS)
         if deleted or obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             self.wake_pending()  # GPUs may have been freed
 
@@ -153,6 +164,10 @@ class Reconciler:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _call(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
     async def _worker(self) -> None:
         while True:
@@ -228,7 +243,7 @@ class Reconciler:
         namespace, name = key
         patch = status_patch(obj.get("status") or {}, decision.status)
         if decision.status != old:
-            updated = await asyncio.to_thread(self.kube.patch_status, namespace, name, patch)
+            updated = await self._call(self.kube.patch_status, namespace, name, patch)
             self.cache.put_job(updated, deleted=False)
             obj = updated
         for action in decision.actions:
@@ -236,14 +251,29 @@ class Reconciler:
                 objects = with_pod_annotations(
                     render_workload(job, action.layout, action.generation, self.settings),
                     job.metadata.model_extra.get("annotations") or {})
-                await asyncio.to_thread(self.kube.create_workload, objects, obj)
+                await self._call(self.kube.create_workload, objects, obj)
             elif isinstance(action, DeleteWorkload):
-                await asyncio.to_thread(self.kube.delete_job, namespace, workload_name(name, action.generation))
-        for event in decision.events:
-            try:
-                await asyncio.to_thread(self.kube.post_event, obj, event.type, event.reason, event.message)
-            except ApiException as e:  # e.g. the namespace is being deleted: the status has it all
-                log.warning("%s/%s: event %s not posted: %s", *key, event.reason, e.reason)
+                await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
+        if decision.events:
+            self._post_events(key, obj, decision.events)
+
+    def _post_events(self, key: Key, owner: dict, events) -> None:
+        """Posts Events in the background, after the job's earlier ones (their order is the story)."""
+        previous = self._events.get(key)
+
+        async def post() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            for event in events:
+                try:
+                    await self._call(self.kube.post_event, owner, event.type, event.reason, event.message)
+                except ApiException as e:  # e.g. the namespace is being deleted: the status has it all
+                    log.warning("%s/%s: event %s not posted: %s", *key, event.reason, e.reason)
+            if self._events.get(key) is task:
+                del self._events[key]
+
+        task = asyncio.create_task(post())
+        self._events[key] = task
 
     # -- live progress -------------------------------------------------------------------------
     def _rank0_url(self, key: Key, obj: dict) -> str | None:
@@ -262,13 +292,13 @@ class Reconciler:
         if url is None:
             return
         try:
-            text = await asyncio.to_thread(_fetch, url)
+            text = await self._call(_fetch, url)
         except OSError as e:
             log.debug("%s/%s: metrics at %s unreachable: %s", *key, url, e)
             return
         progress = parse_progress(text, timestamp(datetime.now(timezone.utc)))
         if progress is not None:
-            updated = await asyncio.to_thread(self.kube.patch_status, *key,
+            updated = await self._call(self.kube.patch_status, *key,
                                               {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
             self.cache.put_job(updated, deleted=False)
 

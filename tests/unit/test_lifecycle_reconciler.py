@@ -21,6 +21,9 @@ def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once():
         q.add_after("c", 0.05)
         q.add_after("c", 10)  # a later deadline does not replace an earlier one
         assert await asyncio.wait_for(q.get(), 1) == "c"
+        q.done("c")
+        q.add_after("c", 0.01)  # a fired timer does not block the next one
+        assert await asyncio.wait_for(q.get(), 1) == "c"
 
     asyncio.run(scenario())
 
