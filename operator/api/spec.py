@@ -55,7 +55,7 @@ class ModelSpec(ApiModel):
 
 
 class OptimizerSpec(ApiModel):
-    """AdamW with linear warm-up and global-norm gradient clipping."""
+    """AdamW with linear warm-up, a decay schedule and global-norm gradient clipping."""
 
     learning_rate: float = Field(3e-4, gt=0, le=1)
     """Peak learning rate after warm-up."""
@@ -65,6 +65,8 @@ class OptimizerSpec(ApiModel):
     """Decoupled weight decay."""
     grad_clip: float = Field(1.0, gt=0)
     """Global gradient-norm clip."""
+    schedule: Literal["cosine", "constant"] = "cosine"
+    """After warm-up: cosine decay to 10% of the peak by the last step, or constant."""
 
 
 class ParallelismSpec(ApiModel):

@@ -39,7 +39,8 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
         communication=spec.communication.collective_permute,
         optimizer=OptimizerConfig(
             learning_rate=spec.optimizer.learning_rate, warmup_steps=spec.optimizer.warmup_steps,
-            weight_decay=spec.optimizer.weight_decay, grad_clip=spec.optimizer.grad_clip),
+            weight_decay=spec.optimizer.weight_decay, grad_clip=spec.optimizer.grad_clip,
+            schedule=spec.optimizer.schedule),
         data=DataConfig(kind=spec.data.kind, path=spec.data.path),
         checkpoint=CheckpointConfig(path=checkpoint_path,
                                     interval_steps=spec.checkpoint.interval_steps),

@@ -16,7 +16,7 @@ from longctx_operator.render import ResolvedLayout, render_workload
 from longctx_trainer.config import TrainerConfig, load_config
 from support.manifests import apply_case
 
-TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.schedule", "optimizer.beta1",
+TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.beta1",
                 "optimizer.beta2", "data.seed", "checkpoint.keep"}
 BASE = {
     "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "c"},
@@ -48,6 +48,7 @@ MAPPING = [
     ({"spec.optimizer.warmupSteps": 3}, LAYOUT, "optimizer.warmup_steps", 3),
     ({"spec.optimizer.weightDecay": 0.0}, LAYOUT, "optimizer.weight_decay", 0.0),
     ({"spec.optimizer.gradClip": 0.5}, LAYOUT, "optimizer.grad_clip", 0.5),
+    ({"spec.optimizer.schedule": "constant"}, LAYOUT, "optimizer.schedule", "constant"),
     ({"spec.data": {"kind": "text", "path": "/data/x.txt"}}, LAYOUT, "data.kind", "text"),
     ({"spec.data": {"kind": "text", "path": "/data/x.txt"}}, LAYOUT, "data.path", "/data/x.txt"),
     ({"spec.checkpoint.path": "/ckpt"}, LAYOUT, "checkpoint.path", "/ckpt"),
