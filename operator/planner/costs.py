@@ -116,9 +116,19 @@ def layer_input_bytes_per_token(model: ModelDims, precision: str) -> int:
     return dtype_bytes(precision) * model.hidden
 
 
-def logits_bytes_per_token(model: ModelDims, tensor: int) -> int:
-    """fp32 logits of the vocabulary-parallel LM head and their gradient (softmax - one-hot),
-    both alive at the start of the backward pass; no chunked cross-entropy."""
+LOSS_CHUNK_TOKENS = 2048  # trainer/model.py ModelOptions.loss_chunk_tokens
+
+
+def loss_chunk_tokens(shard_tokens: int) -> int:
+    """Tokens of one local sequence whose logits exist at once: the trainer's loss chunk when it
+    divides the shard, else the whole shard (the trainer's own fallback)."""
+    return LOSS_CHUNK_TOKENS if shard_tokens % LOSS_CHUNK_TOKENS == 0 else shard_tokens
+
+
+def loss_chunk_bytes_per_token(model: ModelDims, tensor: int) -> int:
+    """fp32 logits of the vocabulary-parallel LM head and their gradient (softmax - one-hot) for
+    one token of the loss chunk: the trainer recomputes a chunk's logits in the backward, so no
+    other chunk's logits exist at the same time."""
     return 2 * FP32 * -(-model.vocab // tensor)
 
 
@@ -129,21 +139,22 @@ class ActivationBytes:
 
 
 def activation_bytes(model: ModelDims, precision: str, *, tensor: int, resident_tokens: int,
-                     working_tokens: int, recompute: bool, offload: bool) -> ActivationBytes:
-    """Saved activations of all layers plus one layer's working set and the logits.
+                     loss_tokens: int, recompute: bool, offload: bool) -> ActivationBytes:
+    """Saved activations of all layers plus one layer's working set and the loss chunk's logits.
 
-    resident_tokens: tokens whose activations are kept between forward and backward (local
-    sequences * shard). working_tokens: tokens processed at once (the shard, or the offload chunk).
-    With offload the saved tensors live in host memory; the device keeps two layers of them (the
-    one being copied out or in, and the one in use).
+    resident_tokens: tokens a device holds at once (local sequences * shard); the trainer runs
+    each layer's matmuls over all of them (only attention is chunked), so the recompute working
+    set is over the shard, with or without offload. loss_tokens: local sequences * loss chunk.
+    With offload the saved layer inputs live in host memory; the device keeps two layers of them
+    (the one being copied out or in, and the one in use).
     """
     full_layer = layer_activation_bytes_per_token(model, precision, tensor)
     saved_per_token_layer = layer_input_bytes_per_token(model, precision) if recompute else full_layer
     saved_layers_on_device = 2 if offload else model.layers
     saved_device = saved_layers_on_device * saved_per_token_layer * resident_tokens
     saved_host = model.layers * saved_per_token_layer * resident_tokens if offload else 0
-    recompute_working = full_layer * working_tokens if recompute else 0
-    logits = logits_bytes_per_token(model, tensor) * working_tokens
+    recompute_working = full_layer * resident_tokens if recompute else 0
+    logits = loss_chunk_bytes_per_token(model, tensor) * loss_tokens
     return ActivationBytes(device=saved_device + recompute_working + logits, host=saved_host)
 
 

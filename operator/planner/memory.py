@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from longctx_trainer.presets import ModelDims
 
 from .costs import (activation_bytes, attention_working_set_bytes, gathered_params_bytes,
-                    kv_bytes, state_bytes_per_device)
+                    kv_bytes, loss_chunk_tokens, state_bytes_per_device)
 from .layouts import Layout
 
 
@@ -18,7 +18,7 @@ class MemoryBreakdown:
     optimizer_moments: int  # Adam m and v, shard
     gradients: int  # shard
     gathered_params: int  # ZeRO-3 just-in-time full layers and LM head
-    activations: int  # saved for backward, one layer's recompute working set, logits
+    activations: int  # saved for backward, one layer's recompute working set, loss chunk logits
     attention_working_set: int  # K/V blocks in flight and accumulators of one chunk
     host_offloaded: int  # in host memory, not part of total
     capacity: int  # HBM of the GPU
@@ -53,13 +53,13 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
     local_sequences = inp.batch_sequences // lay.data
     shard = inp.sequence_length // lay.context
     offload = inp.chunk_tokens is not None
-    working = inp.chunk_tokens if offload else shard
     state = state_bytes_per_device(m, p, lay.devices)
     act = activation_bytes(m, p, tensor=lay.tensor, resident_tokens=local_sequences * shard,
-                           working_tokens=local_sequences * working, recompute=inp.recompute,
-                           offload=offload)
+                           loss_tokens=local_sequences * loss_chunk_tokens(shard),
+                           recompute=inp.recompute, offload=offload)
     if offload:  # one chunk of queries against double-buffered K/V chunks; the rest on the host
-        query, kv_tokens, buffers = working, working, 2
+        query = kv_tokens = inp.chunk_tokens
+        buffers = 2
         waiting_tokens = inp.sequence_length if inp.attention == "all_gather" else shard
         host_kv = kv_bytes(m, p, tensor=lay.tensor, tokens=waiting_tokens) * local_sequences
     elif inp.attention == "all_gather" and lay.context > 1:

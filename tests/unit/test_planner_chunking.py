@@ -42,16 +42,20 @@ def test_chunk_candidates_are_dividing_powers_of_two_above_the_floor():
     assert chunk_candidates(2048, 2415) == []
 
 
-@pytest.mark.parametrize("gpu", ["h100-80gb", "a100-40gb"])
-def test_planner_takes_the_largest_chunk_that_fits(gpu):
-    req = PlanRequest(model=LLAMA8B, sequence_length=1_048_576, global_batch_tokens=1_048_576,
+@pytest.mark.parametrize("gpu, preset, sequence, context, tensor", [
+    ("h100-80gb", "llama3-8b", 2_097_152, 4, 2),
+    ("a100-40gb", "3b", 2_097_152, 8, 1),
+])
+def test_planner_takes_the_largest_chunk_that_fits(gpu, preset, sequence, context, tensor):
+    model = PRESETS[preset]
+    req = PlanRequest(model=model, sequence_length=sequence, global_batch_tokens=sequence,
                       nodes=1, gpus_per_node=8, gpu=gpu, fabric="infiniband",
-                      data=1, context=8, tensor=1)
+                      data=1, context=context, tensor=tensor)
     chosen = plan(req)
-    shard = 1_048_576 // 8
+    shard = sequence // context
     chunk = chosen.chunk_tokens
     assert chosen.offload and shard % chunk == 0 and chunk == 2 ** int(math.log2(chunk))
-    assert chunk >= covering_chunk_tokens(LLAMA8B, GPUS[gpu], "bf16")
+    assert chunk >= covering_chunk_tokens(model, GPUS[gpu], "bf16")
     assert chunk < shard
     assert memory_for(req, chosen.layout, chunk).fits
     assert not memory_for(req, chosen.layout, 2 * chunk).fits

@@ -33,13 +33,16 @@ GATHERED = (2 * 218_112_000 + 525_336_576) * 2 / 4
 #   one layer recomputed: 4h replicated (16,384 values) * 2 B = 32,768 B
 #     + (2h + 2*kv_dim + 3*ffn = 8,192 + 2,048 + 43,008 = 53,248 values) * 2 B / 4 = 26,624 B
 #     + fp32 log-sum-exp 4 B * 32 heads / 4 = 32 B                    -> 59,424 B
-#   fp32 logits of a quarter of the vocabulary and their gradient: 2 * 4 * 128256 / 4 = 256,512 B
-ACTIVATIONS = (262_144 + 59_424 + 256_512) * SHARD  # 578,080 B * 32,768 = 18,942,525,440 B
+#   = 321,568 B * 32,768 = 10,537,418,752 B
+# plus the loss chunk: 2048 tokens (they divide the shard) of fp32 logits of a quarter of the
+#   vocabulary and their gradient: 2 * 4 * 128256 / 4 = 256,512 B * 2048 = 525,336,576 B
+LOSS_CHUNK = 256_512 * 2048
+ACTIVATIONS = (262_144 + 59_424) * SHARD + LOSS_CHUNK  # 11,062,476,800 B
 # Attention working set: two K/V blocks of the shard on this tensor rank
 #   (2 * 1024/4 = 512 values/token * 32,768 = 16,777,216 values), each in bf16 plus an fp32 dK/dV
 #   accumulator: 2 * 16,777,216 * (2 + 4) = 201,326,592 B; fp32 dQ: 4 * 4096/4 * 32,768 = 134,217,728 B
 ATTENTION = 2 * 16_777_216 * 6 + 134_217_728  # 335,544,320 B
-TOTAL = PARAMS + MASTER + ADAM + GRADS + GATHERED + ACTIVATIONS + ATTENTION  # 24,275,872,000 B = 22.61 GiB
+TOTAL = PARAMS + MASTER + ADAM + GRADS + GATHERED + ACTIVATIONS + ATTENTION  # 16,395,823,360 B = 15.27 GiB
 
 # FLOPs per token. N (matmul params) = 32 * 218,112,000 + 4,096 (final norm) + 525,336,576 (LM head)
 #   = 7,504,924,672; 6N = 45,029,548,032.
@@ -98,23 +101,45 @@ def test_tensor_parallel_all_reduces(worked):
     assert worked.step.tensor_parallel == pytest.approx(expected, rel=REL)
 
 
-def _variant(**overrides):
-    """Memory of the worked example's layout with some request fields changed."""
+def _variant(chunk=None, **overrides):
+    """Memory of the worked example's layout with some request fields changed (and offload in
+    chunks of `chunk` tokens when given)."""
     base = dict(model=PRESETS["llama3-8b"], sequence_length=262_144, global_batch_tokens=262_144,
                 nodes=4, gpus_per_node=8, gpu="h100-80gb", fabric="infiniband")
-    return memory_for(PlanRequest(**{**base, **overrides}), Layout(1, 8, 4), None)
+    return memory_for(PlanRequest(**{**base, **overrides}), Layout(1, 8, 4), chunk)
 
 
 def test_without_recompute_every_layer_keeps_its_full_activations():
     memory = _variant(recompute=False)
-    # 32 layers * 59,424 B + logits 256,512 B, per token of the 32,768-token shard.
-    assert memory.activations == pytest.approx((32 * 59_424 + 256_512) * SHARD, rel=REL)
+    # 32 layers * 59,424 B per token of the 32,768-token shard, and the same loss chunk.
+    assert memory.activations == pytest.approx(32 * 59_424 * SHARD + LOSS_CHUNK, rel=REL)
 
 
 def test_fp32_training_has_no_master_copy():
     memory = _variant(precision="fp32")
     assert memory.master_weights == 0
     assert memory.params == pytest.approx(4 * P / DEVICES, rel=REL)
-    # Layer inputs 32 * 4096 * 4 B, recomputed layer 4 * 16,384 + 4 * 53,248 / 4 + 32, logits.
-    per_token = 32 * 4096 * 4 + (4 * 16_384 + 4 * 53_248 // 4 + 32) + 256_512
-    assert memory.activations == pytest.approx(per_token * SHARD, rel=REL)
+    # Layer inputs 32 * 4096 * 4 B, recomputed layer 4 * 16,384 + 4 * 53,248 / 4 + 32; the loss
+    # chunk's logits are fp32 in both precisions.
+    per_token = 32 * 4096 * 4 + (4 * 16_384 + 4 * 53_248 // 4 + 32)
+    assert memory.activations == pytest.approx(per_token * SHARD + LOSS_CHUNK, rel=REL)
+
+
+def test_loss_chunk_is_the_whole_shard_when_2048_does_not_divide_it():
+    # 24,576 tokens over context 8: 3,072-token shards, not a multiple of 2048, so the trainer
+    # (and the planner) take the whole shard as one loss chunk.
+    memory = _variant(sequence_length=24_576, global_batch_tokens=24_576)
+    assert memory.activations == pytest.approx((262_144 + 59_424 + 256_512) * 3_072, rel=REL)
+
+
+def test_offload_keeps_two_layer_inputs_on_the_device_and_the_rest_on_the_host():
+    memory = _variant(offload=True, chunk=4096)
+    # Device: 2 layer inputs (8,192 B per token) and one recomputed layer (59,424 B) over the
+    # whole shard -- the trainer chunks only attention -- plus the same loss chunk.
+    assert memory.activations == pytest.approx((2 * 8_192 + 59_424) * SHARD + LOSS_CHUNK, rel=REL)
+    # Host: all 32 layer inputs, 32 * 8,192 B * 32,768 = 8,589,934,592 B, and the shard's K/V on
+    # this tensor rank, 512 values * 2 B * 32,768 = 33,554,432 B.
+    assert memory.host_offloaded == pytest.approx(8_589_934_592 + 33_554_432, rel=REL)
+    # Attention: two 4,096-token K/V chunks (512 values/token, bf16 + fp32 dK/dV) and fp32 dQ of
+    # one 4,096-token query chunk (1,024 values/token): 2*512*4096*6 + 4*1024*4096 = 41,943,040 B.
+    assert memory.attention_working_set == pytest.approx(41_943_040, rel=REL)
