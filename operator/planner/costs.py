@@ -94,6 +94,17 @@ def gathered_params_bytes(model: ModelDims, precision: str, tensor: int) -> int:
     return -(-(2 * model.params_per_layer() + model.vocab * model.hidden) * b // tensor)
 
 
+def embedding_lookup_bytes(model: ModelDims, precision: str, tokens: int) -> int:
+    """Peak of the token lookup, which the trainer does on the whole table gathered to every device
+    in the compute precision. Forward: the table (V*h*b) and the looked-up tokens (b*h each).
+    Backward, the larger: the table's cotangent (a scatter-add of the tokens' gradients into V*h
+    values of b bytes), its fp32 cast for the master weights' gradient before that is
+    reduce-scattered (none when b is already fp32), and the tokens' gradient."""
+    b = dtype_bytes(precision)
+    cast = FP32 if b != FP32 else 0
+    return model.vocab * model.hidden * (b + cast) + b * model.hidden * tokens
+
+
 # --- activations --------------------------------------------------------------------------------
 
 

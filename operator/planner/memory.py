@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from longctx_trainer.presets import ModelDims
 
-from .costs import (activation_bytes, attention_working_set_bytes, gathered_params_bytes,
-                    kv_bytes, loss_chunk_tokens, state_bytes_per_device)
+from .costs import (activation_bytes, attention_working_set_bytes, embedding_lookup_bytes,
+                    gathered_params_bytes, kv_bytes, loss_chunk_tokens, state_bytes_per_device)
 from .layouts import Layout
 
 
@@ -20,14 +20,27 @@ class MemoryBreakdown:
     gathered_params: int  # ZeRO-3 just-in-time full layers and LM head
     activations: int  # saved for backward, one layer's recompute working set, loss chunk logits
     attention_working_set: int  # K/V blocks in flight and accumulators of one chunk
+    embedding_lookup: int  # whole table gathered for the lookup; never alive with the two above
     host_offloaded: int  # in host memory, not part of total
     capacity: int  # HBM of the GPU
     usable: int  # capacity * memory margin
 
     @property
+    def layers_phase(self) -> int:
+        """Transient bytes from the loss to the end of the layers' backward (saved inputs alive)."""
+        return self.activations + self.attention_working_set
+
+    @property
+    def peak_phase(self) -> str:
+        return "embedding lookup" if self.embedding_lookup > self.layers_phase else "layers"
+
+    @property
     def total(self) -> int:
+        """Model state and gathered weights, plus the larger of the two transient phases: the
+        lookup runs before the first layer's forward and after the first layer's backward, when
+        no layer activation is saved."""
         return (self.params + self.master_weights + self.optimizer_moments + self.gradients
-                + self.gathered_params + self.activations + self.attention_working_set)
+                + self.gathered_params + max(self.layers_phase, self.embedding_lookup))
 
     @property
     def fits(self) -> bool:
@@ -73,5 +86,7 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         params=state.params, master_weights=state.master_weights,
         optimizer_moments=state.optimizer_moments, gradients=state.gradients,
         gathered_params=gathered_params_bytes(m, p, lay.tensor), activations=act.device,
-        attention_working_set=attention, host_offloaded=act.host + host_kv,
+        attention_working_set=attention,
+        embedding_lookup=embedding_lookup_bytes(m, p, local_sequences * shard),
+        host_offloaded=act.host + host_kv,
         capacity=inp.capacity, usable=int(inp.capacity * inp.margin))

@@ -13,6 +13,7 @@ _MEMORY_ROWS = (
     ("gathered_params", "gathered params (ZeRO-3)"),
     ("activations", "activations"),
     ("attention_working_set", "attention working set"),
+    ("embedding_lookup", "embedding lookup"),
 )
 _STEP_PARTS = (("compute", "compute"), ("ring_exposed", "ring"), ("tensor_parallel", "TP"),
                ("zero_exposed", "ZeRO"), ("all_gather", "all-gather"),
@@ -62,7 +63,9 @@ def format_table(plan: Plan) -> str:
     lines += [f"  {label:<26}{_gib(getattr(mem, name)):>8}" for name, label in _MEMORY_ROWS]
     lines += [
         f"  {'total':<26}{_gib(mem.total):>8}  of {_gib(mem.usable)} usable "
-        f"({req.memory_margin:.0%} of {_gib(mem.capacity)})",
+        f"({req.memory_margin:.0%} of {_gib(mem.capacity)}); peak in the {mem.peak_phase}",
+        "  (the embedding lookup is never alive with the activations and attention working set: "
+        "the larger counts)",
         f"  {'host offloaded':<26}{_gib(mem.host_offloaded):>8}",
         "",
         f"FLOPs per token: {plan.flops_per_token.causal:.4g} (6N + 6*L*H*Q*T, causal); "
@@ -88,7 +91,8 @@ def _memory_json(mem) -> dict:
     out = {_camel(k): v for k, v in out.items()}
     out.update(total=mem.total, usable=mem.usable, capacity=mem.capacity,
                hostOffloaded=mem.host_offloaded)
-    return {"bytes": out, "gib": {k: round(v / GIB, 3) for k, v in out.items()}}
+    return {"bytes": out, "gib": {k: round(v / GIB, 3) for k, v in out.items()},
+            "peakPhase": mem.peak_phase}
 
 
 def _camel(name: str) -> str:

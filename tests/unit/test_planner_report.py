@@ -21,10 +21,12 @@ def test_table_shows_choice_memory_speed_and_rejections(issue_example):
     mem = issue_example.memory
     assert f"Chosen layout: {issue_example.layout}" in text
     for label, value in [("params (compute copy)", mem.params), ("activations", mem.activations),
-                         ("Adam moments (fp32)", mem.optimizer_moments), ("total", mem.total)]:
+                         ("Adam moments (fp32)", mem.optimizer_moments),
+                         ("embedding lookup", mem.embedding_lookup), ("total", mem.total)]:
         assert any(line.split()[:len(label.split())] == label.split()
                    and f"{value / GIB:.2f}" in line for line in text.splitlines()), label
     assert f"of {mem.usable / GIB:.2f} usable" in text
+    assert f"peak in the {mem.peak_phase}" in text
     assert f"{issue_example.tokens_per_second:,.0f} tokens/s" in text
     assert f"MFU {100 * issue_example.mfu:.1f}% (causal)" in text
     assert "Rejected layouts:" in text
@@ -42,6 +44,8 @@ def test_json_round_trips_and_matches_the_plan(issue_example):
                               "tensor": issue_example.layout.tensor}
     assert data["memory"]["bytes"]["total"] == issue_example.memory.total
     assert data["memory"]["bytes"]["optimizerMoments"] == issue_example.memory.optimizer_moments
+    assert data["memory"]["bytes"]["embeddingLookup"] == issue_example.memory.embedding_lookup
+    assert data["memory"]["peakPhase"] == issue_example.memory.peak_phase
     assert data["flopsPerToken"]["causal"] == issue_example.flops_per_token.causal
     assert data["flopsPerToken"]["full"] == issue_example.flops_per_token.full
     assert data["tokensPerSecond"] == issue_example.tokens_per_second

@@ -42,7 +42,14 @@ ACTIVATIONS = (262_144 + 59_424) * SHARD + LOSS_CHUNK  # 11,062,476,800 B
 #   (2 * 1024/4 = 512 values/token * 32,768 = 16,777,216 values), each in bf16 plus an fp32 dK/dV
 #   accumulator: 2 * 16,777,216 * (2 + 4) = 201,326,592 B; fp32 dQ: 4 * 4096/4 * 32,768 = 134,217,728 B
 ATTENTION = 2 * 16_777_216 * 6 + 134_217_728  # 335,544,320 B
-TOTAL = PARAMS + MASTER + ADAM + GRADS + GATHERED + ACTIVATIONS + ATTENTION  # 16,395,823,360 B = 15.27 GiB
+# Embedding lookup: the whole 128,256 x 4,096 table gathered in bf16 (1,050,673,152 B), in the
+#   backward its bf16 cotangent plus that cast to fp32 (2 + 4 B per entry: 3,152,019,456 B), and
+#   the gradient of the 32,768 looked-up tokens, 2 * 4096 * 32,768 = 268,435,456 B.
+EMBEDDING = 128_256 * 4096 * (2 + 4) + 268_435_456  # 3,420,454,912 B
+# It is never alive with the activations (before the first layer's forward and after its
+# backward), so the total counts the larger phase: here the layers' 11.4 GB.
+STATE = PARAMS + MASTER + ADAM + GRADS  # 4,517,021,952 B
+TOTAL = STATE + GATHERED + ACTIVATIONS + ATTENTION  # 16,395,823,360 B = 15.27 GiB
 
 # FLOPs per token. N (matmul params) = 32 * 218,112,000 + 4,096 (final norm) + 525,336,576 (LM head)
 #   = 7,504,924,672; 6N = 45,029,548,032.
@@ -65,10 +72,28 @@ def worked():
 @pytest.mark.parametrize("field, expected", [
     ("params", PARAMS), ("master_weights", MASTER), ("optimizer_moments", ADAM),
     ("gradients", GRADS), ("gathered_params", GATHERED), ("activations", ACTIVATIONS),
-    ("attention_working_set", ATTENTION), ("total", TOTAL),
+    ("attention_working_set", ATTENTION), ("embedding_lookup", EMBEDDING), ("total", TOTAL),
 ])
 def test_memory_per_component(worked, field, expected):
     assert getattr(worked.memory, field) == pytest.approx(expected, rel=REL)
+
+
+def test_peak_is_in_the_layers_at_long_context(worked):
+    assert worked.memory.peak_phase == "layers"
+
+
+def test_embedding_lookup_is_the_peak_at_short_context():
+    # 32,768 tokens over context 8: 4,096-token shards, two 2,048-token loss chunks.
+    memory = _variant(sequence_length=32_768, global_batch_tokens=32_768)
+    # Layers: 321,568 B * 4,096 + the loss chunk 525,336,576 B = 1,842,479,104 B, plus attention
+    # 2 * 512 * 4,096 * 6 + 4 * 1,024 * 4,096 = 41,943,040 B: 1.88 GB.
+    assert memory.activations + memory.attention_working_set == pytest.approx(
+        1_842_479_104 + 41_943_040, rel=REL)
+    # Lookup: 3,152,019,456 B of table and its fp32 cast + 2 * 4096 * 4,096 = 33,554,432 B.
+    embedding = 3_152_019_456 + 33_554_432  # 3,185,573,888 B
+    assert memory.embedding_lookup == pytest.approx(embedding, rel=REL)
+    assert memory.peak_phase == "embedding lookup"
+    assert memory.total == pytest.approx(STATE + GATHERED + embedding, rel=REL)  # 8,183,376,128 B
 
 
 def test_capacity_and_no_offload(worked):
