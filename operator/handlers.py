@@ -1,7 +1,7 @@
 """kopf handlers, thin: watch events go to the reconciler's cache and queue (reconciler.py).
 
 Run with `longctx operator` or `kopf run -m longctx_operator.handlers [--namespace NS | --all-namespaces]`.
-Environment: LONGCTX_OPERATOR_WORKERS (8), LONGCTX_PROGRESS_INTERVAL_SECONDS (10),
+Environment: LONGCTX_OPERATOR_WORKERS (16), LONGCTX_PROGRESS_INTERVAL_SECONDS (10),
 LONGCTX_OPERATOR_METRICS_PORT (unset: no metrics server), and the renderer's LONGCTX_* settings.
 
 Only event handlers are used: no kopf change handlers, daemons or timers, so kopf adds no finalizer
@@ -40,7 +40,7 @@ async def start(settings: kopf.OperatorSettings, **_) -> None:
     if port := os.environ.get("LONGCTX_OPERATOR_METRICS_PORT"):
         prometheus_client.start_http_server(int(port))
     reconciler = Reconciler(Kube(load_client()), OperatorSettings.from_env(),
-                            workers=int(os.environ.get("LONGCTX_OPERATOR_WORKERS", "8")),
+                            workers=int(os.environ.get("LONGCTX_OPERATOR_WORKERS", "16")),
                             progress_interval=float(os.environ.get("LONGCTX_PROGRESS_INTERVAL_SECONDS", "10")))
     reconciler.start()
     _state["reconciler"] = reconciler

@@ -84,17 +84,14 @@ class Kube:
             patch(name, ns, {"data": obj.get("data", {})}, _preload_content=False)
         return False
 
-    def create_workload(self, objects: list[dict], owner: dict) -> list[str]:
-        """Create-or-get Service and Job, create-or-update the ConfigMap (the next generation reads
-        the current spec), all owned by `owner`. Returns the kinds it created."""
-        created = []
-        for obj in objects:
-            obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
-            if self._create(obj, replace_on_conflict=obj["kind"] == "ConfigMap"):
-                created.append(obj["kind"])
-                owner_key = f"{owner['metadata']['namespace']}/{owner['metadata']['name']}"
-                if obj["kind"] == "Service" and os.environ.get(EXIT_AFTER_SERVICE_ENV) == owner_key:
-                    os._exit(EXIT_AFTER_SERVICE_CODE)
+    def create_owned(self, obj: dict, owner: dict) -> bool:
+        """Create-or-get a Service or Job, create-or-update a ConfigMap (the next generation reads
+        the current spec), owned by `owner`. True when it was created now."""
+        obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
+        created = self._create(obj, replace_on_conflict=obj["kind"] == "ConfigMap")
+        owner_key = f"{owner['metadata']['namespace']}/{owner['metadata']['name']}"
+        if created and obj["kind"] == "Service" and os.environ.get(EXIT_AFTER_SERVICE_ENV) == owner_key:
+            os._exit(EXIT_AFTER_SERVICE_CODE)
         return created
 
     def delete_job(self, namespace: str, name: str) -> None:

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accepted for kopf compatibility: the operator always runs standalone (one replica)")
     parser.add_argument("--metrics-port", type=int, default=8000,
                         help="serve the operator's Prometheus metrics on this port (0: off)")
-    parser.add_argument("--workers", type=int, help="concurrent reconciliations (default 8)")
+    parser.add_argument("--workers", type=int, help="concurrent reconciliations (default 16)")
     parser.add_argument("--progress-interval", type=float,
                         help="seconds between reads of rank 0's metrics (default 10)")
     parser.add_argument("--verbose", "-v", action="store_true")

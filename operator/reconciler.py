@@ -111,7 +111,7 @@ def with_pod_annotations(objects: list[dict], annotations: dict[str, str]) -> li
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: OperatorSettings, workers: int = 8,
+    def __init__(self, kube: Kube, settings: OperatorSettings, workers: int = 16,
                  progress_interval: float = 10.0):
         self.kube, self.settings = kube, settings
         self.cache = Cache()
@@ -251,7 +251,9 @@ class Reconciler:
                 objects = with_pod_annotations(
                     render_workload(job, action.layout, action.generation, self.settings),
                     job.metadata.model_extra.get("annotations") or {})
-                await self._call(self.kube.create_workload, objects, obj)
+                service = next(o for o in objects if o["kind"] == "Service")
+                await self._call(self.kube.create_owned, service, obj)  # stable across generations
+                await asyncio.gather(*(self._call(self.kube.create_owned, o, obj) for o in objects if o is not service))
             elif isinstance(action, DeleteWorkload):
                 await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
         if decision.events:

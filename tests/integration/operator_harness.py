@@ -55,13 +55,46 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace")[-6000:]
 
 
-def job_manifest(name: str, nodes: int = 2, pod_annotations: dict | None = None, annotations: dict | None = None,
+POOL_LABEL = "longctx.io/test-pool"
+
+
+def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int) -> list[str]:
+    """Adds `count` simulated GPU nodes (hack/cluster/nodes.py, indices from `first`) labelled
+    longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs."""
+    nodes = json.loads(subprocess.run(
+        [sys.executable, str(REPO / "hack" / "cluster" / "nodes.py"), "--start", str(first), "--count", str(count)],
+        check=True, capture_output=True, text=True).stdout)
+    for node in nodes["items"]:
+        node["metadata"]["labels"][POOL_LABEL] = pool
+    admin_kubectl.run("create", "-f", "-", input=json.dumps(nodes))
+    names = [node["metadata"]["name"] for node in nodes["items"]]
+    deadline = time.monotonic() + 60
+    while not all(_schedulable(admin_kubectl.json("get", "node", name)) for name in names):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nodes {names} not Ready and schedulable after 60s")
+        time.sleep(0.5)
+    return names
+
+
+def _schedulable(node: dict) -> bool:
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+    return ready and not any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints", []))
+
+
+def delete_nodes(admin_kubectl, names: list[str]) -> None:
+    if names:
+        admin_kubectl.run("delete", "node", *names, "--wait=false", check=False)
+
+
+def job_manifest(name: str, nodes: int = 2, pool: str | None = None, pod_annotations: dict | None = None, annotations: dict | None = None,
                  **spec_over) -> dict:
     """A small GPU job for the simulated nodes: tiny model, 8 GPUs per node, short backoff."""
     spec = {"model": {"preset": "tiny"}, "sequenceLength": 4096, "steps": 10,
             "resources": {"nodes": nodes, "gpusPerNode": 8, "gpuType": "h100-80gb"},
             "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
             "scheduling": {"startupTimeoutSeconds": 60}}
+    if pool:
+        spec["scheduling"]["nodeSelector"] = {POOL_LABEL: pool}
     for key, value in spec_over.items():
         spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
     meta_annotations = dict(annotations or {})
@@ -75,12 +108,16 @@ def conditions(obj: dict) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c.get("reason")) for c in (obj.get("status") or {}).get("conditions", [])}
 
 
-def events(kubectl, name: str) -> list[tuple[str, str]]:
-    """(type, reason) of the job's Events in the order they were created."""
+def event_objects(kubectl, name: str) -> list[dict]:
+    """The job's Events in the order they were created."""
     items = kubectl.json("get", "events", "--field-selector",
                          f"involvedObject.kind=LongContextJob,involvedObject.name={name}")["items"]
-    items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
-    return [(e["type"], e["reason"]) for e in items]
+    return sorted(items, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+
+def events(kubectl, name: str) -> list[tuple[str, str]]:
+    """(type, reason) of the job's Events in the order they were created."""
+    return [(e["type"], e["reason"]) for e in event_objects(kubectl, name)]
 
 
 def children(kubectl, name: str) -> dict[str, list[str]]:

@@ -18,12 +18,20 @@ pytestmark = pytest.mark.integration
 
 def test_killed_after_the_service_restarted_creates_exactly_one_of_each(cluster, admin_kubectl, kubectl, wait_until,
                                                                       namespace, tmp_path):
+    h.install_crd(admin_kubectl)
+    nodes = h.add_pool_nodes(admin_kubectl, namespace, first=810, count=2)
+    try:
+        run_crash_and_restart(cluster, kubectl, wait_until, namespace, tmp_path)
+    finally:
+        h.delete_nodes(admin_kubectl, nodes)
+
+
+def run_crash_and_restart(cluster, kubectl, wait_until, namespace, tmp_path):
     from longctx_operator.kube import EXIT_AFTER_SERVICE_CODE, EXIT_AFTER_SERVICE_ENV
 
-    h.install_crd(admin_kubectl)
     crashing = h.OperatorProcess(cluster.kubeconfig, tmp_path / "first.log", env={EXIT_AFTER_SERVICE_ENV: f"{namespace}/phoenix"}).start()
     try:
-        kubectl.apply(h.job_manifest("phoenix", pod_annotations={"longctx.io/complete-after": "3s"}))
+        kubectl.apply(h.job_manifest("phoenix", pool=namespace, pod_annotations={"longctx.io/complete-after": "3s"}))
         assert crashing.proc.wait(timeout=60) == EXIT_AFTER_SERVICE_CODE, crashing.log()
     finally:
         crashing.stop()
