@@ -2,7 +2,9 @@
 
 Run with `longctx operator` or `kopf run -m longctx_operator.handlers [--namespace NS | --all-namespaces]`.
 Environment: LONGCTX_OPERATOR_WORKERS (16), LONGCTX_PROGRESS_INTERVAL_SECONDS (10),
-LONGCTX_OPERATOR_METRICS_PORT (unset: no metrics server), and the renderer's LONGCTX_* settings.
+LONGCTX_OPERATOR_METRICS_PORT (unset: no metrics server), LONGCTX_OPERATOR_READ_NODES (default: the
+`canReadNodes` of the Helm chart's config file $LONGCTX_OPERATOR_CONFIG, else true; false with
+namespace-scoped RBAC, where nodes cannot be watched) and the renderer's LONGCTX_* settings.
 
 Only event handlers are used: no kopf change handlers, daemons or timers, so kopf adds no finalizer
 and writes nothing to the objects; deleting a LongContextJob needs no running operator, the
@@ -16,6 +18,7 @@ import os
 
 import kopf
 import prometheus_client
+import yaml
 
 from .kube import GROUP, PLURAL, VERSION, Kube, load_client
 from .reconciler import Reconciler
@@ -23,6 +26,20 @@ from .render import OperatorSettings
 from .render.names import JOB_NAME_LABEL
 
 _state: dict[str, Reconciler] = {}
+
+
+def can_read_nodes(environ=os.environ) -> bool:
+    """Whether to watch nodes (builtin admission needs them)."""
+    if "LONGCTX_OPERATOR_READ_NODES" in environ:
+        return environ["LONGCTX_OPERATOR_READ_NODES"].lower() not in ("0", "false", "no")
+    config = environ.get("LONGCTX_OPERATOR_CONFIG")
+    if config and os.path.isfile(config):
+        with open(config) as f:
+            return bool((yaml.safe_load(f) or {}).get("canReadNodes", True))
+    return True
+
+
+READ_NODES = can_read_nodes()
 
 
 def _reconciler() -> Reconciler:
@@ -39,7 +56,7 @@ async def start(settings: kopf.OperatorSettings, **_) -> None:
     settings.watching.server_timeout = 300
     if port := os.environ.get("LONGCTX_OPERATOR_METRICS_PORT"):
         prometheus_client.start_http_server(int(port))
-    reconciler = Reconciler(Kube(load_client()), OperatorSettings.from_env(),
+    reconciler = Reconciler(Kube(load_client()), OperatorSettings.from_env(), nodes_visible=READ_NODES,
                             workers=int(os.environ.get("LONGCTX_OPERATOR_WORKERS", "16")),
                             progress_interval=float(os.environ.get("LONGCTX_PROGRESS_INTERVAL_SECONDS", "10")))
     reconciler.start()
@@ -72,6 +89,7 @@ async def pod_event(event, **_) -> None:
     _reconciler().pod_event(event["object"], _deleted(event))
 
 
-@kopf.on.event("v1", "nodes")
-async def node_event(event, **_) -> None:
-    _reconciler().node_event(event["object"], _deleted(event))
+if READ_NODES:
+    @kopf.on.event("v1", "nodes")
+    async def node_event(event, **_) -> None:
+        _reconciler().node_event(event["object"], _deleted(event))

@@ -112,11 +112,12 @@ def with_pod_annotations(objects: list[dict], annotations: dict[str, str]) -> li
 
 class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings, workers: int = 16,
-                 progress_interval: float = 10.0):
+                 progress_interval: float = 10.0, nodes_visible: bool = True):
         self.kube, self.settings = kube, settings
         self.cache = Cache()
         self.queue = WorkQueue()
         self.workers = workers
+        self.nodes_visible = nodes_visible
         self.progress_interval = progress_interval
         self.reservations: dict[Key, Reservation] = {}
         self.waiting_since: dict[Key, float] = {}  # first refused admission of the coming generation
@@ -187,6 +188,9 @@ class Reconciler:
                 self.queue.add_after(key, requeue)
 
     def _admission(self, key: Key, job: LongContextJob) -> Admission:
+        if not self.nodes_visible:
+            return Admission(False, "NodesNotReadable", "builtin admission counts free GPUs on nodes, which this "
+                             "operator may not read (namespace-scoped RBAC): use scheduling.admission kueue or none")
         spec = job.spec
         gpus = spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else 0
         request = GangRequest(pods=spec.resources.nodes, gpus_per_pod=gpus, node_selector=_node_selector(spec),

@@ -63,3 +63,26 @@ def test_cache_finds_the_pods_of_one_generation():
             "longctx.io/job-name": "j", "longctx.io/generation": str(gen)}}, "spec": {}, "status": {}}, deleted=False)
         assert owner == ("n", "j")
     assert [p["metadata"]["name"] for p in cache.generation_pods(("n", "j"), 2)] == ["b"]
+
+
+def test_node_access_follows_the_env_then_the_chart_config(tmp_path):
+    from longctx_operator.handlers import can_read_nodes
+
+    config = tmp_path / "operator.yaml"
+    config.write_text("canReadNodes: false\n")
+    assert can_read_nodes({}) is True
+    assert can_read_nodes({"LONGCTX_OPERATOR_CONFIG": str(config)}) is False
+    assert can_read_nodes({"LONGCTX_OPERATOR_CONFIG": str(config), "LONGCTX_OPERATOR_READ_NODES": "true"}) is True
+    assert can_read_nodes({"LONGCTX_OPERATOR_READ_NODES": "false"}) is False
+
+
+def test_builtin_admission_without_node_access_says_so():
+    from longctx_operator.api.spec import LongContextJob
+    from longctx_operator.reconciler import Reconciler
+    from longctx_operator.render import OperatorSettings
+
+    job = LongContextJob.model_validate({
+        "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j", "namespace": "n"},
+        "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}}})
+    verdict = Reconciler(kube=None, settings=OperatorSettings(), nodes_visible=False)._admission(("n", "j"), job)
+    assert not verdict.fits and verdict.reason == "NodesNotReadable" and "kueue or none" in verdict.message
