@@ -124,6 +124,8 @@ class Reconciler:
         self._tasks: list[asyncio.Task] = []
         # Blocking API calls: enough threads for every worker, the progress reads and Events.
         self._threads = ThreadPoolExecutor(max_workers=2 * workers + 4, thread_name_prefix="kube")
+        # Metrics reads get their own threads: unreachable pod IPs must not starve reconciliations.
+        self._scrapers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
         self._events: dict[Key, asyncio.Task] = {}  # the last Event-posting task of each job
 
     # -- events from the watch streams -------------------------------------------------------
@@ -166,6 +168,7 @@ class Reconciler:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self._scrapers.shutdown(wait=False, cancel_futures=True)
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
@@ -298,7 +301,7 @@ class Reconciler:
         if url is None:
             return
         try:
-            text = await self._call(_fetch, url)
+            text = await asyncio.get_running_loop().run_in_executor(self._scrapers, _fetch, url)
         except OSError as e:
             log.debug("%s/%s: metrics at %s unreachable: %s", *key, url, e)
             return
@@ -319,5 +322,5 @@ class Reconciler:
 
 
 def _fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=3) as response:
+    with urllib.request.urlopen(url, timeout=2) as response:
         return response.read().decode()
