@@ -12,7 +12,9 @@ RECONCILE_DURATION = Histogram("longctx_operator_reconcile_duration_seconds",
                                "Wall time of one reconciliation (decision and API calls).",
                                buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
 JOBS = Gauge("longctx_operator_jobs", "LongContextJobs seen by this operator, by phase.", ["phase"])
-GANG_RESTARTS = Counter("longctx_operator_gang_restarts", "Gang restarts (a generation deleted after a failure).")
+GANG_RESTARTS = Counter("longctx_operator_gang_restarts",
+                        "Gang restarts (a generation deleted after a failure), per LongContextJob.",
+                        ["namespace", "job_name"])
 ADMISSION_WAIT = Histogram("longctx_operator_admission_wait_seconds",
                            "Time from a generation becoming due to its admission.",
                            buckets=(.1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600))
@@ -25,3 +27,16 @@ def count_phases(phases: list[str | None]) -> None:
     """Sets longctx_operator_jobs from the phases of every known job (None counts as Pending)."""
     for phase in PHASES:
         JOBS.labels(phase=phase).set(sum(1 for p in phases if (p or "Pending") == phase))
+
+
+def track_job(namespace: str, name: str) -> None:
+    """Create the job's restart series at 0, so its first restart shows in increase()."""
+    GANG_RESTARTS.labels(namespace=namespace, job_name=name)
+
+
+def forget_job(namespace: str, name: str) -> None:
+    """Drop a deleted job's series: the label set stays bounded by the jobs that exist."""
+    try:
+        GANG_RESTARTS.remove(namespace, name)
+    except KeyError:
+        pass

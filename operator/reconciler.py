@@ -30,7 +30,7 @@ from .observe import MISSING, observe_workload, pod_rank
 from .progress import metrics_url, parse_progress
 from .render import OperatorSettings, render_workload
 from .render.names import workload_name
-from .render.workload import _node_selector, _tolerations
+from .render.workload import node_selector, tolerations
 
 log = logging.getLogger("longctx.operator")
 POD_ANNOTATIONS = "longctx.io/pod-annotations"
@@ -135,7 +135,9 @@ class Reconciler:
         if deleted:
             self.reservations.pop(key, None)
             self.waiting_since.pop(key, None)
+            metrics.forget_job(*key)
         else:
+            metrics.track_job(*key)
             self.queue.add(key)
 
     def workload_event(self, obj: dict, deleted: bool) -> None:
@@ -196,8 +198,8 @@ class Reconciler:
                              "operator may not read (namespace-scoped RBAC): use scheduling.admission kueue or none")
         spec = job.spec
         gpus = spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else 0
-        request = GangRequest(pods=spec.resources.nodes, gpus_per_pod=gpus, node_selector=_node_selector(spec),
-                              tolerations=_tolerations(spec))
+        request = GangRequest(pods=spec.resources.nodes, gpus_per_pod=gpus, node_selector=node_selector(spec),
+                              tolerations=tolerations(spec))
         now = time.monotonic()
         reserved = 0
         for other, r in list(self.reservations.items()):
@@ -235,7 +237,7 @@ class Reconciler:
     def _account(self, key: Key, job: LongContextJob, old: LongContextJobStatus, decision: Decision) -> None:
         new = decision.status
         if new.restarts > old.restarts:
-            metrics.GANG_RESTARTS.inc(new.restarts - old.restarts)
+            metrics.GANG_RESTARTS.labels(*key).inc(new.restarts - old.restarts)
         if new.phase == "Pending" and new.current_workload is None:
             self.waiting_since.setdefault(key, time.monotonic())
         for action in decision.actions:

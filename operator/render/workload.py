@@ -56,7 +56,7 @@ def _resources(spec: LongContextJobSpec, fabric: FabricProfile) -> dict:
     return {"requests": dict(limits), "limits": limits} if limits else {}
 
 
-def _node_selector(spec: LongContextJobSpec) -> dict[str, str]:
+def node_selector(spec: LongContextJobSpec) -> dict[str, str]:
     selector = {}
     if spec.resources.gpu_type != "cpu":
         selector["nvidia.com/gpu.product"] = GPU_PRODUCTS[spec.resources.gpu_type]
@@ -64,7 +64,7 @@ def _node_selector(spec: LongContextJobSpec) -> dict[str, str]:
     return selector
 
 
-def _tolerations(spec: LongContextJobSpec) -> list[dict]:
+def tolerations(spec: LongContextJobSpec) -> list[dict]:
     user = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.scheduling.tolerations]
     return ([GPU_TOLERATION] if spec.resources.gpu_type != "cpu" else []) + user
 
@@ -126,7 +126,7 @@ def render_workload(job: LongContextJob, layout: ResolvedLayout, generation: int
         suspend=spec.scheduling.admission == "kueue",
         pod_labels=pod_labels, pod_annotations=dict(fabric.annotations),
         priority_class_name=spec.scheduling.priority_class_name,
-        node_selector=_node_selector(spec), tolerations=_tolerations(spec),
+        node_selector=node_selector(spec), tolerations=tolerations(spec),
         affinity=_affinity(workload, spec), sidecars=list(fabric.sidecars),
         image=spec.image or settings.trainer_image, image_pull_policy=settings.trainer_image_pull_policy,
         config_path=f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}",

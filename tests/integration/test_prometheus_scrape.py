@@ -45,8 +45,6 @@ STEPS = 90
 TOKENS_PER_STEP = 1024
 MIN_SCRAPED_SECONDS = 30
 RUN_TIMEOUT = 600
-# The operator's metrics lack the per-job labels the dashboard filters on (see the xfail below).
-PER_JOB_OPERATOR_SERIES = "longctx_operator_gang_restarts_total"
 
 
 def _consecutive_free_ports(count: int) -> int:
@@ -214,14 +212,7 @@ def _panel_queries(dcgm: bool) -> list:
     for panel in DASHBOARD["panels"]:
         for target in panel.get("targets", []):
             if ("DCGM_" in target["expr"]) == dcgm:
-                marks = ()
-                if PER_JOB_OPERATOR_SERIES in target["expr"]:
-                    marks = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-                        "the operator exports longctx_operator_gang_restarts_total without the namespace/job_name "
-                        "labels the dashboard and the LongctxJobRestartsRising alert aggregate by "
-                        "(docs/observability.md, metrics reference)"))
-                queries.append(pytest.param(target["expr"], id=f"{panel['title']}/{target.get('refId', '')}",
-                                            marks=marks))
+                queries.append(pytest.param(target["expr"], id=f"{panel['title']}/{target.get('refId', '')}"))
     return queries
 
 
