@@ -250,8 +250,8 @@ def test_operator_metrics_count_reconciles_restarts_and_phases(operator, kubectl
     kubectl.apply(pool_job("counted", pod_annotations={"longctx.io/fail": "true"}))
     h.wait_phase(kubectl, wait_until, "counted", "Failed")
     after = _operator_metrics(operator)
-    restarts = f'longctx_operator_gang_restarts_total{{namespace="{kubectl.namespace}",job_name="counted"}}'
-    assert after[restarts] == 1 and before.get(restarts, 0) == 0
+    restarts = f'longctx_operator_gang_restarts_total{{job_name="counted",namespace="{kubectl.namespace}"}}'
+    assert after.get(restarts) == 1 and before.get(restarts, 0) == 0, [k for k in after if "gang" in k]
     assert after['longctx_operator_reconciles_total{result="ok"}'] > before.get('longctx_operator_reconciles_total{result="ok"}', 0)
     assert after['longctx_operator_jobs{phase="Failed"}'] >= 1
     assert after["longctx_operator_admission_wait_seconds_count"] >= before.get("longctx_operator_admission_wait_seconds_count", 0) + 2
