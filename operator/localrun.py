@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
+from longctx_trainer.launch import first_failure
+
 from .api.spec import LongContextJob
 from .render import OperatorSettings, render_workload
 from .render import names
@@ -82,7 +84,6 @@ class LocalRun:
         self.out = out
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
-        self.last_event: dict | None = None
 
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +118,6 @@ class LocalRun:
                 except ValueError:
                     continue
                 if event.get("event") == "step":
-                    self.last_event = event
                     show(progress_line(event, self.job.spec.steps))
                 elif event.get("event") == "checkpoint":
                     show(f"checkpoint at step {event['step']} ({event['seconds']:.1f} s)")
@@ -132,19 +132,14 @@ class LocalRun:
 
         follower = threading.Thread(target=self._follow_rank0, args=(show,), daemon=True)
         follower.start()
-        while True:
-            codes = [p.poll() for p in self.procs]
-            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-            if failed or all(c == 0 for c in codes):
-                break
-            time.sleep(0.2)
-        if failed:
+        failure = first_failure(self.procs)
+        if failure:
             self.stop()
         follower.join(timeout=5)
         if interactive:
             self.out.write("\n")
-        if failed:
-            index, code = failed[0]
+        if failure:
+            index, code = failure
             tail = self.logs[index].read_text(errors="replace").strip().splitlines()[-1:] or [""]
             raise WorkerFailed(index, code, self.logs[index], tail[0])
         return 0

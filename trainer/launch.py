@@ -32,24 +32,33 @@ def process_env(environ: Mapping[str, str], local: int) -> dict[str, str]:
             "LONGCTX_LOCAL_PROCESS_ID": str(local)}
 
 
-def supervise(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> int:
-    """Wait for all; on the first failure terminate the rest and return its exit code."""
+def first_failure(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> tuple[int, int] | None:
+    """Wait until every process has exited 0 (None) or one has failed: (its index, its exit code)."""
     while True:
         codes = [p.poll() for p in procs]
-        failed = [c for c in codes if c not in (None, 0)]
-        if failed:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-            return failed[0] if failed[0] > 0 else 128 - failed[0]
-        if all(c == 0 for c in codes):
-            return 0
+        for index, code in enumerate(codes):
+            if code not in (None, 0):
+                return index, code
+        if all(code == 0 for code in codes):
+            return None
         time.sleep(poll_seconds)
+
+
+def supervise(procs: list[subprocess.Popen]) -> int:
+    """Wait for all; on the first failure terminate the rest and return its exit code."""
+    failure = first_failure(procs)
+    if failure is None:
+        return 0
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    code = failure[1]
+    return code if code > 0 else 128 - code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from longctx_trainer.launch import process_env, supervise
+from longctx_trainer.launch import first_failure, process_env, supervise
 
 
 def test_process_identity_from_completion_index_and_local_number():
@@ -31,3 +31,8 @@ def test_supervise_stops_the_gang_when_one_fails():
     code = supervise([sleeper, _python("raise SystemExit(7)")])
     assert code == 7
     assert sleeper.poll() is not None and time.monotonic() - start < 30
+
+
+def test_first_failure_names_the_failing_process():
+    assert first_failure([_python("pass"), _python("raise SystemExit(3)")]) == (1, 3)
+    assert first_failure([_python("pass")]) is None
