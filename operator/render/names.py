@@ -6,7 +6,6 @@ CONFIG_MOUNT = "/etc/longctx"
 CONFIG_FILE = "trainer.yaml"
 JOB_NAME_LABEL = "longctx.io/job-name"
 GENERATION_LABEL = "longctx.io/generation"
-RANK_LABEL = "longctx.io/rank"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
