@@ -117,6 +117,8 @@ class LocalRun:
                     event = json.loads(line)
                 except ValueError:
                     continue
+                if not isinstance(event, dict):
+                    continue  # other output of the worker that happens to parse as JSON
                 if event.get("event") == "step":
                     show(progress_line(event, self.job.spec.steps))
                 elif event.get("event") == "checkpoint":

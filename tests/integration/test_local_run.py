@@ -33,7 +33,7 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     steps = [line for line in out.splitlines() if line.startswith("step ")]
-    assert [s.split()[1] for s in steps] == ["1/3", "2/3", "3/3"]
+    assert [s.split()[1] for s in steps] == ["1/3", "2/3", "3/3"], (out, err)
     assert "tokens/s" in steps[-1] and "checkpoint at step 2" in out
     assert (run_dir / "worker-1.log").exists() and (run_dir / "trainer.yaml").exists()
     assert any((run_dir / "checkpoints").iterdir())
