@@ -69,6 +69,22 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
     return workers
 
 
+def parse_event(line: str) -> dict | None:
+    """A trainer progress event in a line of worker output, or None.
+
+    Native libraries (gloo) write to the same stdout in several pieces, so an event line may
+    follow a fragment of their text on the same line.
+    """
+    start = line.find('{"event"')
+    if start < 0:
+        return None
+    try:
+        event = json.loads(line[start:])
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
 def progress_line(event: dict, steps: int) -> str:
     parts = [f"step {event['step']}/{steps}", f"loss {event['loss']:.4f}",
              f"{event['tokens_per_second']:,.0f} tokens/s"]
@@ -113,12 +129,9 @@ class LocalRun:
         with (self.run_dir / "worker-0.progress.jsonl").open("w") as record:
             for line in rank0.stdout:
                 record.write(line)
-                try:
-                    event = json.loads(line)
-                except ValueError:
+                event = parse_event(line)
+                if event is None:
                     continue
-                if not isinstance(event, dict):
-                    continue  # other output of the worker that happens to parse as JSON
                 if event.get("event") == "step":
                     show(progress_line(event, self.job.spec.steps))
                 elif event.get("event") == "checkpoint":

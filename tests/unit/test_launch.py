@@ -36,3 +36,4 @@ def test_supervise_stops_the_gang_when_one_fails():
 def test_first_failure_names_the_failing_process():
     assert first_failure([_python("pass"), _python("raise SystemExit(3)")]) == (1, 3)
     assert first_failure([_python("pass")]) is None
+
