@@ -31,6 +31,8 @@ from typing import Iterator
 import pytest
 import yaml
 
+from longctx_operator.localrun import parse_event
+
 _spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
 h = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(h)
@@ -195,8 +197,8 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
         assert samples, f"Prometheus never scraped rank 0 (log: {prometheus.log.read_text()[-2000:]})"
         at = samples[-1][0]
         # rank 0's stdout: the trainer's JSON progress lines among gloo's own messages
-        progress = [json.loads(line) for line in (run_dir / "worker-0.progress.jsonl").read_text().splitlines()
-                    if line.startswith("{")]
+        lines = (run_dir / "worker-0.progress.jsonl").read_text().splitlines()
+        progress = [e for e in map(parse_event, lines) if e is not None]
         yield Scraped(prometheus, namespace, at, math.floor(at - samples[0][0]), progress)
     finally:
         if run is not None and run.poll() is None:

@@ -6,7 +6,6 @@ JAX_PROCESS_ID) plus the CPU device count; the two-process run also writes orbax
 data-parallel rank (and reads only its rows), gradients are reduced across the processes.
 """
 
-import json
 import os
 import socket
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+
+from longctx_operator.localrun import parse_event
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def _finish(proc: subprocess.Popen, folder: Path, name: str) -> list[dict]:
     proc.wait(timeout=600)
     assert proc.returncode == 0, (folder / f"{name}.err").read_text()[-4000:]
     out = (folder / f"{name}.out").read_text()
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [e for e in map(parse_event, out.splitlines()) if e is not None]
 
 
 def test_two_processes_over_gloo_match_one_process(tmp_path):
