@@ -26,6 +26,8 @@ def _load_manifest(path: str) -> dict:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as e:
         raise UsageError(f"{path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text file (UTF-8 expected)") from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
@@ -74,6 +76,8 @@ def _plan_request_from_flags(args):
 
     if args.model not in PRESETS:
         raise UsageError(f"--model: unknown preset {args.model!r}; known: {', '.join(PRESETS)}")
+    if args.gpus < 1 or args.gpus_per_node < 1:
+        raise UsageError("--gpus and --gpus-per-node must be at least 1")
     if args.gpus % args.gpus_per_node:
         raise UsageError(f"--gpus {args.gpus} is not a multiple of --gpus-per-node {args.gpus_per_node}")
     return PlanRequest(
@@ -111,15 +115,37 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _settings():
+    """Operator settings from LONGCTX_OPERATOR_CONFIG and the environment, as one-line errors."""
+    from pydantic import ValidationError
+
+    from .render import OperatorSettings
+
+    try:
+        return OperatorSettings.from_env()
+    except OSError as e:
+        raise UsageError(f"LONGCTX_OPERATOR_CONFIG {e.filename}: {e.strerror}") from None
+    except (yaml.YAMLError, ValidationError) as e:
+        raise UsageError(f"LONGCTX_OPERATOR_CONFIG: not a valid operator config: "
+                         f"{str(e).splitlines()[0]}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def cmd_render(args) -> int:
     from .planner import PlanError
-    from .render import OperatorSettings, render_workload, render_yaml
+    from .render import render_workload, render_yaml
     from .resolve import resolve_layout
 
     job = _job_from(args.file)
     if args.namespace:
         job.metadata.namespace = args.namespace
-    settings = OperatorSettings.from_env()
+    settings = _settings()
     if args.image:
         settings = settings.model_copy(update={"trainer_image": args.image})
     try:
@@ -144,6 +170,8 @@ def cmd_run(args) -> int:
         code = run(job, run_dir.resolve())
     except PlanError as e:
         raise UsageError(f"{args.file}: {e}") from None
+    except OSError as e:
+        raise UsageError(f"--run-dir {run_dir}: {e.strerror or e}") from None
     except WorkerFailed as e:
         raise UsageError(str(e)) from None
     print(f"longctx: {job.metadata.name} finished", file=sys.stderr)
@@ -186,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("render", help="print the Kubernetes objects of a job (kubectl apply -f -)")
     p.add_argument("file", help="manifest path, or - for stdin")
-    p.add_argument("--generation", type=int, default=1, help="workload generation (default 1)")
+    p.add_argument("--generation", type=_positive_int, default=1, help="workload generation (default 1)")
     p.add_argument("--namespace", "-n", help="namespace of the rendered objects")
     p.add_argument("--image", help="trainer image (default: the operator's LONGCTX_TRAINER_IMAGE)")
     p.set_defaults(func=cmd_render)

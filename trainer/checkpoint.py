@@ -14,11 +14,16 @@ import orbax.checkpoint as ocp
 from .config import CheckpointConfig
 
 
+def checkpoint_location(path: str) -> str | Path:
+    """Object-store URLs (gs://, s3://) go to orbax as they are; local paths are made absolute."""
+    return path if "://" in path else Path(path).absolute()
+
+
 class Checkpoints:
     def __init__(self, config: CheckpointConfig):
         self.interval = config.interval_steps
         self.manager = ocp.CheckpointManager(
-            Path(config.path).absolute(),
+            checkpoint_location(config.path),
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=config.keep, enable_async_checkpointing=False, create=True),
             item_names=("state", "meta"),

@@ -29,7 +29,8 @@ def process_env(environ: Mapping[str, str], local: int) -> dict[str, str]:
     return {**environ,
             "JAX_PROCESS_ID": str(pod_index * per_pod + local),
             "JAX_LOCAL_DEVICE_IDS": ",".join(str(d) for d in range(first, first + per_process)),
-            "LONGCTX_LOCAL_PROCESS_ID": str(local)}
+            # Offset by the pod's own base (set by `longctx run`, where pods share one host).
+            "LONGCTX_LOCAL_PROCESS_ID": str(int(environ.get("LONGCTX_LOCAL_PROCESS_ID", "0")) + local)}
 
 
 def first_failure(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> tuple[int, int] | None:

@@ -77,8 +77,12 @@ def _tensor_divides_heads(s: LongContextJobSpec) -> bool:
     return t is None or heads is None or (heads[0] % t == 0 and heads[1] % t == 0)
 
 
-def _sequence_split(s: LongContextJobSpec) -> int:
-    return (2 if s.parallelism.load_balance == "dualChunkSwap" else 1) * (s.parallelism.context or 1)
+def _sequence_divisible(s: LongContextJobSpec) -> bool:
+    """Checked only when context is pinned, as the CEL rule does (the planner checks the rest)."""
+    context = s.parallelism.context
+    if context is None:
+        return True
+    return s.sequence_length % ((2 if s.parallelism.load_balance == "dualChunkSwap" else 1) * context) == 0
 
 
 def _dims_set(m: ModelSpec) -> list[bool]:
@@ -145,7 +149,7 @@ RULES: tuple[Rule, ...] = (
          "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance == "
          "'dualChunkSwap' ? 2 : 1) * self.parallelism.context) == 0",
          "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap)",
-         lambda s: s.sequence_length % _sequence_split(s) == 0, ".sequenceLength"),
+         _sequence_divisible, ".sequenceLength"),
     Rule("spec",
          "!has(self.globalBatchTokens) || self.globalBatchTokens % self.sequenceLength == 0",
          "globalBatchTokens must be a multiple of sequenceLength",
@@ -226,6 +230,11 @@ RULES: tuple[Rule, ...] = (
     Rule("spec", "self.data.kind == 'synthetic' || has(self.data.path)",
          "data.path is required unless data.kind is synthetic",
          lambda s: s.data.kind == "synthetic" or bool(s.data.path), ".data.path"),
+    Rule("spec", "self.sequenceLength == oldSelf.sequenceLength && "
+                 "(has(self.globalBatchTokens) ? self.globalBatchTokens : self.sequenceLength) == "
+                 "(has(oldSelf.globalBatchTokens) ? oldSelf.globalBatchTokens : oldSelf.sequenceLength)",
+         "sequenceLength and globalBatchTokens are immutable: the data position in the checkpoint "
+         "depends on them", None, ".sequenceLength"),
     Rule("spec.checkpoint", "self.path == oldSelf.path",
          "checkpoint.path is immutable: restarts resume from it", None, ".path"),
 )

@@ -2,6 +2,7 @@
 `kubectl explain`, accepts every example and rejects malformed jobs naming the field; what
 `longctx render` prints is accepted by the server too."""
 
+import json
 import re
 import subprocess
 import sys
@@ -76,3 +77,19 @@ def test_rendered_workload_passes_server_dry_run(crd, kubectl, example: Path):
     kinds = [doc["kind"] for doc in yaml.safe_load_all(rendered) if doc]
     assert "Job" in kinds and "Service" in kinds
     kubectl.run("apply", "--dry-run=server", "-f", "-", input=rendered)
+
+
+@pytest.mark.parametrize("patch,needle", [
+    ({"spec": {"model": {"preset": "125m"}}}, "model is immutable"),
+    ({"spec": {"sequenceLength": 65536}}, "sequenceLength and globalBatchTokens are immutable"),
+    ({"spec": {"globalBatchTokens": 524288}}, "sequenceLength and globalBatchTokens are immutable"),
+    ({"spec": {"checkpoint": {"path": "/elsewhere"}}}, "checkpoint.path is immutable"),
+])
+def test_server_rejects_changes_to_immutable_fields(crd, kubectl, patch, needle):
+    base, _ = malformed_cases()
+    kubectl.run("create", "-f", "-", input=yaml.safe_dump(base))
+    name = base["metadata"]["name"]
+    rejected = kubectl.run("patch", "lcj", name, "--type=merge", "-p", json.dumps(patch), check=False)
+    assert rejected.returncode != 0 and needle in rejected.stderr, rejected.stderr
+    kubectl.run("patch", "lcj", name, "--type=merge", "-p", '{"spec": {"steps": 7}}')  # mutable
+    assert kubectl.json("get", "lcj", name)["spec"]["steps"] == 7

@@ -1,5 +1,6 @@
 """`longctx validate` and the API models: valid examples pass, each malformed case names its field."""
 
+import os
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import yaml
 
 from longctx_operator.api import parse_job, problems
 from longctx_operator.cli import main
-from support.manifests import EXAMPLES, apply_case, load_example, malformed_cases
+from support.manifests import EXAMPLES, ROOT, apply_case, load_example, malformed_cases
 
 BASE, CASES = malformed_cases()
 
@@ -72,3 +73,36 @@ def test_cli_missing_file_is_one_line(capsys):
     assert main(["validate", "/nonexistent/job.yaml"]) == 1
     err = capsys.readouterr().err.strip()
     assert "No such file" in err and len(err.splitlines()) == 1
+
+
+def test_auto_mode_leaves_sequence_divisibility_to_the_planner_like_the_server():
+    manifest = apply_case(BASE, {"set": {"spec.parallelism": {"mode": "auto"},
+                                         "spec.sequenceLength": 131071,
+                                         "spec.globalBatchTokens": 262142}})
+    assert problems(manifest) == []
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["plan", "--model", "tiny", "--sequence-length", "1024", "--gpus-per-node", "0"], "--gpus"),
+    (["render", "BINARY"], "not a text file"),
+    (["run", "examples/quickstart.yaml", "--run-dir", "AFILE"], "--run-dir"),
+])
+def test_cli_bad_input_is_one_line_without_traceback(tmp_path, argv, needle):
+    binary = tmp_path / "bad.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    argv = [str(binary) if a == "BINARY" else str(afile) if a == "AFILE" else a for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", *argv],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert needle in last and "Traceback" not in proc.stderr
+
+
+def test_cli_unreadable_operator_config_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", "render",
+                           str(ROOT / "examples" / "quickstart.yaml")], capture_output=True, text=True,
+                          env={**os.environ, "LONGCTX_OPERATOR_CONFIG": str(tmp_path / "missing.yaml")})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "LONGCTX_OPERATOR_CONFIG" in proc.stderr.strip().splitlines()[-1]

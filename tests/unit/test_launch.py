@@ -37,3 +37,10 @@ def test_first_failure_names_the_failing_process():
     assert first_failure([_python("pass"), _python("raise SystemExit(3)")]) == (1, 3)
     assert first_failure([_python("pass")]) is None
 
+
+
+def test_local_process_ids_add_to_a_pod_base():
+    """`longctx run` runs several pods on one host: their processes need distinct metrics ports."""
+    environ = {"LONGCTX_PROCESSES_PER_POD": "2", "JOB_COMPLETION_INDEX": "1",
+               "LONGCTX_LOCAL_PROCESS_ID": "2"}
+    assert [process_env(environ, local)["LONGCTX_LOCAL_PROCESS_ID"] for local in (0, 1)] == ["2", "3"]
