@@ -25,7 +25,7 @@ from .api.spec import LongContextJob
 from .api.status import LongContextJobStatus
 from .cache import Cache, Key
 from .kube import Kube
-from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide, timestamp
+from .lifecycle import CreateWorkload, Decision, DeleteWorkload, Event, decide, timestamp
 from .observe import MISSING, observe_workload, pod_rank
 from .progress import metrics_url, parse_progress
 from .render import OperatorSettings, render_workload
@@ -127,6 +127,7 @@ class Reconciler:
         # Metrics reads get their own threads: unreachable pod IPs must not starve reconciliations.
         self._scrapers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
         self._events: dict[Key, asyncio.Task] = {}  # the last Event-posting task of each job
+        self._create_errors: dict[Key, str] = {}  # the last refused create, posted once as an Event
 
     # -- events from the watch streams -------------------------------------------------------
     def job_event(self, obj: dict, deleted: bool) -> None:
@@ -135,6 +136,7 @@ class Reconciler:
         if deleted:
             self.reservations.pop(key, None)
             self.waiting_since.pop(key, None)
+            self._create_errors.pop(key, None)
             metrics.forget_job(*key)
         else:
             metrics.track_job(*key)
@@ -261,12 +263,25 @@ class Reconciler:
                     render_workload(job, action.layout, action.generation, self.settings),
                     job.metadata.model_extra.get("annotations") or {})
                 service = next(o for o in objects if o["kind"] == "Service")
-                await self._call(self.kube.create_owned, service, obj)  # stable across generations
-                await asyncio.gather(*(self._call(self.kube.create_owned, o, obj) for o in objects if o is not service))
+                try:
+                    await self._call(self.kube.create_owned, service, obj)  # stable across generations
+                    await asyncio.gather(*(self._call(self.kube.create_owned, o, obj)
+                                           for o in objects if o is not service))
+                except ApiException as e:
+                    self._refused(key, obj, e)
+                    raise  # retried by the worker
+                self._create_errors.pop(key, None)
             elif isinstance(action, DeleteWorkload):
                 await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
         if decision.events:
             self._post_events(key, obj, decision.events)
+
+    def _refused(self, key: Key, owner: dict, error: ApiException) -> None:
+        """Tell the user once (a Warning Event) why the API server refuses the workload."""
+        message = f"creating the workload failed: {error.status} {error.reason}: {(error.body or '')[:500]}"
+        if self._create_errors.get(key) != message:
+            self._create_errors[key] = message
+            self._post_events(key, owner, [Event("Warning", "WorkloadCreateFailed", message)])
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

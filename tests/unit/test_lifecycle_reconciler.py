@@ -86,3 +86,29 @@ def test_builtin_admission_without_node_access_says_so():
         "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}}})
     verdict = Reconciler(kube=None, settings=OperatorSettings(), nodes_visible=False)._admission(("n", "j"), job)
     assert not verdict.fits and verdict.reason == "NodesNotReadable" and "kueue or none" in verdict.message
+
+
+def test_a_refused_workload_is_reported_once_per_distinct_error():
+    from kubernetes.client.exceptions import ApiException
+
+    from longctx_operator.reconciler import Reconciler
+    from longctx_operator.render import OperatorSettings
+
+    posted = []
+
+    class Kube:
+        def post_event(self, owner, type_, reason, message):
+            posted.append((type_, reason, message))
+
+    async def scenario():
+        reconciler = Reconciler(kube=Kube(), settings=OperatorSettings())
+        quota = ApiException(status=403, reason="Forbidden")
+        quota.body = 'exceeded quota: count/jobs.batch'
+        for _ in range(3):
+            reconciler._refused(("ns", "job"), {"metadata": {}}, quota)
+        await asyncio.gather(*reconciler._events.values())
+
+    asyncio.run(scenario())
+    assert len(posted) == 1
+    type_, reason, message = posted[0]
+    assert (type_, reason) == ("Warning", "WorkloadCreateFailed") and "count/jobs.batch" in message
