@@ -158,7 +158,7 @@ def test_namespace_scope_install_grants_only_the_watched_namespace(kubectl, admi
                                                                     other_namespace, tmp_path):
     helm = Helm(kubectl)
     install(helm, release, namespace, tmp_path,
-            {"rbac": {"scope": "namespace"}, "watchNamespaces": [other_namespace], "defaults": {"admission": "kueue"}})
+            {"rbac": {"scope": "namespace"}, "watchNamespaces": [other_namespace]})
     check_running_operator(kubectl, admin_kubectl, release)
     args = next(c for c in kubectl.json("get", "deployment", release)["spec"]["template"]["spec"]["containers"])["args"]
     assert f"--namespace={other_namespace}" in args and "--all-namespaces" not in args

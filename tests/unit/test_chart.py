@@ -27,9 +27,7 @@ NON_DEFAULT_VALUES = {
     "serviceAccount": {"name": "longctx-op", "annotations": {"example.com/team": "ml"}},
     "defaults": {
         "trainerImage": {"repository": "registry.example.com/ml/longctx-trainer", "tag": "0.1.0-cuda13"},
-        "admission": "kueue",
         "tcpxoDaemonImage": "registry.example.com/gcp/tcpgpudmarxd:v1.0.99",
-        "network": {"fabric": "infiniband", "hcas": ["mlx5_0:1", "mlx5_1:1"], "networks": ["ib-net"]},
     },
     "operator": {"healthPort": 18080, "metricsPort": 18000},
     "metrics": {"service": {"port": 18000},
@@ -138,18 +136,18 @@ def test_default_deployment_is_one_hardened_recreated_operator(default_objects):
     assert container["image"] == "ghcr.io/longctx/longctx-operator:0.1.0"
 
 
-def test_operator_config_carries_trainer_image_and_fabric_defaults(default_objects, custom_objects):
+def test_operator_config_carries_trainer_image_and_node_access(default_objects, custom_objects):
     def config(objects):
         [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
         return yaml.safe_load(configmap["data"]["operator.yaml"])
 
     default = config(default_objects)
     assert default["trainerImage"] == "ghcr.io/longctx/longctx-trainer:0.1.0"
-    assert default["network"]["fabric"] == "tcp" and default["admission"] == "builtin"
     assert default["canReadNodes"] is True and default["watchNamespaces"] == []
+    # Admission and fabric defaults come from the CRD (server-side), not from the operator's config.
+    assert not {"admission", "network"} & default.keys()
     custom = config(custom_objects)
     assert custom["trainerImage"] == "registry.example.com/ml/longctx-trainer:0.1.0-cuda13"
-    assert custom["network"]["fabric"] == "infiniband" and custom["network"]["hcas"] == ["mlx5_0:1", "mlx5_1:1"]
     assert custom["canReadNodes"] is False and custom["watchNamespaces"] == ["ml-a", "ml-b"]
     container = operator_container(custom_objects)
     assert {"--liveness=http://0.0.0.0:18080/healthz", "--metrics-port=18000"} <= set(container["args"])
@@ -260,24 +258,16 @@ def test_chart_crd_is_the_generated_crd(default_objects):
     assert one(default_objects, "CustomResourceDefinition") == yaml.safe_load(generated.read_text())
 
 
-def test_schema_fabrics_match_the_crd():
-    crd = yaml.safe_load((ROOT / "crds" / "longctx.io_longcontextjobs.yaml").read_text())
-    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    schema = json.loads((CHART / "values.schema.json").read_text())
-    network = schema["properties"]["defaults"]["properties"]["network"]["properties"]
-    assert network["fabric"]["enum"] == spec["network"]["properties"]["fabric"]["enum"]
-
-
 @pytest.mark.parametrize(("overrides", "expected"), [
     ({"rbac": {"scope": "everything"}}, ["/rbac/scope", "cluster", "namespace"]),
-    ({"defaults": {"network": {"fabric": "ethernet"}}}, ["/defaults/network/fabric", "infiniband"]),
+    ({"defaults": {"admission": "kueue"}}, ["/defaults", "admission"]),
     ({"image": {"repository": ""}}, ["/image/repository"]),
     ({"operator": {"metricsPort": 70000}}, ["/operator/metricsPort", "maximum"]),
     ({"metrics": {"podMonitor": {"interval": "fast"}}}, ["/metrics/podMonitor/interval"]),
     ({"watchNamespaces": ["Not_A_Namespace"]}, ["/watchNamespaces/0"]),
     ({"podSecurityContext": {"runAsNonRoot": False}}, ["/podSecurityContext/runAsNonRoot"]),
     ({"replicas": 2}, ["replicas"]),
-], ids=["scope", "fabric", "repository", "port", "interval", "namespace", "root", "unknown-key"])
+], ids=["scope", "removed-admission-default", "repository", "port", "interval", "namespace", "root", "unknown-key"])
 def test_schema_rejects_bad_values_naming_the_field(helm, tmp_path, overrides, expected):
     result = run_helm(helm, "template", "longctx", str(CHART), "--kube-version", KUBERNETES_VERSION,
                       values=overrides, tmp_path=tmp_path)
@@ -287,12 +277,18 @@ def test_schema_rejects_bad_values_naming_the_field(helm, tmp_path, overrides, e
         assert text in result.stderr, result.stderr
 
 
-def test_builtin_admission_in_namespace_scope_is_refused_with_the_reason(helm, tmp_path):
-    result = run_helm(helm, "template", "longctx", str(CHART), "--kube-version", KUBERNETES_VERSION,
-                      values={"rbac": {"scope": "namespace"}}, tmp_path=tmp_path)
-    assert result.returncode != 0
-    assert "defaults.admission=builtin needs rbac.scope=cluster" in result.stderr, result.stderr
-    assert "kueue or none" in result.stderr
+def test_namespace_scope_installs_and_says_nodes_are_not_readable(helm, tmp_path):
+    """Namespace scope alone renders (no chart-wide admission default to force); the operator's
+    config turns node access off and NOTES tell which admission jobs must use instead."""
+    values = {"rbac": {"scope": "namespace"}}
+    objects = render(helm, tmp_path, values)
+    [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
+    config = yaml.safe_load(configmap["data"]["operator.yaml"])
+    assert config["canReadNodes"] is False and config["watchNamespaces"] == ["longctx-system"]
+    notes = " ".join(render_notes(helm, tmp_path / "notes", values).split())
+    assert "cannot read nodes (canReadNodes: false)" in notes
+    assert "spec.scheduling.admission to kueue" in notes and "or none" in notes
+    assert "stays Pending with reason NodesNotReadable" in notes
 
 
 def render_notes(helm: str, tmp_path: Path, values: dict | None = None, api_versions=()) -> str:

@@ -48,9 +48,8 @@ app.kubernetes.io/part-of: longctx
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
 {{- end -}}
 
-{{/* Cross-field checks the values schema cannot word clearly. */}}
+{{/* Cross-field checks the values schema cannot word clearly (none at present; deployment.yaml
+     includes this hook). Namespace scope needs no check here: the operator's config then says
+     canReadNodes: false and jobs left on builtin admission stay Pending with reason NodesNotReadable. */}}
 {{- define "longctx.validate" -}}
-{{- if and (eq .Values.rbac.scope "namespace") (eq .Values.defaults.admission "builtin") -}}
-{{- fail "defaults.admission=builtin needs rbac.scope=cluster: builtin gang admission counts free GPUs on nodes, which a namespaced Role cannot read. Set defaults.admission to kueue or none, or rbac.scope to cluster." -}}
-{{- end -}}
 {{- end -}}
