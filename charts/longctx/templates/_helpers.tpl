@@ -47,9 +47,3 @@ app.kubernetes.io/part-of: longctx
 {{- define "longctx.monitoringAPI" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
 {{- end -}}
-
-{{/* Cross-field checks the values schema cannot word clearly (none at present; deployment.yaml
-     includes this hook). Namespace scope needs no check here: the operator's config then says
-     canReadNodes: false and jobs left on builtin admission stay Pending with reason NodesNotReadable. */}}
-{{- define "longctx.validate" -}}
-{{- end -}}
