@@ -73,6 +73,7 @@ def _plan_request_from_flags(args):
     from longctx_trainer.presets import PRESETS
 
     from .planner import PlanRequest
+    from .render.trainer_config import ATTENTION
 
     if args.model not in PRESETS:
         raise UsageError(f"--model: unknown preset {args.model!r}; known: {', '.join(PRESETS)}")
@@ -85,7 +86,7 @@ def _plan_request_from_flags(args):
         global_batch_tokens=args.global_batch_tokens or args.sequence_length,
         nodes=args.gpus // args.gpus_per_node, gpus_per_node=args.gpus_per_node, gpu=args.gpu,
         fabric=args.fabric, precision=args.precision, data=args.data, context=args.context,
-        tensor=args.tensor, attention=args.attention.replace("allGather", "all_gather"),
+        tensor=args.tensor, attention=ATTENTION[args.attention],
         offload=args.offload, chunk_tokens=args.chunk_tokens)
 
 

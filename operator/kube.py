@@ -16,6 +16,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from . import metrics
+from .lifecycle import timestamp
 
 GROUP, VERSION, PLURAL, KIND = "longctx.io", "v1alpha1", "longcontextjobs", "LongContextJob"
 COMPONENT = "longctx-operator"
@@ -111,7 +112,7 @@ class Kube:
 
     def post_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
         meta = owner["metadata"]
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = timestamp(datetime.now(timezone.utc))
         event = {
             "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],

@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 
 from .render.names import COMPLETION_INDEX_LABEL
 
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -65,7 +64,7 @@ MISSING = WorkloadObservation(exists=False)
 def pod_rank(pod: dict) -> int | None:
     meta = pod.get("metadata", {})
     index = (meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) \
-        or (meta.get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION)
+        or (meta.get("annotations") or {}).get(COMPLETION_INDEX_LABEL)
     return int(index) if index is not None and str(index).isdigit() else None
 
 
