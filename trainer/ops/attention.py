@@ -6,11 +6,11 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .load_balance import permutation
 from .ring import make_ring_attention
 
-DATA, CONTEXT, TENSOR = "data", "context", "tensor"
 ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
 
 
