@@ -17,6 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .presets import PRESETS, ModelDims
 
 
+def sequence_split(load_balance: str, context: int) -> int:
+    """Pieces a sequence is cut into: dual-chunk-swap gives every device two chunks."""
+    return 2 * context if load_balance == "dual_chunk_swap" else context
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -132,7 +137,7 @@ class TrainerConfig(_Strict):
                 f"batch of {self.batch_size} sequences does not divide over data={p.data}")
         if self.model.heads % p.tensor or self.model.kv_heads % p.tensor:
             raise ValueError("parallelism.tensor must divide model heads and kv_heads")
-        split = 2 * p.context if p.load_balance == "dual_chunk_swap" else p.context
+        split = sequence_split(p.load_balance, p.context)
         if self.sequence_length % split:
             raise ValueError(f"sequence_length must be divisible by {split}")
         if self.offload.chunk_tokens and (self.sequence_length // p.context) % self.offload.chunk_tokens:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.config import sequence_split
 from longctx_trainer.presets import ModelDims
 
 
@@ -38,11 +39,6 @@ def enumerate_layouts(devices: int) -> list[Layout]:
     return [Layout(data, context, devices // (data * context))
             for data in divisors(devices)
             for context in divisors(devices // data)]
-
-
-def sequence_split(load_balance: str, context: int) -> int:
-    """Pieces a sequence is cut into: dual-chunk-swap gives every device two chunks."""
-    return 2 * context if load_balance == "dual_chunk_swap" else context
 
 
 def structural_rejections(layout: Layout, *, model: ModelDims, sequence_length: int,
