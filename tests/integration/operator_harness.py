@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from longctx_operator.localrun import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class OperatorProcess:
