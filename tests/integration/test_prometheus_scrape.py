@@ -47,6 +47,7 @@ STEPS = 90
 TOKENS_PER_STEP = 1024
 MIN_SCRAPED_SECONDS = 30
 RUN_TIMEOUT = 600
+TWIN_AFTER_SECONDS = 5
 
 
 def _consecutive_free_ports(count: int) -> int:
@@ -160,6 +161,10 @@ def _training_samples(prometheus: Prometheus, namespace: str) -> list[tuple[floa
     return [(float(t), float(v)) for t, v in result[0]["values"] if float(v) >= 1] if result else []
 
 
+def _scraped_span(samples: list[tuple[float, float]]) -> float:
+    return samples[-1][0] - samples[0][0] if samples else -1.0
+
+
 @pytest.fixture(scope="module")
 def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
     workdir = tmp_path_factory.mktemp("scrape")
@@ -183,10 +188,12 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
                                 "--run-dir", str(run_dir)],
                                stdout=subprocess.DEVNULL, stderr=(workdir / "run.log").open("w"))
         deadline = time.monotonic() + RUN_TIMEOUT
-        while not _training_samples(prometheus, namespace) and run.poll() is None and time.monotonic() < deadline:
+        while (_scraped_span(_training_samples(prometheus, namespace)) < TWIN_AFTER_SECONDS
+               and run.poll() is None and time.monotonic() < deadline):
             time.sleep(1)
-        # The job's twin in the cluster, created once training runs, so that the operator's
-        # reconciles and its admission (none: immediate) fall inside the queried window.
+        # The job's twin in the cluster, created once training has been scraped for a while, so
+        # that the operator's reconciles and its admission (none: immediate) fall well inside the
+        # queried window: rate() only counts an increase between two samples inside the window.
         in_cluster = h.job_manifest(JOB, nodes=1, pod_annotations={"longctx.io/keep-running": "true"},
                                     scheduling={"admission": "none"})
         admin_kubectl.run("apply", "--namespace", namespace, "-f", "-", input=yaml.safe_dump(in_cluster))
