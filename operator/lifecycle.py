@@ -32,7 +32,7 @@ TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
 ADMISSION_RETRY_SECONDS = 5.0
 WARNING_WHEN_TRUE = ("Failed", "Restarting")
-WARNING_WHEN_FALSE = ("Admitted", "LayoutPlanned")
+WARNING_WHEN_FALSE = ("Admitted", "LayoutPlanned", "WorkloadCreated")
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,8 @@ class _Next:
         """Forgets `kind`, so setting it again records a new transition time and Event."""
         self.set(conditions=[c for c in self.status.conditions if c.type != kind])
 
-    def condition_since(self, kind: str) -> datetime | None:
-        c = next((c for c in self.status.conditions if c.type == kind and c.status == "True"), None)
+    def condition_since(self, kind: str, status: str = "True") -> datetime | None:
+        c = next((c for c in self.status.conditions if c.type == kind and c.status == status), None)
         return parse_time(c.last_transition_time) if c else None
 
     def decision(self, requeue_after: float | None = None) -> Decision:
@@ -159,6 +159,7 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: st
     n.actions.append(DeleteWorkload(generation))
     n.set(current_workload=None)
     n.clear("Rendezvous", reason, message)
+    n.restart_clock("WorkloadCreated")  # the next generation's create has its own history
     if n.status.restarts >= spec.restart_policy.max_restarts:
         return _fail(n, reason, f"{message} (after {n.status.restarts} gang restarts, "
                                 f"restartPolicy.maxRestarts is {spec.restart_policy.max_restarts})")
@@ -196,12 +197,32 @@ def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callab
     return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))
 
 
+def _create_refused(n: _Next, spec: LongContextJobSpec, generation: int, error: str) -> Decision:
+    """The API server refuses the generation's workload (quota, policy webhook, ...): say so in the
+    status and keep trying until the startup timeout, which then counts as a failed start."""
+    n.condition("WorkloadCreated", False, "WorkloadCreateFailed", error)
+    timeout = spec.scheduling.startup_timeout_seconds
+    waited = (n.now - (n.condition_since("WorkloadCreated", "False") or n.now)).total_seconds()
+    if waited > timeout:
+        return _gang_failed(n, spec, generation, "StartupTimeout",
+                            f"startup timeout: the workload was not created within {timeout}s "
+                            f"(scheduling.startupTimeoutSeconds): {error}")
+    n.set(reason="WorkloadCreateFailed", message=error)
+    n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
+    return n.decision(requeue_after=max(0.5, timeout - waited + 0.5))
+
+
 def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed: WorkloadObservation) -> Decision:
     generation = n.status.workload_generation
+    timeout = spec.scheduling.startup_timeout_seconds
     if not observed.exists or observed.deleting:
+        if observed.create_error is not None:
+            return _create_refused(n, spec, generation, observed.create_error)
         # Not seen yet (just created) or removed by someone else: create-or-get it again.
         n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
+    if any(c.type == "WorkloadCreated" for c in n.status.conditions):
+        n.condition("WorkloadCreated", True, "Created", f"Job {n.status.current_workload} created")
     n.set(workers=WorkersStatus(total=observed.total, ready=observed.ready, failed=observed.failed,
                                 succeeded=observed.succeeded))
     if observed.complete:
@@ -234,7 +255,6 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
     times = [t for t in (observed.created, n.condition_since("Admitted")) if t is not None]
     started = max(times) if times else n.now
     waited = (n.now - started).total_seconds()
-    timeout = spec.scheduling.startup_timeout_seconds
     if waited > timeout:
         return _gang_failed(n, spec, generation, "StartupTimeout",
                             f"startup timeout: {observed.running} of {observed.total} ranks Running "

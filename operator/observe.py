@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from .render.names import COMPLETION_INDEX_LABEL
 
 
-
 def parse_time(value: str | None) -> datetime | None:
     """An RFC 3339 timestamp as the API server writes it (e.g. 2026-01-02T03:04:05Z)."""
     if not value:
@@ -35,9 +34,11 @@ class RankFailure:
 
 @dataclass(frozen=True)
 class WorkloadObservation:
-    """The ranks of one generation. `exists` is False when its Job is not (or no longer) there."""
+    """The ranks of one generation. `exists` is False when its Job is not (or no longer) there;
+    `create_error` then says why the API server refused to create it the last time."""
 
     exists: bool
+    create_error: str | None = None
     deleting: bool = False
     suspended: bool = False
     created: datetime | None = None

@@ -1,8 +1,8 @@
 """The reconcile loop: a de-duplicating work queue of job keys, workers that decide and apply.
 
 Watch events (handlers.py) fill the cache and enqueue the job they concern; a worker takes a key
-(one worker per key at a time), asks lifecycle.decide what to do, writes the status first, then
-creates or deletes the workload and posts the Events. Blocking API calls run in threads.
+(one worker per key at a time), asks lifecycle.decide what to do, writes the status first and
+posts its Events, then creates or deletes the workload. Blocking API calls run in threads.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from .api.spec import LongContextJob
 from .api.status import LongContextJobStatus
 from .cache import Cache, Key
 from .kube import Kube
-from .lifecycle import CreateWorkload, Decision, DeleteWorkload, Event, decide, timestamp
-from .observe import MISSING, observe_workload, pod_rank
+from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide, timestamp
+from .observe import MISSING, WorkloadObservation, observe_workload, pod_rank
 from .progress import metrics_url, parse_progress
 from .render import OperatorSettings, render_workload
 from .render.names import workload_name
@@ -39,6 +39,7 @@ RESYNC_SECONDS = 60.0
 # Pod and Job events of one job come in bursts (a gang of pods changes together): one
 # reconciliation this long after the first event sees them all and writes the status once.
 COALESCE_SECONDS = 0.3
+ERROR_RETRY_MAX_SECONDS = 60.0
 
 
 class WorkQueue:
@@ -99,6 +100,16 @@ def status_patch(old: dict, new: LongContextJobStatus) -> dict:
     return body
 
 
+def refusal(error: ApiException) -> str:
+    """Why the API server refused to create a workload object, for the job's status."""
+    return f"creating the workload failed: {error.status} {error.reason}: {(error.body or '')[:500]}".rstrip(": ")
+
+
+def retry_delay(failures: int) -> float:
+    """Exponential backoff of a job whose reconciliations keep failing: 1 s doubling to 60 s."""
+    return min(ERROR_RETRY_MAX_SECONDS, 2.0 ** (failures - 1))
+
+
 def with_pod_annotations(objects: list[dict], annotations: dict[str, str]) -> list[dict]:
     """Copies the JSON object in the job's longctx.io/pod-annotations annotation onto every pod
     (for example KWOK's lifecycle annotations in tests, or a profiler switch)."""
@@ -127,7 +138,8 @@ class Reconciler:
         # Metrics reads get their own threads: unreachable pod IPs must not starve reconciliations.
         self._scrapers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
         self._events: dict[Key, asyncio.Task] = {}  # the last Event-posting task of each job
-        self._create_errors: dict[Key, str] = {}  # the last refused create, posted once as an Event
+        self._create_errors: dict[Key, str] = {}  # why the API server refused the last create
+        self._failures: dict[Key, int] = {}  # consecutive failed reconciliations, for the backoff
 
     # -- events from the watch streams -------------------------------------------------------
     def job_event(self, obj: dict, deleted: bool) -> None:
@@ -137,6 +149,7 @@ class Reconciler:
             self.reservations.pop(key, None)
             self.waiting_since.pop(key, None)
             self._create_errors.pop(key, None)
+            self._failures.pop(key, None)
             metrics.forget_job(*key)
         else:
             metrics.track_job(*key)
@@ -183,11 +196,13 @@ class Reconciler:
             started = time.perf_counter()
             try:
                 requeue = await self.reconcile(key)
+                self._failures.pop(key, None)
                 metrics.RECONCILES.labels(result="ok").inc()
             except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
-                log.exception("reconciling %s/%s failed; retrying", *key)
+                self._failures[key] = self._failures.get(key, 0) + 1
+                requeue = retry_delay(self._failures[key])
+                log.exception("reconciling %s/%s failed; retrying in %.0fs", *key, requeue)
                 metrics.RECONCILES.labels(result="error").inc()
-                requeue = 2.0
             finally:
                 self.queue.done(key)
                 metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
@@ -228,6 +243,8 @@ class Reconciler:
             workload = self.cache.workloads.get((key[0], workload_name(key[1], generation)))
             if workload is not None:
                 observed = observe_workload(workload, self.cache.generation_pods(key, generation))
+            elif key in self._create_errors:
+                observed = WorkloadObservation(exists=False, create_error=self._create_errors[key])
         now = datetime.now(timezone.utc)
         decision = decide(key[1], job.spec, obj["metadata"].get("generation", 1), status, observed, now,
                           lambda: self._admission(key, job))
@@ -257,6 +274,8 @@ class Reconciler:
             updated = await self._call(self.kube.patch_status, namespace, name, patch)
             self.cache.put_job(updated, deleted=False)
             obj = updated
+        if decision.events:  # they tell the status just written, even if an action fails below
+            self._post_events(key, obj, decision.events)
         for action in decision.actions:
             if isinstance(action, CreateWorkload):
                 objects = with_pod_annotations(
@@ -268,20 +287,11 @@ class Reconciler:
                     await asyncio.gather(*(self._call(self.kube.create_owned, o, obj)
                                            for o in objects if o is not service))
                 except ApiException as e:
-                    self._refused(key, obj, e)
-                    raise  # retried by the worker
+                    self._create_errors[key] = refusal(e)  # the next decision reports it
+                    raise  # retried by the worker, with backoff
                 self._create_errors.pop(key, None)
             elif isinstance(action, DeleteWorkload):
                 await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
-        if decision.events:
-            self._post_events(key, obj, decision.events)
-
-    def _refused(self, key: Key, owner: dict, error: ApiException) -> None:
-        """Tell the user once (a Warning Event) why the API server refuses the workload."""
-        message = f"creating the workload failed: {error.status} {error.reason}: {(error.body or '')[:500]}"
-        if self._create_errors.get(key) != message:
-            self._create_errors[key] = message
-            self._post_events(key, owner, [Event("Warning", "WorkloadCreateFailed", message)])
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

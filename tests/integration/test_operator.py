@@ -124,6 +124,30 @@ def test_startup_timeout_is_a_failure_with_its_own_reason(operator, kubectl, wai
     assert "0 of 2 ranks Running after 10s" in failed["status"]["message"]
 
 
+def test_a_workload_the_api_server_refuses_is_reported_then_times_out(operator, kubectl, wait_until):
+    """A ResourceQuota that allows no Jobs: the API server's quota admission refuses the gang."""
+    kubectl.run("create", "quota", "no-jobs", "--hard=count/jobs.batch=0")
+    wait_until(lambda: kubectl.json("get", "quota", "no-jobs").get("status", {}).get("hard"), timeout=30,
+               what="the quota controller to fill in the quota's status")
+    kubectl.apply(h.job_manifest("refused", scheduling={"admission": "none", "startupTimeoutSeconds": 10},
+                                 restartPolicy={"maxRestarts": 0}))
+
+    def reported():
+        obj = kubectl.json("get", "longcontextjob", "refused")
+        return obj if h.conditions(obj).get("WorkloadCreated") == ("False", "WorkloadCreateFailed") else None
+
+    status = wait_until(reported, timeout=30, what="the refusal in the status")["status"]
+    assert (status["phase"], status["reason"]) == ("Admitted", "WorkloadCreateFailed")
+    assert "403 Forbidden" in status["message"] and "exceeded quota: no-jobs" in status["message"]
+    failed = h.wait_phase(kubectl, wait_until, "refused", "Failed", timeout=90)["status"]
+    assert failed["reason"] == "StartupTimeout"
+    assert "the workload was not created within 10s" in failed["message"]
+    assert "count/jobs.batch" in failed["message"]
+    warnings = [e for e in h.event_objects(kubectl, "refused") if e["type"] == "Warning"]
+    assert [e["reason"] for e in warnings] == ["WorkloadCreateFailed", "StartupTimeout"]
+    assert h.children(kubectl, "refused")["jobs"] == []
+
+
 @pytest.fixture
 def gpu_pool(admin_kubectl, namespace):
     """Adds simulated GPU nodes of this test's own pool on request; removes them afterwards."""

@@ -157,6 +157,48 @@ def test_startup_timeout_counts_as_a_failure():
     assert "1 of 2 ranks Running after 60s" in late.status.message
 
 
+QUOTA = "creating the workload failed: 403 Forbidden: exceeded quota: count/jobs.batch"
+
+
+def refused(error=QUOTA):
+    return WorkloadObservation(exists=False, create_error=error)
+
+
+def test_a_refused_workload_is_in_the_status_and_retried():
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    first, _ = step(s, admitted.status, refused(), now=T0 + timedelta(seconds=2))
+    assert first.actions == (CreateWorkload(1, admitted.actions[0].layout),)
+    assert (first.status.phase, first.status.reason, first.status.message) == ("Admitted", "WorkloadCreateFailed", QUOTA)
+    assert conditions(first.status)["WorkloadCreated"] == ("False", "WorkloadCreateFailed")
+    assert [(e.type, e.reason, e.message) for e in first.events] == [("Warning", "WorkloadCreateFailed", QUOTA)]
+    assert first.requeue_after == pytest.approx(60.5)
+    again, _ = step(s, first.status, refused(), now=T0 + timedelta(seconds=30))
+    assert again.events == () and again.actions == first.actions  # one Event per refusal episode
+    created, _ = step(s, again.status, running(created=T0 + timedelta(seconds=40)), now=T0 + timedelta(seconds=41))
+    assert created.status.phase == "Running"
+    assert conditions(created.status)["WorkloadCreated"] == ("True", "Created")
+
+
+def test_a_workload_refused_past_the_startup_timeout_restarts_then_fails():
+    s = spec()  # startupTimeoutSeconds 60, maxRestarts 1, backoff 10 s
+    status = step(s, LongContextJobStatus())[0].status
+    status = step(s, status, refused(), now=T0 + timedelta(seconds=1))[0].status
+    late, _ = step(s, status, refused(), now=T0 + timedelta(seconds=62))
+    assert late.actions == (DeleteWorkload(1),)
+    assert (late.status.phase, late.status.reason, late.status.restarts) == ("Restarting", "StartupTimeout", 1)
+    assert "not created within 60s" in late.status.message and "count/jobs.batch" in late.status.message
+    assert "WorkloadCreated" not in conditions(late.status)
+    # The next generation gets a whole startup timeout of its own before giving up.
+    gen2, _ = step(s, late.status, MISSING, now=T0 + timedelta(seconds=73))
+    assert gen2.actions == (CreateWorkload(2, gen2.actions[0].layout),)
+    status = step(s, gen2.status, refused(), now=T0 + timedelta(seconds=74))[0].status
+    assert step(s, status, refused(), now=T0 + timedelta(seconds=130))[0].status.phase == "Admitted"
+    final, _ = step(s, status, refused(), now=T0 + timedelta(seconds=135))
+    assert (final.status.phase, final.status.reason) == ("Failed", "StartupTimeout")
+    assert "maxRestarts is 1" in final.status.message
+
+
 def test_suspend_deletes_and_resume_creates_the_next_generation():
     s = spec()
     admitted, _ = step(s, LongContextJobStatus())

@@ -88,27 +88,19 @@ def test_builtin_admission_without_node_access_says_so():
     assert not verdict.fits and verdict.reason == "NodesNotReadable" and "kueue or none" in verdict.message
 
 
-def test_a_refused_workload_is_reported_once_per_distinct_error():
+def test_a_refused_create_is_described_from_the_api_error():
     from kubernetes.client.exceptions import ApiException
 
-    from longctx_operator.reconciler import Reconciler
-    from longctx_operator.render import OperatorSettings
+    from longctx_operator.reconciler import refusal
 
-    posted = []
+    quota = ApiException(status=403, reason="Forbidden")
+    quota.body = "exceeded quota: count/jobs.batch"
+    assert refusal(quota) == "creating the workload failed: 403 Forbidden: exceeded quota: count/jobs.batch"
+    assert refusal(ApiException(status=500, reason="Internal Server Error")) == \
+        "creating the workload failed: 500 Internal Server Error"
 
-    class Kube:
-        def post_event(self, owner, type_, reason, message):
-            posted.append((type_, reason, message))
 
-    async def scenario():
-        reconciler = Reconciler(kube=Kube(), settings=OperatorSettings())
-        quota = ApiException(status=403, reason="Forbidden")
-        quota.body = 'exceeded quota: count/jobs.batch'
-        for _ in range(3):
-            reconciler._refused(("ns", "job"), {"metadata": {}}, quota)
-        await asyncio.gather(*reconciler._events.values())
+def test_failing_reconciliations_back_off_exponentially_to_a_minute():
+    from longctx_operator.reconciler import ERROR_RETRY_MAX_SECONDS, retry_delay
 
-    asyncio.run(scenario())
-    assert len(posted) == 1
-    type_, reason, message = posted[0]
-    assert (type_, reason) == ("Warning", "WorkloadCreateFailed") and "count/jobs.batch" in message
+    assert [retry_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, ERROR_RETRY_MAX_SECONDS, 60]
