@@ -50,3 +50,18 @@ def test_balanced_schemes_even_out_causal_work(scheme):
 def test_rejects_indivisible_lengths_and_unknown_schemes(scheme, seq):
     with pytest.raises(ValueError):
         permutation(seq, 4, scheme)
+
+
+@pytest.mark.parametrize("scheme", ["dual_chunk_swap", "striped", "none"])
+@pytest.mark.parametrize("context", [1, 2, 3])
+def test_accepts_exactly_the_lengths_the_trainer_config_accepts(scheme, context):
+    """One divisibility rule (config.sequence_split) for the config, the planner and the layout,
+    at context 1 too (dual-chunk-swap still wants two pieces there)."""
+    from longctx_trainer.config import sequence_split
+
+    for seq in range(1, 25):
+        if seq % sequence_split(scheme, context):
+            with pytest.raises(ValueError, match="not divisible"):
+                permutation(seq, context, scheme)
+        else:
+            assert len(permutation(seq, context, scheme)) == seq

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import sequence_split
+
 SCHEMES = ("dual_chunk_swap", "striped", "none")
 
 
@@ -21,16 +23,15 @@ def permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
     """Positions of the tokens in layout order: `perm[j]` is the true position of slot j."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown load-balance scheme {scheme!r}; expected one of {SCHEMES}")
+    pieces = sequence_split(scheme, context)  # the config's own rule, also at context 1
+    if seq_len % pieces:
+        raise ValueError(f"seq_len {seq_len} is not divisible by {pieces} ({scheme} over context {context})")
     positions = np.arange(seq_len)
     if scheme == "none" or context == 1:
         return positions
     if scheme == "striped":
-        if seq_len % context:
-            raise ValueError(f"seq_len {seq_len} is not divisible by context {context}")
         return positions.reshape(seq_len // context, context).T.reshape(-1)
-    if seq_len % (2 * context):
-        raise ValueError(f"seq_len {seq_len} is not divisible by 2*context = {2 * context}")
-    chunks = positions.reshape(2 * context, -1)
+    chunks = positions.reshape(pieces, -1)
     order = [c for i in range(context) for c in (i, 2 * context - 1 - i)]
     return chunks[order].reshape(-1)
 
