@@ -49,8 +49,17 @@ def cmd_validate(args) -> int:
         print(f"{args.file}: {problem}", file=sys.stderr)
     if found:
         return 1
+    _warn(args.file, parse_job(manifest))
     print(f"{args.file}: valid")
     return 0
+
+
+def _warn(path: str, job) -> None:
+    """Prints what in a valid job is likely a mistake on Kubernetes (api/advice.py)."""
+    from .api.advice import advice
+
+    for warning in advice(job.spec):
+        print(f"{path}: {warning}", file=sys.stderr)
 
 
 def cmd_crd(args) -> int:
@@ -99,6 +108,7 @@ def cmd_plan(args) -> int:
     try:
         if args.file:
             job = _job_from(args.file)
+            _warn(args.file, job)
             if job.spec.resources.gpu_type == "cpu":
                 raise UsageError(f"{args.file}: gpuType cpu has a manual layout; nothing to plan")
             request = plan_request(job.spec)
@@ -144,6 +154,7 @@ def cmd_render(args) -> int:
     from .resolve import resolve_layout
 
     job = _job_from(args.file)
+    _warn(args.file, job)
     if args.namespace:
         job.metadata.namespace = args.namespace
     settings = _settings()

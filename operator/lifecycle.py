@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from .admission import Admission
+from .api.advice import advice
 from .api.spec import LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .observe import WorkloadObservation, parse_time
@@ -144,6 +145,7 @@ def _plan(n: _Next, spec: LongContextJobSpec) -> bool:
                 f"data {layout.data} x context {layout.context} x tensor {layout.tensor}, "
                 f"{status.processes} processes" + (f", offload chunks of {layout.chunk_tokens} tokens"
                                                    if layout.offload and layout.chunk_tokens else ""))
+    n.events.extend(Event("Warning", a.reason, a.message) for a in advice(spec))
     return True
 
 

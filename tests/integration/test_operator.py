@@ -74,7 +74,8 @@ def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
         "Running": ("False", "Completed"), "Rendezvous": ("False", "Completed"),
         "Succeeded": ("True", "Completed")}
     assert h.events(kubectl, "happy") == [
-        ("Normal", "Planned"), ("Normal", "GangFits"), ("Normal", "AllRanksRunning"),
+        ("Normal", "Planned"), ("Warning", "CheckpointNotPersistent"), ("Normal", "GangFits"),
+        ("Normal", "AllRanksRunning"),
         ("Normal", "AllRanksReady"), ("Normal", "Completed"), ("Normal", "Completed"), ("Normal", "Completed")]
     kids = h.children(kubectl, "happy")
     assert (kids["services"], kids["configmaps"], kids["jobs"]) == (["happy"], ["happy-trainer"], ["happy-g1"])
@@ -144,7 +145,7 @@ def test_a_workload_the_api_server_refuses_is_reported_then_times_out(operator, 
     assert "the workload was not created within 10s" in failed["message"]
     assert "count/jobs.batch" in failed["message"]
     warnings = [e for e in h.event_objects(kubectl, "refused") if e["type"] == "Warning"]
-    assert [e["reason"] for e in warnings] == ["WorkloadCreateFailed", "StartupTimeout"]
+    assert [e["reason"] for e in warnings] == ["CheckpointNotPersistent", "WorkloadCreateFailed", "StartupTimeout"]
     assert h.children(kubectl, "refused")["jobs"] == []
 
 

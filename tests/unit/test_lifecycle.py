@@ -19,6 +19,7 @@ def spec(**over) -> LongContextJobSpec:
     base = {"model": {"preset": "tiny"}, "sequenceLength": 4096, "steps": 10,
             "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
             "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 10},
+            "checkpoint": {"persistentVolumeClaim": "shared"},
             "scheduling": {"startupTimeoutSeconds": 60}}
     for key, value in over.items():
         base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
@@ -54,6 +55,16 @@ def test_new_job_is_planned_admitted_and_created():
     assert d.actions == (CreateWorkload(1, d.actions[0].layout),)
     assert [e.reason for e in d.events] == ["Planned", "GangFits"]
     assert d.status.observed_generation == 1
+
+
+def test_planning_warns_once_about_checkpoints_a_restart_cannot_find():
+    s = spec(checkpoint={"persistentVolumeClaim": None})
+    planned, _ = step(s, LongContextJobStatus())
+    assert [(e.type, e.reason) for e in planned.events] == [
+        ("Normal", "Planned"), ("Warning", "CheckpointNotPersistent"), ("Normal", "GangFits")]
+    assert "2 different disks" in planned.events[1].message
+    again, _ = step(s, planned.status, running(), now=T0 + timedelta(seconds=5))
+    assert "CheckpointNotPersistent" not in [e.reason for e in again.events]
 
 
 def test_no_room_stays_pending_and_creates_nothing():

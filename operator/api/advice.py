@@ -1,0 +1,40 @@
+"""Valid specs that will not do what their author most likely wants: warnings, not errors.
+
+The API server cannot warn from a CRD schema, so the operator posts each as a Warning Event when
+it plans a spec, and `longctx validate` / `plan` / `render` print them on stderr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .spec import LongContextJobSpec
+
+
+@dataclass(frozen=True)
+class Advice:
+    reason: str  # the Event reason
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"warning: {self.field}: {self.message}"
+
+
+def _checkpoints_survive(spec: LongContextJobSpec) -> bool:
+    return "://" in spec.checkpoint.path or spec.checkpoint.persistent_volume_claim is not None
+
+
+def advice(spec: LongContextJobSpec) -> list[Advice]:
+    """What in a valid spec is likely a mistake on Kubernetes, each naming the field to change."""
+    found = []
+    if not _checkpoints_survive(spec):
+        nodes = spec.resources.nodes
+        where = (f"the {nodes} pods write their parts of each checkpoint to {nodes} different disks, so "
+                 f"no checkpoint is complete" if nodes > 1 else "it lives on the pod's own disk")
+        found.append(Advice(
+            "CheckpointNotPersistent", "spec.checkpoint.persistentVolumeClaim",
+            f"on Kubernetes, checkpoint.path {spec.checkpoint.path!r} is not on shared storage: {where}, and a gang "
+            f"restart starts again from step 0; mount a ReadWriteMany claim here or use an "
+            f"object-store path (gs://, s3://)"))
+    return found
