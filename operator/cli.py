@@ -81,6 +81,7 @@ def _job_from(path: str):
 def _plan_request_from_flags(args):
     from longctx_trainer.presets import PRESETS
 
+    from .api.quantity import parse_quantity
     from .planner import PlanRequest
     from .render.trainer_config import ATTENTION
 
@@ -90,13 +91,17 @@ def _plan_request_from_flags(args):
         raise UsageError("--gpus and --gpus-per-node must be at least 1")
     if args.gpus % args.gpus_per_node:
         raise UsageError(f"--gpus {args.gpus} is not a multiple of --gpus-per-node {args.gpus_per_node}")
+    try:
+        host_memory = parse_quantity(args.memory) if args.memory else None
+    except ValueError as e:
+        raise UsageError(f"--memory: {e} (e.g. 1800Gi)") from None
     return PlanRequest(
         model=PRESETS[args.model], sequence_length=args.sequence_length,
         global_batch_tokens=args.global_batch_tokens or args.sequence_length,
         nodes=args.gpus // args.gpus_per_node, gpus_per_node=args.gpus_per_node, gpu=args.gpu,
         fabric=args.fabric, precision=args.precision, data=args.data, context=args.context,
         tensor=args.tensor, attention=ATTENTION[args.attention],
-        offload=args.offload, chunk_tokens=args.chunk_tokens)
+        offload=args.offload, chunk_tokens=args.chunk_tokens, host_memory_bytes=host_memory)
 
 
 def cmd_plan(args) -> int:
@@ -221,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
                    help="force host offload on or off (default: only when needed)")
     p.add_argument("--chunk-tokens", type=int)
+    p.add_argument("--memory", help="memory limit per pod, e.g. 1800Gi: offload must fit in it")
     p.add_argument("--output", "-o", default="text", choices=["text", "json"])
     p.set_defaults(func=cmd_plan)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from longctx_operator.planner import Plan, PlanRequest, plan
 
+from .api.quantity import parse_quantity
 from .api.spec import LongContextJobSpec
 from .render.layout import ResolvedLayout
 from .render.trainer_config import ATTENTION, LOAD_BALANCE, model_config
@@ -18,7 +19,8 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
         fabric=spec.network.fabric, precision=spec.precision,
         data=p.data, context=p.context, tensor=p.tensor,
         attention=ATTENTION[p.attention], load_balance=LOAD_BALANCE[p.load_balance],
-        offload=spec.offload.enabled, chunk_tokens=spec.offload.chunk_tokens)
+        offload=spec.offload.enabled, chunk_tokens=spec.offload.chunk_tokens,
+        host_memory_bytes=parse_quantity(spec.resources.memory) if spec.resources.memory else None)
 
 
 def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:

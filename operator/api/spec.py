@@ -120,7 +120,8 @@ class ResourcesSpec(ApiModel):
     cpu: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
     """CPU request and limit per pod, e.g. "96"."""
     memory: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
-    """Memory request and limit per pod, e.g. 1800Gi (host offload lives here)."""
+    """Memory request and limit per pod, e.g. 1800Gi. Host offload lives here: when set, the planner
+    rejects layouts whose offloaded tensors exceed 80% of it."""
 
 
 class NetworkSpec(ApiModel):

@@ -14,6 +14,11 @@ from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
 from .timing import StepInputs, StepTime, step_time
 
 
+# Offloaded tensors may take this fraction of a pod's memory limit; the rest is for the Python
+# process, the runtime's own host buffers, data loading and the page cache of checkpoints.
+HOST_MEMORY_MARGIN = 0.8
+
+
 class PlanError(ValueError):
     """No layout can run, or the requested one cannot; `field` is the camelCase spec path."""
 
@@ -45,6 +50,7 @@ class PlanRequest:
     chunk_tokens: int | None = None  # None = chunk rule
     recompute: bool = True
     memory_margin: float = 0.9  # use at most this fraction of HBM
+    host_memory_bytes: float | None = None  # per pod (resources.memory); None: not checked
 
     @property
     def devices(self) -> int:
@@ -138,6 +144,8 @@ def validate_request(req: PlanRequest) -> None:
             raise PlanError(f"{name} must be at least 1, got {value}", path)
     if not 0 < req.memory_margin <= 1:
         raise PlanError(f"memory margin must be in (0, 1], got {req.memory_margin}", "memoryMargin")
+    if req.host_memory_bytes is not None and req.host_memory_bytes <= 0:
+        raise PlanError(f"must be positive, got {req.host_memory_bytes}", "spec.resources.memory")
     if req.chunk_tokens is not None:
         if req.chunk_tokens < 1:
             raise PlanError(f"must be at least 1, got {req.chunk_tokens}", "spec.offload.chunkTokens")
@@ -154,6 +162,23 @@ def memory_for(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBre
         capacity=GPUS[req.gpu].hbm_bytes, margin=req.memory_margin))
 
 
+def host_bytes_per_pod(req: PlanRequest, memory: MemoryBreakdown) -> float:
+    return memory.host_offloaded * req.gpus_per_node
+
+
+def _host_memory_rejection(req: PlanRequest, memory: MemoryBreakdown) -> Rejection | None:
+    """Offloaded tensors of every GPU of a pod must fit in its memory limit, with room to spare."""
+    if req.host_memory_bytes is None:
+        return None
+    needed, usable = host_bytes_per_pod(req, memory), req.host_memory_bytes * HOST_MEMORY_MARGIN
+    if needed <= usable:
+        return None
+    return Rejection("spec.resources.memory",
+                     f"offloads {needed / GIB:.1f} GiB per pod to host memory > {usable / GIB:.1f} GiB "
+                     f"usable ({HOST_MEMORY_MARGIN:.0%} of resources.memory "
+                     f"{req.host_memory_bytes / GIB:.1f} GiB)")
+
+
 def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
     """Memory and, when it fits, speed of one layout with one offload setting."""
     memory = memory_for(req, layout, chunk)
@@ -165,6 +190,8 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
             message += f" even with offload (chunk {chunk} tokens)"
         return Candidate(layout, offload, chunk, memory,
                          rejections=(Rejection("spec.resources.nodes", message),))
+    if offload and (rejection := _host_memory_rejection(req, memory)) is not None:
+        return Candidate(layout, offload, chunk, memory, rejections=(rejection,))
     gpu = GPUS[req.gpu]
     step = step_time(StepInputs(
         model=req.model, gpu=gpu, fabric=FABRICS[req.fabric], layout=layout,
@@ -245,8 +272,9 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
         measured = [c for c in eligible if c.memory is not None]
         if measured:
             best = min(measured, key=lambda c: c.memory.total)
+            # Its last attempt (with offload, when allowed) names what to change.
             raise PlanError(f"no layout fits on {req.devices} x {req.gpu}; the smallest, {best.layout}, "
-                            f"{best.reasons[0]}", "spec.resources.nodes")
+                            f"{best.reasons[-1]}", best.rejections[-1].field)
         closest = sorted(eligible, key=lambda c: len(c.rejections))[:3]
         fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
         raise PlanError(f"none of the {len(eligible)} layouts of {req.devices} GPUs is valid, "

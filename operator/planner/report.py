@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .catalogue import FABRICS, GIB, GPUS
-from .plan import Candidate, Plan
+from .plan import HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
 
 _MEMORY_ROWS = (
     ("params", "params (compute copy)"),
@@ -20,7 +20,7 @@ _STEP_PARTS = (("compute", "compute"), ("ring_exposed", "ring"), ("tensor_parall
                ("offload_exposed", "offload"))
 
 
-def _gib(n: int) -> str:
+def _gib(n: float) -> str:
     return f"{n / GIB:.2f}"
 
 
@@ -39,6 +39,17 @@ def _candidate_row(c: Candidate) -> str:
 
 _HEADER = (f"  {'data':>5} {'context':>7} {'tensor':>6} {'chunk':>8} {'GiB/GPU':>8} "
            f"{'tokens/s':>11} {'MFU':>6}")
+
+
+def _host_per_pod(plan: Plan) -> str:
+    req = plan.request
+    if not plan.offload:
+        return ""
+    text = f"  ({_gib(host_bytes_per_pod(req, plan.memory))} GiB per pod"
+    if req.host_memory_bytes is None:
+        return text + "; set resources.memory to check it)"
+    return text + f" of {_gib(req.host_memory_bytes * HOST_MEMORY_MARGIN)} usable, " \
+                  f"{HOST_MEMORY_MARGIN:.0%} of resources.memory)"
 
 
 def format_table(plan: Plan) -> str:
@@ -66,7 +77,7 @@ def format_table(plan: Plan) -> str:
         f"({req.memory_margin:.0%} of {_gib(mem.capacity)}); peak in the {mem.peak_phase}",
         "  (the embedding lookup is never alive with the activations and attention working set: "
         "the larger counts)",
-        f"  {'host offloaded':<26}{_gib(mem.host_offloaded):>8}",
+        f"  {'host offloaded':<26}{_gib(mem.host_offloaded):>8}" + _host_per_pod(plan),
         "",
         f"FLOPs per token: {plan.flops_per_token.causal:.4g} (6N + 6*L*H*Q*T, causal); "
         f"{plan.flops_per_token.full:.4g} (6N + 12*L*H*Q*T)",

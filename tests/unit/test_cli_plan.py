@@ -40,8 +40,27 @@ def test_plan_from_a_manifest(capsys):
     (["--tensor", "16"], "spec.parallelism.tensor"),
     (["--gpus", "12"], "--gpus"),
     (["--model", "gpt-5"], "--model"),
+    (["--memory", "lots"], "--memory"),
 ])
 def test_plan_errors_are_one_line(capsys, extra, needle):
     assert main(FLAGS + extra) == 1
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
+
+
+def test_plan_from_a_manifest_keeps_offload_within_its_memory_limit(tmp_path, capsys):
+    import yaml
+
+    job = yaml.safe_load((ROOT / "examples" / "llama3-8b-128k-infiniband-nvshmem.yaml").read_text())
+    job["spec"].update(sequenceLength=1_048_576, globalBatchTokens=1_048_576)
+    job["spec"]["resources"].update(nodes=1, memory="256Gi")
+    job["spec"]["parallelism"] = {"mode": "auto"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["plan", str(path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("longctx: spec.resources.memory: no layout fits") and "resources.memory 256.0 GiB" in err
+    job["spec"]["resources"]["memory"] = "1Ti"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["plan", str(path)]) == 0
+    assert "GiB per pod of 819.20 usable, 80% of resources.memory" in capsys.readouterr().out

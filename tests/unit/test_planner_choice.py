@@ -118,3 +118,27 @@ def test_invalid_requests_raise_naming_the_field(overrides, field):
         plan(request(**overrides))
     assert error.value.field == field
     assert str(error.value).startswith(field + ": ")
+
+
+def test_offload_must_fit_in_the_pods_memory_limit():
+    """1M tokens on one node offloads about 260 GiB per pod: a 512Gi pod holds it, 256Gi does not."""
+    from longctx_operator.planner.plan import HOST_MEMORY_MARGIN, host_bytes_per_pod
+
+    base = dict(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1)
+    unlimited = plan(request(**base))
+    needed = host_bytes_per_pod(unlimited.request, unlimited.memory)
+    assert needed == unlimited.memory.host_offloaded * 8
+    roomy = plan(request(**base, host_memory_bytes=512 * 2**30))
+    assert (roomy.layout, roomy.chunk_tokens) == (unlimited.layout, unlimited.chunk_tokens)
+    assert needed <= 512 * 2**30 * HOST_MEMORY_MARGIN
+    with pytest.raises(PlanError) as error:
+        plan(request(**base, host_memory_bytes=256 * 2**30))
+    assert error.value.field == "spec.resources.memory"
+    assert "GiB per pod to host memory > 204.8 GiB usable (80% of resources.memory 256.0 GiB)" \
+        in error.value.message
+    assert needed > 256 * 2**30 * HOST_MEMORY_MARGIN
+
+
+def test_host_memory_does_not_constrain_a_layout_without_offload():
+    small = plan(request(host_memory_bytes=2**30))  # 1 GiB: would hold no offload at all
+    assert small.offload is False and small.layout == plan(request()).layout
