@@ -220,7 +220,9 @@ class Reconciler:
         now = time.monotonic()
         reserved = 0
         for other, r in list(self.reservations.items()):
-            seen = sum(1 for p in self.cache.generation_pods(other, r.generation) if p["spec"].get("nodeName"))
+            # A created pod counts by itself (on its node, or as waiting to be scheduled): only the
+            # gang's pods not seen yet hold their reservation.
+            seen = len(self.cache.generation_pods(other, r.generation))
             if r.until < now or seen >= r.nodes:
                 del self.reservations[other]
             elif other != key:

@@ -104,3 +104,38 @@ def test_failing_reconciliations_back_off_exponentially_to_a_minute():
     from longctx_operator.reconciler import ERROR_RETRY_MAX_SECONDS, retry_delay
 
     assert [retry_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, ERROR_RETRY_MAX_SECONDS, 60]
+
+
+def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
+    """Gang A (2 nodes) was just admitted and one of its pods exists, unscheduled: A takes 2 of the
+    4 free nodes (1 waiting pod + 1 pod not seen yet), so a 2-node gang B still fits."""
+    import time
+
+    from longctx_operator.api.spec import LongContextJob
+    from longctx_operator.reconciler import Reconciler, Reservation
+    from longctx_operator.render import OperatorSettings
+
+    def node(name):
+        return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+                "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"},
+                                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+    reconciler = Reconciler(kube=None, settings=OperatorSettings())
+    for name in "abcd":
+        reconciler.cache.put_node(node(name), deleted=False)
+    reconciler.cache.put_pod({
+        "metadata": {"namespace": "n", "name": "a-g1-0", "labels": {
+            "longctx.io/job-name": "a", "longctx.io/generation": "1"}},
+        "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+        "status": {"phase": "Pending"}}, deleted=False)
+    reconciler.reservations[("n", "a")] = Reservation(nodes=2, generation=1, until=time.monotonic() + 30)
+
+    def job(name, nodes):
+        return LongContextJob.model_validate({
+            "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
+            "metadata": {"name": name, "namespace": "n"},
+            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": nodes}}})
+
+    assert reconciler._admission(("n", "b"), job("b", 2)).fits
+    verdict = reconciler._admission(("n", "b"), job("b", 3))
+    assert not verdict.fits and "2 available of 4 matching nodes" in verdict.message
