@@ -49,6 +49,7 @@ HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
 FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
 TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 
+RMS_NORM_EPS = 1e-5  # Llama 3's
 LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see remat_policy)
 
 
@@ -137,7 +138,7 @@ def _constrain(x: jax.Array, mesh: Mesh, spec: P) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, _fit(spec, x.shape, mesh)))
 
 
-def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-5) -> jax.Array:
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float = RMS_NORM_EPS) -> jax.Array:
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return (y * scale.astype(jnp.float32)).astype(x.dtype)
