@@ -136,6 +136,9 @@ class LocalRun:
                     show(progress_line(event, self.job.spec.steps))
                 elif event.get("event") == "checkpoint":
                     show(f"checkpoint at step {event['step']} ({event['seconds']:.1f} s)")
+                elif event.get("event") == "init":
+                    show(f"weights from {event['from']} ({event['seconds']:.1f} s)"
+                         + "".join(f"; training with {note}" for note in event["notes"]))
 
     def wait(self) -> int:
         """Follow progress until all workers exit; returns 0, or the first failure's exit code."""

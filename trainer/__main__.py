@@ -25,6 +25,7 @@ from .flops import peak_flops
 from .mesh import make_mesh
 from .metrics import TrainMetrics
 from .train import StepFunctions, train
+from .weights import WeightsError
 
 
 def _print_json(event: dict) -> None:
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         train(config, mesh, emit=emit, metrics=metrics, checkpoints=checkpoints,
               peak_flops_per_device=peak_flops(jax.local_devices()[0]), fns=fns)
+    except WeightsError as error:
+        raise SystemExit(f"longctx_trainer: init_from: {error}") from None
     finally:
         if checkpoints is not None:
             checkpoints.close()

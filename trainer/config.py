@@ -126,6 +126,10 @@ class TrainerConfig(_Strict):
     data: DataConfig = DataConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     metrics: MetricsConfig = MetricsConfig()
+    init_from: str | None = Field(
+        None, description="Hugging Face Llama checkpoint directory (config.json, *.safetensors) "
+                          "whose weights start a run that has no checkpoint of its own yet; "
+                          "None = random initialisation.")
 
     @model_validator(mode="after")
     def _check_layout(self) -> "TrainerConfig":

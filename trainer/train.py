@@ -3,6 +3,7 @@
 Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on process 0):
   {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
   {"event": "checkpoint", "step", "seconds"}
+  {"event": "init", "from", "notes", "seconds"}  (weights from a Hugging Face checkpoint)
   {"event": "done", "step"}
 """
 
@@ -24,6 +25,7 @@ from .config import OptimizerConfig, TrainerConfig
 from .data import Batches
 from .flops import flops_per_token
 from .metrics import CONVENTIONS, TrainMetrics
+from .weights import load_params
 
 Emit = Callable[[dict], None]
 
@@ -76,6 +78,7 @@ class StepFunctions:
         tokens = NamedSharding(mesh, model.TOKENS)
         self._compiled = None
         self.init = jax.jit(self._init, out_shardings=self.state_shardings)
+        self.init_with = jax.jit(self._init_with, out_shardings=self.state_shardings, donate_argnums=0)
         self.step = jax.jit(self._step, in_shardings=(self.state_shardings, tokens, tokens),
                             out_shardings=(self.state_shardings, replicated), donate_argnums=0)
         self.loss_and_grads = jax.jit(jax.value_and_grad(self.loss),
@@ -100,6 +103,9 @@ class StepFunctions:
         return {"params": params, "opt_state": self.optimizer.init(params),
                 "step": jnp.zeros((), jnp.int32)}
 
+    def _init_with(self, params: dict) -> dict:
+        return {"params": params, "opt_state": self.optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
+
     def _step(self, state: dict, inputs: jax.Array, targets: jax.Array) -> tuple[dict, jax.Array]:
         loss, grads = jax.value_and_grad(self.loss)(state["params"], inputs, targets)
         updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
@@ -116,6 +122,15 @@ def _restore(checkpoints: Checkpoints, step: int, abstract_state: dict, batches:
     return state
 
 
+def _initial_weights(config: TrainerConfig, fns: StepFunctions, emit: Emit) -> dict:
+    begin = time.perf_counter()
+    params, notes = load_params(config.init_from, config.model.dims(), fns.state_shardings["params"])
+    state = fns.init_with(params)
+    emit({"event": "init", "from": config.init_from, "notes": notes,
+          "seconds": time.perf_counter() - begin})
+    return state
+
+
 def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetrics,
           checkpoints: Checkpoints | None = None, peak_flops_per_device: float,
           fns: StepFunctions | None = None) -> dict:
@@ -123,8 +138,10 @@ def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetric
     fns = fns or StepFunctions(config, mesh)
     batches = Batches(config, mesh)
     start = checkpoints.latest_step() if checkpoints is not None else None
-    if start is None:  # from scratch
-        start, state = 0, fns.init(jax.random.key(config.seed))
+    if start is None:  # from scratch: the given weights, or random ones
+        start = 0
+        state = (_initial_weights(config, fns, emit) if config.init_from
+                 else fns.init(jax.random.key(config.seed)))
     else:  # restored straight into the sharded layout, never initialised first
         state = _restore(checkpoints, start, fns.abstract_state(), batches, config)
     metrics.observe_resume(start)

@@ -230,6 +230,10 @@ RULES: tuple[Rule, ...] = (
     Rule("spec", "self.data.kind == 'synthetic' || has(self.data.path)",
          "data.path is required unless data.kind is synthetic",
          lambda s: s.data.kind == "synthetic" or bool(s.data.path), ".data.path"),
+    Rule("spec", "!has(self.initFrom) || !self.initFrom.path.contains('://')",
+         "initFrom.path must be a directory in the pod: mount the checkpoint with "
+         "initFrom.persistentVolumeClaim (object-store URLs are not read)",
+         lambda s: s.init_from is None or "://" not in s.init_from.path, ".initFrom.path"),
     Rule("spec", "self.sequenceLength == oldSelf.sequenceLength && "
                  "(has(self.globalBatchTokens) ? self.globalBatchTokens : self.sequenceLength) == "
                  "(has(oldSelf.globalBatchTokens) ? oldSelf.globalBatchTokens : oldSelf.sequenceLength)",

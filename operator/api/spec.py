@@ -214,6 +214,17 @@ class DataSpec(ApiModel):
     """Path inside the pod to the token file or text (required unless synthetic)."""
 
 
+class InitFromSpec(ApiModel):
+    """Published weights to start from: a Hugging Face Llama checkpoint directory (config.json and
+    *.safetensors, bf16/f16/f32). Used only while the job has no checkpoint of its own; its
+    dimensions must be the model's (RoPE settings may differ: that is how context is extended)."""
+
+    path: str = Field(max_length=1024)
+    """Directory inside the pod (on the claim below); object-store URLs are not read."""
+    persistent_volume_claim: str | None = Field(None, max_length=253)
+    """PVC holding the checkpoint, mounted read-only at path (ReadOnlyMany or ReadWriteMany)."""
+
+
 class EnvVar(ApiModel):
     name: str = Field(max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
     value: str = Field("", max_length=32768)
@@ -245,6 +256,8 @@ class LongContextJobSpec(ApiModel):
     restart_policy: RestartPolicySpec = RestartPolicySpec()
     metrics: MetricsSpec = MetricsSpec()
     data: DataSpec = DataSpec()
+    init_from: InitFromSpec | None = None
+    """Start from published weights instead of a random initialisation."""
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     """Extra environment variables for every trainer process."""
     suspend: bool = False

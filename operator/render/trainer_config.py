@@ -45,4 +45,5 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
         checkpoint=CheckpointConfig(path=checkpoint_path,
                                     interval_steps=spec.checkpoint.interval_steps),
         metrics=MetricsConfig(port=spec.metrics.port, job=name),
+        init_from=spec.init_from.path if spec.init_from else None,
     )

@@ -88,6 +88,10 @@ def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile) -> tuple
     ]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
               {"name": "trainer-config", "mountPath": names.CONFIG_MOUNT, "readOnly": True}]
+    if spec.init_from and spec.init_from.persistent_volume_claim:
+        volumes.append({"name": "initial-weights", "persistentVolumeClaim": {
+            "claimName": spec.init_from.persistent_volume_claim, "readOnly": True}})
+        mounts.append({"name": "initial-weights", "mountPath": spec.init_from.path, "readOnly": True})
     if spec.checkpoint.persistent_volume_claim:
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {
             "claimName": spec.checkpoint.persistent_volume_claim}})

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 def _job(tmp_path, **spec_changes):
     manifest = load_example(ROOT / "examples" / "quickstart.yaml")
-    manifest["spec"].update(steps=3, sequenceLength=512, globalBatchTokens=1024, **spec_changes)
+    manifest["spec"].update({"steps": 3, "sequenceLength": 512, "globalBatchTokens": 1024, **spec_changes})
     manifest["spec"]["checkpoint"]["intervalSteps"] = 2
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
@@ -37,6 +37,33 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
     assert "tokens/s" in steps[-1] and "checkpoint at step 2" in out
     assert (run_dir / "worker-1.log").exists() and (run_dir / "trainer.yaml").exists()
     assert any((run_dir / "checkpoints").iterdir())
+
+
+def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
+    """Each of the two processes reads its own shards of the weights; step 1's loss is the Hugging
+    Face model's loss on batch 0 (fp32, 1e-4 relative: ring attention over context 4)."""
+    import numpy as np
+
+    from longctx_operator.localrun import parse_event
+    from longctx_trainer.data import SyntheticTokens
+    from longctx_trainer.presets import PRESETS
+    from support.hf_checkpoint import hf_config, hf_loss, hf_tensors, write_checkpoint
+
+    dims = PRESETS["tiny"]
+    tensors = hf_tensors(dims, seed=4)
+    del tensors["lm_head.weight"]  # tiny ties its embeddings
+    weights = tmp_path / "Llama-tiny"
+    weights.mkdir()
+    write_checkpoint(weights, tensors, hf_config(dims))
+    run_dir = tmp_path / "run"
+    proc = _longctx("run", str(_job(tmp_path, steps=1, initFrom={"path": str(weights)})), "--run-dir", str(run_dir))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert f"weights from {weights}" in out
+    events = [e for e in map(parse_event, (run_dir / "worker-0.progress.jsonl").read_text().splitlines()) if e]
+    loss = next(e["loss"] for e in events if e["event"] == "step")
+    windows = np.stack([SyntheticTokens(dims.vocab, 512, seed=0).sample(i) for i in range(2)])
+    np.testing.assert_allclose(loss, hf_loss(tensors, windows[:, :-1], windows[:, 1:], dims), rtol=1e-4)
 
 
 def test_a_failing_worker_stops_the_run_with_one_line(tmp_path):

@@ -54,6 +54,8 @@ MAPPING = [
     ({"spec.checkpoint.path": "/ckpt"}, LAYOUT, "checkpoint.path", "/ckpt"),
     ({"spec.checkpoint.intervalSteps": 9}, LAYOUT, "checkpoint.interval_steps", 9),
     ({"spec.metrics.port": 9500}, LAYOUT, "metrics.port", 9500),
+    ({"spec.initFrom": {"path": "/weights/llama", "persistentVolumeClaim": "w"}}, LAYOUT, "init_from",
+     "/weights/llama"),
 ]
 # communication needs a GPU job; it is covered by its own test below.
 COMMUNICATION = "communication"

@@ -227,6 +227,16 @@ def test_checkpoint_claim_is_mounted_at_the_checkpoint_path():
         pod(workload)["spec"]["volumes"]
 
 
+def test_initial_weights_claim_is_mounted_read_only_at_its_path():
+    _, _, workload = render({"spec.initFrom": {"path": "/weights/llama3-8b", "persistentVolumeClaim": "hf"}})
+    assert {"name": "initial-weights", "mountPath": "/weights/llama3-8b", "readOnly": True} in \
+        trainer(workload)["volumeMounts"]
+    assert {"name": "initial-weights", "persistentVolumeClaim": {"claimName": "hf", "readOnly": True}} in \
+        pod(workload)["spec"]["volumes"]
+    _, _, unmounted = render({"spec.initFrom": {"path": "/image/weights"}})  # e.g. baked into the image
+    assert "initial-weights" not in [v["name"] for v in pod(unmounted)["spec"]["volumes"]]
+
+
 def test_configmap_carries_a_trainer_config_the_trainer_parses():
     _, config, _ = render({"spec.offload": {"enabled": True, "chunkTokens": 4096}},
                           ResolvedLayout(1, 8, 4, 1, offload=True, chunk_tokens=4096))

@@ -1,0 +1,96 @@
+"""A Hugging Face Llama checkpoint for tests, and the forward pass transformers' LlamaModel computes.
+
+The checkpoint is written with the official `safetensors` package in Hugging Face's layout and
+names; `hf_forward` is numpy written the way transformers computes (x @ W.T, heads as
+view(heads, head_dim), rotate_half RoPE, repeat_kv), independent of the trainer's einsum layout.
+"""
+
+import json
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from longctx_trainer.presets import ModelDims
+
+
+def hf_config(dims: ModelDims) -> dict:
+    return {"model_type": "llama", "num_hidden_layers": dims.layers, "hidden_size": dims.hidden,
+            "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
+            "intermediate_size": dims.ffn, "vocab_size": dims.vocab, "rms_norm_eps": 1e-5,
+            "rope_theta": dims.rope_theta, "tie_word_embeddings": dims.tie_embeddings}
+
+
+def hf_tensors(dims: ModelDims, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    H, D, F, V = dims.hidden, dims.head_dim, dims.ffn, dims.vocab
+
+    def w(*shape):
+        return (0.2 * rng.normal(size=shape)).astype(np.float32)
+
+    out = {"model.embed_tokens.weight": w(V, H), "model.norm.weight": 1 + w(H), "lm_head.weight": w(V, H)}
+    for i in range(dims.layers):
+        p = f"model.layers.{i}."
+        out |= {p + "input_layernorm.weight": 1 + w(H), p + "post_attention_layernorm.weight": 1 + w(H),
+                p + "self_attn.q_proj.weight": w(dims.heads * D, H),
+                p + "self_attn.k_proj.weight": w(dims.kv_heads * D, H),
+                p + "self_attn.v_proj.weight": w(dims.kv_heads * D, H),
+                p + "self_attn.o_proj.weight": w(H, dims.heads * D),
+                p + "mlp.gate_proj.weight": w(F, H), p + "mlp.up_proj.weight": w(F, H),
+                p + "mlp.down_proj.weight": w(H, F)}
+    return out
+
+
+def write_checkpoint(directory, tensors, config: dict):
+    """Two shards, as published checkpoints come (model-00001-of-00002.safetensors, ...)."""
+    names = sorted(tensors)
+    half = len(names) // 2
+    save_file({n: tensors[n] for n in names[:half]}, str(directory / "model-00001-of-00002.safetensors"))
+    save_file({n: tensors[n] for n in names[half:]}, str(directory / "model-00002-of-00002.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def hf_forward(t: dict, tokens: np.ndarray, dims: ModelDims) -> np.ndarray:
+    """Final normed hidden states [batch, seq, hidden], computed as transformers' LlamaModel does."""
+    def rms(x, w):
+        return w * (x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-5))
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return np.concatenate([-x2, x1], -1)
+
+    b, s = tokens.shape
+    D = dims.head_dim
+    inv_freq = 1.0 / dims.rope_theta ** (np.arange(0, D, 2) / D)
+    freqs = np.arange(s)[:, None] * inv_freq[None]
+    emb = np.concatenate([freqs, freqs], -1)
+    cos, sin = np.cos(emb)[None, None], np.sin(emb)[None, None]  # [1, 1, s, D]
+    x = t["model.embed_tokens.weight"][tokens].astype(np.float64)
+    for i in range(dims.layers):
+        p = f"model.layers.{i}."
+        h = rms(x, t[p + "input_layernorm.weight"])
+        q = (h @ t[p + "self_attn.q_proj.weight"].T).reshape(b, s, dims.heads, D).transpose(0, 2, 1, 3)
+        k = (h @ t[p + "self_attn.k_proj.weight"].T).reshape(b, s, dims.kv_heads, D).transpose(0, 2, 1, 3)
+        v = (h @ t[p + "self_attn.v_proj.weight"].T).reshape(b, s, dims.kv_heads, D).transpose(0, 2, 1, 3)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        group = dims.heads // dims.kv_heads
+        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # repeat_kv
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D)
+        scores = np.where(np.tril(np.ones((s, s), bool)), scores, -np.inf)
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        attn = (weights @ v).transpose(0, 2, 1, 3).reshape(b, s, dims.heads * D)
+        x = x + attn @ t[p + "self_attn.o_proj.weight"].T
+        h = rms(x, t[p + "post_attention_layernorm.weight"])
+        gate, up = h @ t[p + "mlp.gate_proj.weight"].T, h @ t[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ t[p + "mlp.down_proj.weight"].T
+    return rms(x, t["model.norm.weight"])
+
+
+def hf_loss(tensors: dict, tokens: np.ndarray, targets: np.ndarray, dims: ModelDims) -> float:
+    """Mean next-token cross-entropy of the Hugging Face model (tied head when lm_head is absent)."""
+    head = tensors.get("lm_head.weight", tensors["model.embed_tokens.weight"]).astype(np.float64)
+    logits = hf_forward(tensors, tokens, dims) @ head.T
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    return float(-np.mean(np.take_along_axis(logp, targets[..., None], -1)))
