@@ -8,13 +8,14 @@ from the JAX distributed environment variables the operator sets per pod.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .presets import PRESETS, ModelDims
+from .presets import PRESETS, ModelDims, RopeScaling
 
 
 def sequence_split(load_balance: str, context: int) -> int:
@@ -24,6 +25,21 @@ def sequence_split(load_balance: str, context: int) -> int:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RopeScalingConfig(_Strict):
+    """Llama 3.1-style RoPE frequency scaling (see presets.RopeScaling)."""
+
+    factor: float = Field(gt=0)
+    low_freq_factor: float = Field(1.0, gt=0)
+    high_freq_factor: float = Field(4.0, gt=0)
+    original_context: int = Field(8192, gt=0)
+
+    @model_validator(mode="after")
+    def _check_band(self) -> "RopeScalingConfig":
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError("rope_scaling.high_freq_factor must be above low_freq_factor")
+        return self
 
 
 class ModelConfig(_Strict):
@@ -38,6 +54,7 @@ class ModelConfig(_Strict):
     vocab: int = Field(gt=0)
     tie_embeddings: bool = False
     rope_theta: float = Field(500000.0, gt=0)
+    rope_scaling: RopeScalingConfig | None = None
 
     @model_validator(mode="after")
     def _check_heads(self) -> "ModelConfig":
@@ -49,11 +66,12 @@ class ModelConfig(_Strict):
 
     @classmethod
     def from_preset(cls, name: str) -> "ModelConfig":
-        dims = PRESETS[name]
-        return cls(preset=name, **dims.__dict__)
+        return cls(preset=name, **asdict(PRESETS[name]))
 
     def dims(self) -> ModelDims:
-        return ModelDims(**self.model_dump(exclude={"preset"}))
+        scaling = self.rope_scaling
+        return ModelDims(**self.model_dump(exclude={"preset", "rope_scaling"}),
+                         rope_scaling=RopeScaling(**scaling.model_dump()) if scaling else None)
 
 
 class ParallelConfig(_Strict):

@@ -23,7 +23,7 @@ from .config import TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.offload import host_offload_available
-from .presets import ModelDims
+from .presets import ModelDims, RopeScaling
 
 # Partition spec of every parameter before divisibility is checked (see `param_specs`).
 # Layer parameters carry a leading `layers` dim (scan), never sharded.
@@ -144,10 +144,24 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float = RMS_NORM_EPS) -> jax.A
     return (y * scale.astype(jnp.float32)).astype(x.dtype)
 
 
-def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """Rotary embedding (rotate-half form) of x [batch, seq, heads, head_dim] at `positions` [seq]."""
-    half = x.shape[-1] // 2
+def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = None) -> jax.Array:
+    """Angular frequency of each rotated pair, theta ** (-2i / head_dim), optionally rescaled the
+    Llama 3.1 way: wavelengths longer than original_context / low_freq_factor are stretched by
+    `factor`, those shorter than original_context / high_freq_factor kept, and in between the
+    frequency moves linearly (in original_context / wavelength) from the stretched to the kept."""
+    half = head_dim // 2
     freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    if scaling is None:
+        return freqs
+    turns = scaling.original_context * freqs / (2 * math.pi)  # periods within the original context
+    keep = jnp.clip((turns - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor),
+                    0.0, 1.0)
+    return keep * freqs + (1 - keep) * freqs / scaling.factor
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float, scaling: RopeScaling | None = None) -> jax.Array:
+    """Rotary embedding (rotate-half form) of x [batch, seq, heads, head_dim] at `positions` [seq]."""
+    freqs = rope_frequencies(x.shape[-1], theta, scaling)
     angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]  # [seq, half]
     cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
@@ -161,7 +175,7 @@ def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOption
     q = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wq"].astype(dt)), mesh, HEADS)
     k = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wk"].astype(dt)), mesh, HEADS)
     v = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wv"].astype(dt)), mesh, HEADS)
-    q, k = rope(q, positions, dims.rope_theta), rope(k, positions, dims.rope_theta)
+    q, k = (rope(t, positions, dims.rope_theta, dims.rope_scaling) for t in (q, k))
     a = context_parallel_attention(q, k, v, mesh=mesh, causal=True, impl=options.attention,
                                    load_balance=options.load_balance,
                                    chunk_tokens=options.chunk_tokens, offload=options.offload)

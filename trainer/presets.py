@@ -11,6 +11,17 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3.1's RoPE frequency scaling ("rope_type": "llama3" in Hugging Face configs): long
+    wavelengths are stretched by `factor`, short ones kept, the band between interpolated."""
+
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_context: int = 8192  # original_max_position_embeddings
+
+
+@dataclass(frozen=True)
 class ModelDims:
     """Dimensions of a Llama-style decoder (RMSNorm, RoPE, GQA, SwiGLU)."""
 
@@ -22,6 +33,7 @@ class ModelDims:
     vocab: int
     tie_embeddings: bool = False
     rope_theta: float = 500000.0
+    rope_scaling: RopeScaling | None = None
 
     @property
     def head_dim(self) -> int:

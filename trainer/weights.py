@@ -15,9 +15,10 @@ conventions, so the mapping is reshapes and transposes only (all views of the ma
     gate/up_proj [F, H]  -> w_gate/w_up [H, F]    down_proj [H, F]    -> w_down [F, H]
     embed_tokens [V, H]  -> embed [V, H]          lm_head [V, H]      -> lm_head [H, V]
 
-RoPE settings may differ from the checkpoint's on purpose (raising the base frequency is how
-context is extended); `differences` reports them, and only the shapes and the norm epsilon must
-match.
+RoPE settings may differ from the checkpoint's on purpose (raising the base frequency or the
+scaling factor is how context is extended); `differences` reports them, and only the shapes and
+the norm epsilon must match. Llama 3.1's "llama3" rope_scaling is implemented (model.ropeScaling);
+other scaling types are reported as not applied.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import ml_dtypes
 import numpy as np
 
 from .model import RMS_NORM_EPS, param_shapes
-from .presets import ModelDims
+from .presets import ModelDims, RopeScaling
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 
@@ -119,9 +120,22 @@ def differences(dims: ModelDims, config: dict) -> tuple[list[str], list[str]]:
     theta = config.get("rope_theta", 10000.0)
     if not math.isclose(theta, dims.rope_theta, rel_tol=1e-9):
         notes.append(f"rope_theta {dims.rope_theta:g} (the checkpoint was trained with {theta:g})")
-    if config.get("rope_scaling"):
-        notes.append(f"no rope_scaling (the checkpoint has {config['rope_scaling']})")
+    theirs = config.get("rope_scaling") or None
+    parsed = checkpoint_rope_scaling(theirs)
+    if parsed != dims.rope_scaling or (theirs and parsed is None):  # differs, or a type not implemented
+        ours = "no rope_scaling" if dims.rope_scaling is None else f"rope_scaling {dims.rope_scaling}"
+        notes.append(f"{ours} (the checkpoint has {theirs or 'none'})")
     return fatal, notes
+
+
+def checkpoint_rope_scaling(scaling: dict | None) -> RopeScaling | None:
+    """A Hugging Face rope_scaling of type llama3 as RopeScaling; None for none or another type."""
+    if not scaling or (scaling.get("rope_type") or scaling.get("type")) != "llama3":
+        return None
+    return RopeScaling(factor=float(scaling["factor"]),
+                       low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
+                       high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
+                       original_context=int(scaling.get("original_max_position_embeddings", 8192)))
 
 
 def _layer_views(weights: SafetensorsDir, dims: ModelDims) -> dict[str, Callable[[int], np.ndarray]]:

@@ -106,11 +106,15 @@ RULES: tuple[Rule, ...] = (
          lambda m: m.preset is not None or all(_dims_set(m))),
     Rule("spec.model",
          "!has(self.preset) || !(" + " || ".join(
-             f"has(self.{d})" for d in DIMENSIONS + ("tieEmbeddings", "ropeTheta")) + ")",
+             f"has(self.{d})" for d in DIMENSIONS + ("tieEmbeddings",)) + ")",
          "preset and explicit dimensions are mutually exclusive",
-         lambda m: m.preset is None or not (any(_dims_set(m)) or m.tie_embeddings is not None
-                                            or m.rope_theta is not None),
+         lambda m: m.preset is None or not (any(_dims_set(m)) or m.tie_embeddings is not None),
          ".preset"),
+    Rule("spec.model",
+         "!has(self.ropeScaling) || self.ropeScaling.highFreqFactor > self.ropeScaling.lowFreqFactor",
+         "ropeScaling.highFreqFactor must be above lowFreqFactor",
+         lambda m: m.rope_scaling is None or m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor,
+         ".ropeScaling.highFreqFactor"),
     Rule("spec.model", "!has(self.hidden) || !has(self.heads) || self.hidden % self.heads == 0",
          "heads must divide hidden",
          lambda m: m.hidden is None or m.heads is None or m.hidden % m.heads == 0, ".heads"),

@@ -31,8 +31,22 @@ class ApiModel(BaseModel):
         use_attribute_docstrings=True)
 
 
+class RopeScalingSpec(ApiModel):
+    """Llama 3.1-style RoPE frequency scaling ("rope_type": "llama3" in Hugging Face configs)."""
+
+    factor: float = Field(gt=0, le=1024)
+    """How much long wavelengths are stretched (8 in Llama 3.1, 32 in Llama 3.2)."""
+    low_freq_factor: float = Field(1.0, gt=0)
+    """Wavelengths longer than originalContext / lowFreqFactor are stretched by factor."""
+    high_freq_factor: float = Field(4.0, gt=0)
+    """Wavelengths shorter than originalContext / highFreqFactor are kept; in between, interpolated."""
+    original_context: int = Field(8192, ge=1)
+    """Context the model was first trained at (original_max_position_embeddings)."""
+
+
 class ModelSpec(ApiModel):
-    """The model to train: a preset, or explicit Llama-style dimensions (not both)."""
+    """The model to train: a preset, or explicit Llama-style dimensions (not both). RoPE settings
+    may be set with either (they change no shapes: raising them is how context is extended)."""
 
     preset: PresetName | None = None
     """Named preset with published dimensions (tiny and 125m are longctx's own small models)."""
@@ -51,7 +65,9 @@ class ModelSpec(ApiModel):
     tie_embeddings: bool | None = None
     """Share the input embedding with the output projection (explicit dimensions; default false)."""
     rope_theta: float | None = Field(None, gt=0)
-    """RoPE base frequency (explicit dimensions; default 500000)."""
+    """RoPE base frequency; default the preset's, or 500000 with explicit dimensions."""
+    rope_scaling: RopeScalingSpec | None = None
+    """RoPE frequency scaling; default none (also for presets)."""
 
 
 class OptimizerSpec(ApiModel):

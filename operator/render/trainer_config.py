@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from longctx_trainer.config import (CheckpointConfig, DataConfig, MetricsConfig, ModelConfig,
-                                    OffloadConfig, OptimizerConfig, ParallelConfig, TrainerConfig)
+                                    OffloadConfig, OptimizerConfig, ParallelConfig, RopeScalingConfig,
+                                    TrainerConfig)
 
 from ..api.spec import LongContextJobSpec, ModelSpec
 from .layout import ResolvedLayout
@@ -14,12 +15,15 @@ LOAD_BALANCE = {"dualChunkSwap": "dual_chunk_swap", "striped": "striped", "none"
 
 
 def model_config(model: ModelSpec) -> ModelConfig:
+    scaling = model.rope_scaling
+    rope = {"rope_scaling": RopeScalingConfig(**scaling.model_dump()) if scaling else None}
+    if model.rope_theta:
+        rope["rope_theta"] = model.rope_theta
     if model.preset:
-        return ModelConfig.from_preset(model.preset)
+        return ModelConfig.from_preset(model.preset).model_copy(update=rope)
     return ModelConfig(layers=model.layers, hidden=model.hidden, heads=model.heads,
                        kv_heads=model.kv_heads, ffn=model.ffn, vocab=model.vocab,
-                       tie_embeddings=bool(model.tie_embeddings),
-                       rope_theta=model.rope_theta or 500000.0)
+                       tie_embeddings=bool(model.tie_embeddings), **rope)
 
 
 def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> TrainerConfig:

@@ -14,10 +14,33 @@ from longctx_trainer.presets import ModelDims
 
 
 def hf_config(dims: ModelDims) -> dict:
-    return {"model_type": "llama", "num_hidden_layers": dims.layers, "hidden_size": dims.hidden,
-            "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
-            "intermediate_size": dims.ffn, "vocab_size": dims.vocab, "rms_norm_eps": 1e-5,
-            "rope_theta": dims.rope_theta, "tie_word_embeddings": dims.tie_embeddings}
+    config = {"model_type": "llama", "num_hidden_layers": dims.layers, "hidden_size": dims.hidden,
+              "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
+              "intermediate_size": dims.ffn, "vocab_size": dims.vocab, "rms_norm_eps": 1e-5,
+              "rope_theta": dims.rope_theta, "tie_word_embeddings": dims.tie_embeddings}
+    if dims.rope_scaling:
+        r = dims.rope_scaling
+        config["rope_scaling"] = {"rope_type": "llama3", "factor": r.factor, "low_freq_factor": r.low_freq_factor,
+                                  "high_freq_factor": r.high_freq_factor,
+                                  "original_max_position_embeddings": r.original_context}
+    return config
+
+
+def hf_inv_freq(dims: ModelDims) -> np.ndarray:
+    """inv_freq as transformers computes it, with its llama3 rope_scaling when the model has one."""
+    D = dims.head_dim
+    inv_freq = 1.0 / dims.rope_theta ** (np.arange(0, D, 2) / D)
+    if dims.rope_scaling is None:
+        return inv_freq
+    r = dims.rope_scaling
+    low_freq_wavelen = r.original_context / r.low_freq_factor
+    high_freq_wavelen = r.original_context / r.high_freq_factor
+    wavelen = 2 * np.pi / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq)
+    smooth = (r.original_context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor)
+    smoothed = (1 - smooth) * inv_freq_llama / r.factor + smooth * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, inv_freq_llama)
 
 
 def hf_tensors(dims: ModelDims, seed: int = 0) -> dict[str, np.ndarray]:
@@ -61,8 +84,7 @@ def hf_forward(t: dict, tokens: np.ndarray, dims: ModelDims) -> np.ndarray:
 
     b, s = tokens.shape
     D = dims.head_dim
-    inv_freq = 1.0 / dims.rope_theta ** (np.arange(0, D, 2) / D)
-    freqs = np.arange(s)[:, None] * inv_freq[None]
+    freqs = np.arange(s)[:, None] * hf_inv_freq(dims)[None]
     emb = np.concatenate([freqs, freqs], -1)
     cos, sin = np.cos(emb)[None, None], np.sin(emb)[None, None]  # [1, 1, s, D]
     x = t["model.embed_tokens.weight"][tokens].astype(np.float64)

@@ -32,7 +32,12 @@ MAPPING = [
     ({"spec.model": {"layers": 3, "hidden": 64, "heads": 4, "kvHeads": 2, "ffn": 96, "vocab": 300,
                      "tieEmbeddings": True, "ropeTheta": 1000.0}}, LAYOUT, "model",
      {"preset": None, "layers": 3, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 96,
-      "vocab": 300, "tie_embeddings": True, "rope_theta": 1000.0}),
+      "vocab": 300, "tie_embeddings": True, "rope_theta": 1000.0, "rope_scaling": None}),
+    ({"spec.model": {"preset": "tiny", "ropeTheta": 2.0e6,
+                     "ropeScaling": {"factor": 8, "originalContext": 4096}}}, LAYOUT, "model",
+     {"preset": "tiny", "layers": 2, "hidden": 128, "heads": 8, "kv_heads": 2, "ffn": 384, "vocab": 256,
+      "tie_embeddings": True, "rope_theta": 2.0e6, "rope_scaling": {
+          "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context": 4096}}),
     ({"spec.sequenceLength": 2048}, LAYOUT, "sequence_length", 2048),
     ({"spec.globalBatchTokens": 4096}, LAYOUT, "global_batch_tokens", 4096),
     ({"spec.steps": 7}, LAYOUT, "steps", 7),

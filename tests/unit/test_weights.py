@@ -18,7 +18,7 @@ from longctx_trainer.config import ParallelConfig
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.presets import ModelDims
 from longctx_trainer.weights import SafetensorsDir, WeightsError, load_params
-from support.hf_checkpoint import hf_config, hf_forward, hf_loss, hf_tensors, write_checkpoint
+from support.hf_checkpoint import hf_config, hf_forward, hf_inv_freq, hf_loss, hf_tensors, write_checkpoint
 
 DIMS = ModelDims(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0)
 HF_CONFIG = hf_config(DIMS)
@@ -108,6 +108,31 @@ def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path):
                            model.param_shardings(DIMS, _mesh()))
     assert notes == ["rope_theta 10000 (the checkpoint was trained with 500000)",
                      "no rope_scaling (the checkpoint has {'rope_type': 'llama3', 'factor': 32.0})"]
+    _, notes = load_params(write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, "rope_scaling": {
+        "type": "yarn", "factor": 4.0}}), DIMS, model.param_shardings(DIMS, _mesh()))
+    assert notes == ["no rope_scaling (the checkpoint has {'type': 'yarn', 'factor': 4.0})"]
+
+
+def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path):
+    """A Llama 3.1-style checkpoint (llama3 rope_scaling) loads without notes and computes the same
+    hidden states as transformers with that scaling. Head dim 8, theta 1e4, original context 64:
+    the four frequencies make 10.2, 1.02, 0.10 and 0.01 turns in it, one kept, one interpolated,
+    two stretched."""
+    from longctx_trainer.presets import RopeScaling
+
+    scaled = ModelDims(**{**DIMS.__dict__, "rope_scaling": RopeScaling(factor=8.0, original_context=64)})
+    assert not np.allclose(hf_inv_freq(scaled), hf_inv_freq(DIMS))
+    np.testing.assert_allclose(np.asarray(model.rope_frequencies(DIMS.head_dim, DIMS.rope_theta, scaled.rope_scaling)),
+                               hf_inv_freq(scaled), rtol=1e-6)
+    tensors = hf_tensors(scaled, seed=6)
+    mesh = _mesh()
+    params, notes = load_params(write_checkpoint(tmp_path, tensors, hf_config(scaled)), scaled,
+                                model.param_shardings(scaled, mesh))
+    assert notes == []
+    tokens = np.random.default_rng(7).integers(0, DIMS.vocab, (2, 16))
+    hidden, _ = jax.jit(partial(model.final_hidden, dims=scaled, mesh=mesh, options=OPTIONS))(params, tokens, tokens)
+    perm = model.permutation(16, 2, "dual_chunk_swap")
+    np.testing.assert_allclose(np.asarray(hidden), hf_forward(tensors, tokens, scaled)[:, perm], rtol=2e-5, atol=2e-5)
 
 
 def test_training_starts_from_the_checkpoint_and_not_from_random_weights(tmp_path):
