@@ -67,7 +67,8 @@ class ModelSpec(ApiModel):
     rope_theta: float | None = Field(None, gt=0)
     """RoPE base frequency; default the preset's, or 500000 with explicit dimensions."""
     rope_scaling: RopeScalingSpec | None = None
-    """RoPE frequency scaling; default none (also for presets)."""
+    """RoPE frequency scaling; default the preset's (x32 for 1b/3b as Llama 3.2, x8 for
+    llama3-405b as Llama 3.1, none otherwise), none with explicit dimensions."""
 
 
 class OptimizerSpec(ApiModel):

@@ -15,8 +15,9 @@ LOAD_BALANCE = {"dualChunkSwap": "dual_chunk_swap", "striped": "striped", "none"
 
 
 def model_config(model: ModelSpec) -> ModelConfig:
-    scaling = model.rope_scaling
-    rope = {"rope_scaling": RopeScalingConfig(**scaling.model_dump()) if scaling else None}
+    rope = {}  # what the spec sets; the rest is the preset's (or the defaults)
+    if model.rope_scaling:
+        rope["rope_scaling"] = RopeScalingConfig(**model.rope_scaling.model_dump())
     if model.rope_theta:
         rope["rope_theta"] = model.rope_theta
     if model.preset:

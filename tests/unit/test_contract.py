@@ -115,3 +115,14 @@ def test_trainer_loads_the_rendered_config_file(tmp_path):
     config = load_config(path)
     assert (config.parallelism.context, config.parallelism.tensor) == (2, 2)
     assert config.model.dims().param_count() > 0
+
+
+def test_preset_rope_scaling_is_kept_unless_the_spec_sets_its_own():
+    def model_of(model: dict) -> dict:
+        return rendered_config({"spec.model": model}, LAYOUT)["model"]
+
+    assert model_of({"preset": "1b"})["rope_scaling"] == {
+        "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context": 8192}
+    assert model_of({"preset": "1b", "ropeTheta": 1.0e6})["rope_scaling"]["factor"] == 32.0
+    assert model_of({"preset": "1b", "ropeScaling": {"factor": 64}})["rope_scaling"]["factor"] == 64.0
+    assert model_of({"preset": "llama3-8b"})["rope_scaling"] is None
