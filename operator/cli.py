@@ -1,4 +1,4 @@
-"""`longctx`: validate, plan, render and run LongContextJobs; print the CRD; run the operator.
+"""`longctx`: validate, plan, render, run and export LongContextJobs; print the CRD; run the operator.
 
 Every failure a user can cause ends with one readable line on stderr and a non-zero exit, never a
 traceback.
@@ -195,6 +195,29 @@ def cmd_run(args) -> int:
     return code
 
 
+def cmd_export(args) -> int:
+    """Runs the trainer's exporter in a child process (the operator side never imports JAX), in
+    the run directory so that a relative checkpoint path resolves as it did for the workers."""
+    import subprocess
+
+    from .render.names import CONFIG_FILE
+
+    run_dir = Path(args.run_dir)
+    config = run_dir / CONFIG_FILE
+    if not config.is_file():
+        raise UsageError(f"{run_dir}: no {CONFIG_FILE}; expected the --run-dir of a `longctx run`")
+    command = [sys.executable, "-m", "longctx_trainer.export", "--config", str(config.resolve()),
+               "--output", str(Path(args.output).resolve()), "--dtype", args.dtype]
+    if args.step is not None:
+        command += ["--step", str(args.step)]
+    proc = subprocess.run(command, cwd=run_dir, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"]
+        raise UsageError(lines[-1].removeprefix("longctx_trainer.export: "))
+    print(f"longctx: {proc.stdout.strip()}", file=sys.stderr)
+    return 0
+
+
 def cmd_operator(args) -> int:
     from .main import run
 
@@ -242,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", help="directory for logs, config and relative checkpoint paths "
                                      "(default .runs/NAME-TIMESTAMP; reuse one to resume)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("export", help="write a local run's checkpoint as a Hugging Face Llama model")
+    p.add_argument("run_dir", help="the --run-dir of a `longctx run`")
+    p.add_argument("--output", "-o", required=True, help="directory for config.json and *.safetensors")
+    p.add_argument("--step", type=_positive_int, help="checkpoint step (default: the latest)")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     from .main import add_arguments

@@ -1,4 +1,4 @@
-"""Starting weights from a Hugging Face Llama checkpoint (config.json + *.safetensors).
+"""Hugging Face Llama checkpoints (config.json + *.safetensors): starting weights, and export.
 
 Long-context training usually continues a published model. This module reads the checkpoint's
 safetensors files lazily (memory-mapped, headers parsed here: no torch, no extra package), checks
@@ -206,3 +206,92 @@ def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tupl
         layers[name] = build(shape, shardings["layers"][name], shard_of)
     params["layers"] = layers
     return params, notes
+
+
+def hf_tensors_of(params: dict, dims: ModelDims) -> dict[str, np.ndarray]:
+    """The inverse of the mapping above: host parameters -> Hugging Face names and layouts."""
+    H, D = dims.hidden, dims.head_dim
+    out = {"model.embed_tokens.weight": params["embed"], "model.norm.weight": params["final_norm"]}
+    if not dims.tie_embeddings:
+        out["lm_head.weight"] = params["lm_head"].T
+    layers = params["layers"]
+    for i in range(dims.layers):
+        p = f"model.layers.{i}."
+        out |= {
+            p + "input_layernorm.weight": layers["attn_norm"][i],
+            p + "self_attn.q_proj.weight": layers["wq"][i].transpose(1, 2, 0).reshape(dims.heads * D, H),
+            p + "self_attn.k_proj.weight": layers["wk"][i].transpose(1, 2, 0).reshape(dims.kv_heads * D, H),
+            p + "self_attn.v_proj.weight": layers["wv"][i].transpose(1, 2, 0).reshape(dims.kv_heads * D, H),
+            p + "self_attn.o_proj.weight": layers["wo"][i].transpose(2, 0, 1).reshape(H, dims.heads * D),
+            p + "post_attention_layernorm.weight": layers["mlp_norm"][i],
+            p + "mlp.gate_proj.weight": layers["w_gate"][i].T,
+            p + "mlp.up_proj.weight": layers["w_up"][i].T,
+            p + "mlp.down_proj.weight": layers["w_down"][i].T,
+        }
+    return out
+
+
+def hf_config_of(dims: ModelDims, max_positions: int, dtype: str) -> dict:
+    """config.json of a LlamaForCausalLM with these dimensions."""
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+              "hidden_size": dims.hidden, "intermediate_size": dims.ffn,
+              "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
+              "num_hidden_layers": dims.layers, "head_dim": dims.head_dim, "vocab_size": dims.vocab,
+              "rms_norm_eps": RMS_NORM_EPS, "rope_theta": dims.rope_theta,
+              "tie_word_embeddings": dims.tie_embeddings, "max_position_embeddings": max_positions,
+              "attention_bias": False, "mlp_bias": False, "torch_dtype": dtype}
+    if dims.rope_scaling is not None:
+        r = dims.rope_scaling
+        config["rope_scaling"] = {"rope_type": "llama3", "factor": r.factor,
+                                  "low_freq_factor": r.low_freq_factor,
+                                  "high_freq_factor": r.high_freq_factor,
+                                  "original_max_position_embeddings": r.original_context}
+    return config
+
+
+_CODES = {np.dtype(t): code for code, t in _DTYPES.items()}
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: np.dtype) -> None:
+    """One safetensors file: 8-byte little-endian header size, JSON header, then the raw data."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, array in tensors.items():
+        size = math.prod(array.shape) * dtype.itemsize
+        header[name] = {"dtype": _CODES[dtype], "shape": list(array.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(encoded)))
+        f.write(encoded)
+        for array in tensors.values():
+            f.write(np.ascontiguousarray(array, dtype=dtype).tobytes())  # x86 and ARM: little-endian
+
+
+def save_hf_checkpoint(params: dict, dims: ModelDims, directory: str | Path, *, dtype: str = "bfloat16",
+                       max_positions: int, max_shard_bytes: int = 5 * 2**30) -> list[Path]:
+    """Writes host parameters as a Hugging Face Llama checkpoint (config.json, safetensors files of
+    at most `max_shard_bytes` each and, when there are several, model.safetensors.index.json)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = np.dtype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}[dtype])
+    tensors = hf_tensors_of(params, dims)
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name, array in tensors.items():
+        nbytes = array.size * target.itemsize
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = array
+        size += nbytes
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    for name, shard in zip(names, shards):
+        write_safetensors(directory / name, shard, target)
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": sum(a.size for a in tensors.values()) * target.itemsize},
+                 "weight_map": {t: name for name, shard in zip(names, shards) for t in shard}}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (directory / "config.json").write_text(json.dumps(hf_config_of(dims, max_positions, dtype), indent=2))
+    return [directory / name for name in names]

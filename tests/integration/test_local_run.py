@@ -38,6 +38,18 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
     assert (run_dir / "worker-1.log").exists() and (run_dir / "trainer.yaml").exists()
     assert any((run_dir / "checkpoints").iterdir())
 
+    # The run's last checkpoint as a Hugging Face model: it starts another run where this one ended.
+    exported = tmp_path / "hf"
+    proc = _longctx("export", str(run_dir), "--output", str(exported), "--dtype", "float32")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and f"step 3 -> {exported}" in err, err
+    import json
+
+    assert json.loads((exported / "config.json").read_text())["num_hidden_layers"] == 2
+    proc = _longctx("export", str(run_dir), "--output", str(exported), "--step", "1")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and err.strip() == "longctx: no checkpoint of step 1 in checkpoints; there are 2, 3"
+
 
 def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     """Each of the two processes reads its own shards of the weights; step 1's loss is the Hugging

@@ -86,6 +86,7 @@ def test_auto_mode_leaves_sequence_divisibility_to_the_planner_like_the_server()
     (["plan", "--model", "tiny", "--sequence-length", "1024", "--gpus-per-node", "0"], "--gpus"),
     (["render", "BINARY"], "not a text file"),
     (["run", "examples/quickstart.yaml", "--run-dir", "AFILE"], "--run-dir"),
+    (["export", "AFILE", "--output", "out"], "expected the --run-dir of a `longctx run`"),
 ])
 def test_cli_bad_input_is_one_line_without_traceback(tmp_path, argv, needle):
     binary = tmp_path / "bad.yaml"
