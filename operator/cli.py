@@ -1,4 +1,5 @@
-"""`longctx`: validate, plan, render, run and export LongContextJobs; print the CRD; run the operator.
+"""`longctx`: validate, plan, render, run and export LongContextJobs; tokenize text; print the CRD;
+run the operator.
 
 Every failure a user can cause ends with one readable line on stderr and a non-zero exit, never a
 traceback.
@@ -218,6 +219,13 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_tokenize(args) -> int:
+    from longctx_trainer.tokenize import run  # numpy and tokenizers only, no JAX
+
+    run(args, prefix="longctx")
+    return 0
+
+
 def cmd_operator(args) -> int:
     from .main import run
 
@@ -225,7 +233,7 @@ def cmd_operator(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n\n")[0].replace("\n", " "))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check a LongContextJob manifest; each problem names its field")
@@ -272,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=_positive_int, help="checkpoint step (default: the latest)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("tokenize", help="text files -> a token file for data.kind tokens (Hugging Face tokenizer)")
+    from longctx_trainer.tokenize import add_arguments as tokenize_arguments
+    tokenize_arguments(p)
+    p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     from .main import add_arguments

@@ -1,0 +1,128 @@
+"""Text files -> one token file for `data.kind: tokens`, with a Hugging Face tokenizer.
+
+Offline data preparation (`longctx tokenize`, or `python -m longctx_trainer.tokenize`): every
+input file is one document, encoded with the tokenizer.json of the model being trained (the one
+in its Hugging Face checkpoint directory) and followed by the end-of-text token, and the ids are
+appended to a flat .bin file in the width `data.token_file` reads for the model's vocabulary
+(uint16 up to 65,536 ids, else uint32). Large files are encoded in blocks of whole lines, so
+memory stays bounded. Imports no JAX.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+# End-of-document tokens of common tokenizers: Llama 3, Llama 2 / Mistral, GPT-2 style.
+END_OF_TEXT = ("<|end_of_text|>", "</s>", "<|endoftext|>")
+BLOCK_BYTES = 1 << 22
+
+
+class TokenizeError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Written:
+    documents: int
+    tokens: int
+    dtype: str
+
+
+def load_tokenizer(path: str | Path):
+    """A tokenizers.Tokenizer from a tokenizer.json, or from a directory holding one."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise TokenizeError("the tokenizers package is missing: pip install 'longctx[tokenize]'") from None
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise TokenizeError(f"{file}: no such tokenizer file")
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as e:  # the library raises its own exception type for malformed files
+        raise TokenizeError(f"{file}: not a tokenizers JSON file: {e}") from None
+
+
+def _blocks(path: Path) -> Iterator[str]:
+    """The file's text in blocks of whole lines of about BLOCK_BYTES."""
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as f:
+        while block := f.read(BLOCK_BYTES):
+            block += f.readline()  # finish the line the block cut
+            yield block
+
+
+def _text_files(inputs: list[Path]) -> list[Path]:
+    files = []
+    for path in inputs:
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.is_file())
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise TokenizeError(f"{path}: no such file or directory")
+    if not files:
+        raise TokenizeError("no input files")
+    return files
+
+
+def tokenize_files(tokenizer_path: str | Path, inputs: list[Path], output: Path, *, vocab: int | None = None,
+                   end_of_text: str | None = None) -> Written:
+    tokenizer = load_tokenizer(tokenizer_path)
+    vocab = vocab or tokenizer.get_vocab_size(with_added_tokens=True)
+    names = (end_of_text,) if end_of_text else END_OF_TEXT
+    eos = next((i for i in map(tokenizer.token_to_id, names) if i is not None), None)
+    if end_of_text and eos is None:
+        raise TokenizeError(f"the tokenizer has no token {end_of_text!r}")
+    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
+    documents = tokens = 0
+    partial = output.with_name(output.name + ".partial")  # an existing output survives a failure
+    try:
+        with partial.open("wb") as out:
+            for file in _text_files(inputs):
+                for block in _blocks(file):
+                    ids = np.asarray(tokenizer.encode(block, add_special_tokens=False).ids, dtype=np.int64)
+                    if ids.size and ids.max() >= vocab:
+                        raise TokenizeError(f"{file}: token id {ids.max()} is outside the vocabulary of {vocab}")
+                    ids.astype(dtype).tofile(out)
+                    tokens += ids.size
+                if eos is not None:
+                    np.asarray([eos], dtype).tofile(out)
+                    tokens += 1
+                documents += 1
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return Written(documents, tokens, np.dtype(dtype).name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m longctx_trainer.tokenize", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    run(parser.parse_args(argv), prefix="longctx_trainer.tokenize")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", type=Path, help="text files or directories (every file below)")
+    parser.add_argument("--tokenizer", required=True, help="tokenizer.json, or a checkpoint directory with one")
+    parser.add_argument("--output", "-o", required=True, type=Path, help="the token file to write (.bin)")
+    parser.add_argument("--vocab", type=int, help="the model's vocabulary size (default: the tokenizer's)")
+    parser.add_argument("--end-of-text", help=f"document separator token (default: the first of {', '.join(END_OF_TEXT)})")
+
+
+def run(args: argparse.Namespace, prefix: str) -> None:
+    try:
+        written = tokenize_files(args.tokenizer, args.inputs, args.output, vocab=args.vocab,
+                                 end_of_text=args.end_of_text)
+    except (OSError, TokenizeError) as error:
+        raise SystemExit(f"{prefix}: {error}") from None
+    print(f"{prefix}: {written.documents} documents, {written.tokens:,} tokens ({written.dtype}) -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()
