@@ -5,17 +5,17 @@ input file is one document, encoded with the tokenizer.json of the model being t
 in its Hugging Face checkpoint directory) and followed by the end-of-text token, and the ids are
 appended to a flat .bin file in the width `data.token_file` reads for the model's vocabulary
 (uint16 up to 65,536 ids, else uint32). Large files are encoded in blocks of whole lines, so
-memory stays bounded. Imports no JAX.
+memory stays bounded. Imports no JAX, and numpy only when it runs: the operator's CLI, whose
+image has no numpy, declares these arguments from here.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
-
-import numpy as np
 
 # End-of-document tokens of common tokenizers: Llama 3, Llama 2 / Mistral, GPT-2 style.
 END_OF_TEXT = ("<|end_of_text|>", "</s>", "<|endoftext|>")
@@ -50,55 +50,77 @@ def load_tokenizer(path: str | Path):
 
 
 def _blocks(path: Path) -> Iterator[str]:
-    """The file's text in blocks of whole lines of about BLOCK_BYTES."""
+    """The file's text in blocks of whole lines of about BLOCK_BYTES (a line longer than that is
+    cut, so memory stays bounded)."""
     with path.open("r", encoding="utf-8", errors="replace", newline="") as f:
         while block := f.read(BLOCK_BYTES):
-            block += f.readline()  # finish the line the block cut
+            block += f.readline(BLOCK_BYTES)  # finish the line the block cut
             yield block
 
 
-def _text_files(inputs: list[Path]) -> list[Path]:
+def _is_text(path: Path) -> bool:
+    with path.open("rb") as f:
+        return b"\x00" not in f.read(8192)
+
+
+def _text_files(inputs: list[Path], skip: set[Path]) -> list[Path]:
+    """Files given and files under directories given (sorted), without binary files and `skip`."""
     files = []
     for path in inputs:
         if path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.is_file())
+            files += [p for p in sorted(path.rglob("*")) if p.is_file() and _is_text(p)]
         elif path.is_file():
             files.append(path)
         else:
             raise TokenizeError(f"{path}: no such file or directory")
+    files = [f for f in files if f.resolve() not in skip]
     if not files:
-        raise TokenizeError("no input files")
+        raise TokenizeError("no input text files")
     return files
+
+
+def _model_vocab(tokenizer_path: Path) -> int | None:
+    """vocab_size of the checkpoint's config.json next to its tokenizer, if there is one."""
+    config = (tokenizer_path if tokenizer_path.is_dir() else tokenizer_path.parent) / "config.json"
+    try:
+        return int(json.loads(config.read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def tokenize_files(tokenizer_path: str | Path, inputs: list[Path], output: Path, *, vocab: int | None = None,
                    end_of_text: str | None = None) -> Written:
+    """`vocab` (the model's, which sets the width the trainer reads) defaults to the checkpoint's
+    config.json beside the tokenizer, else to the tokenizer's own size."""
+    import numpy as np
+
+    tokenizer_path = Path(tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_path)
-    vocab = vocab or tokenizer.get_vocab_size(with_added_tokens=True)
+    vocab = vocab or _model_vocab(tokenizer_path) or tokenizer.get_vocab_size(with_added_tokens=True)
     names = (end_of_text,) if end_of_text else END_OF_TEXT
     eos = next((i for i in map(tokenizer.token_to_id, names) if i is not None), None)
-    if end_of_text and eos is None:
-        raise TokenizeError(f"the tokenizer has no token {end_of_text!r}")
+    if eos is None:
+        raise TokenizeError(f"the tokenizer has no end-of-text token {' or '.join(map(repr, names))}; "
+                            "name its document separator with --end-of-text")
     dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
-    documents = tokens = 0
     partial = output.with_name(output.name + ".partial")  # an existing output survives a failure
+    files = _text_files(inputs, skip={output.resolve(), partial.resolve()})
+    tokens = 0
     try:
         with partial.open("wb") as out:
-            for file in _text_files(inputs):
+            for file in files:
                 for block in _blocks(file):
                     ids = np.asarray(tokenizer.encode(block, add_special_tokens=False).ids, dtype=np.int64)
                     if ids.size and ids.max() >= vocab:
                         raise TokenizeError(f"{file}: token id {ids.max()} is outside the vocabulary of {vocab}")
                     ids.astype(dtype).tofile(out)
                     tokens += ids.size
-                if eos is not None:
-                    np.asarray([eos], dtype).tofile(out)
-                    tokens += 1
-                documents += 1
+                np.asarray([eos], dtype).tofile(out)
+                tokens += 1
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
-    return Written(documents, tokens, np.dtype(dtype).name)
+    return Written(len(files), tokens, np.dtype(dtype).name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -111,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", type=Path, help="text files or directories (every file below)")
     parser.add_argument("--tokenizer", required=True, help="tokenizer.json, or a checkpoint directory with one")
     parser.add_argument("--output", "-o", required=True, type=Path, help="the token file to write (.bin)")
-    parser.add_argument("--vocab", type=int, help="the model's vocabulary size (default: the tokenizer's)")
+    parser.add_argument("--vocab", type=int, help="the model's vocabulary size (default: vocab_size of the "
+                                                  "checkpoint's config.json beside the tokenizer, else the tokenizer's)")
     parser.add_argument("--end-of-text", help=f"document separator token (default: the first of {', '.join(END_OF_TEXT)})")
 
 

@@ -62,7 +62,7 @@ def test_the_width_follows_the_models_vocabulary_and_blocks_split_at_lines(tmp_p
 
 @pytest.mark.parametrize("extra,needle", [
     (["--vocab", "10"], "outside the vocabulary of 10"),
-    (["--end-of-text", "<eot>"], "no token '<eot>'"),
+    (["--end-of-text", "<eot>"], "no end-of-text token '<eot>'"),
     (["--tokenizer", "NOWHERE"], "no such tokenizer file"),
 ])
 def test_bad_input_is_one_line(tmp_path, tokenizer_dir, extra, needle):
@@ -86,3 +86,44 @@ def test_cli_reports_what_it_wrote(tmp_path, tokenizer_dir):
         [sys.executable, "-c", "import sys, longctx_operator.cli, longctx_trainer.tokenize; "
                                "print(' '.join(m for m in sys.modules if m.startswith('jax')))"],
         capture_output=True, text=True).stdout
+
+
+def test_vocab_comes_from_the_checkpoint_and_the_output_is_never_an_input(tmp_path, tokenizer_dir):
+    import json
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+    (checkpoint / "config.json").write_text(json.dumps({"vocab_size": 128256}))
+    corpus = _corpus(tmp_path)
+    (corpus / "model.pyc").write_bytes(b"\x00\x01binary")  # skipped, as the text loader does
+    output = corpus / "tokens.bin"  # inside the corpus: neither it nor its .partial is read
+    output.write_bytes(b"old tokens")
+    written = tokenize_files(checkpoint, [corpus], output)
+    assert (written.documents, written.dtype) == (2, "uint32")
+    again = tokenize_files(checkpoint, [corpus], output)
+    assert again == written
+
+
+def test_a_tokenizer_without_a_known_end_of_text_token_must_name_one(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from longctx_trainer.tokenize import TokenizeError
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(TEXT, trainers.BpeTrainer(vocab_size=280, special_tokens=["<sep>"]))
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    corpus = _corpus(tmp_path)
+    with pytest.raises(TokenizeError, match="name its document separator with --end-of-text"):
+        tokenize_files(tmp_path / "tokenizer.json", [corpus], tmp_path / "t.bin")
+    written = tokenize_files(tmp_path / "tokenizer.json", [corpus], tmp_path / "t.bin", end_of_text="<sep>")
+    assert written.documents == 2
+
+
+def test_the_cli_needs_no_numpy_the_operator_image_has_none():
+    """The operator image installs longctx without numpy: every command must still start."""
+    script = ("import sys; sys.modules['numpy'] = None; from longctx_operator.cli import main; "
+              "sys.exit(main(['validate', 'examples/quickstart.yaml']))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and "valid" in proc.stdout, proc.stderr
