@@ -161,7 +161,6 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: st
     n.actions.append(DeleteWorkload(generation))
     n.set(current_workload=None)
     n.clear("Rendezvous", reason, message)
-    n.restart_clock("WorkloadCreated")  # the next generation's create has its own history
     if n.status.restarts >= spec.restart_policy.max_restarts:
         return _fail(n, reason, f"{message} (after {n.status.restarts} gang restarts, "
                                 f"restartPolicy.maxRestarts is {spec.restart_policy.max_restarts})")
@@ -195,6 +194,7 @@ def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callab
     n.set(phase="Admitted" if admitted[1] else "Pending", reason=admitted[2], message=admitted[3],
           workload_generation=generation, current_workload=workload, workers=None)
     n.condition(*admitted)
+    n.restart_clock("WorkloadCreated")  # a new generation's create has its own history and clock
     n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
     return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))
 

@@ -143,8 +143,9 @@ class Reconciler:
 
     # -- events from the watch streams -------------------------------------------------------
     def job_event(self, obj: dict, deleted: bool) -> None:
-        self.cache.put_job(obj, deleted)
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        previous = self.cache.jobs_of.get(key)
+        self.cache.put_job(obj, deleted)
         if deleted:
             self.reservations.pop(key, None)
             self.waiting_since.pop(key, None)
@@ -153,6 +154,9 @@ class Reconciler:
             metrics.forget_job(*key)
         else:
             metrics.track_job(*key)
+            if key in self._failures and previous is not None and \
+                    previous["metadata"].get("generation") == obj["metadata"].get("generation"):
+                return  # a status change (often our own patch) while failing: the backoff retries it
             self.queue.add(key)
 
     def workload_event(self, obj: dict, deleted: bool) -> None:
@@ -171,8 +175,11 @@ class Reconciler:
         self.wake_pending()
 
     def wake_pending(self) -> None:
+        """Re-checks the jobs waiting for builtin admission (GPUs may have been freed)."""
         for key, obj in self.cache.jobs_of.items():
-            if (obj.get("status") or {}).get("phase") in (None, "Pending"):
+            status = obj.get("status") or {}
+            if status.get("phase") in (None, "Pending") and not status.get("currentWorkload") \
+                    and key not in self._failures:
                 self.queue.add(key)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -263,6 +270,7 @@ class Reconciler:
             self.waiting_since.setdefault(key, time.monotonic())
         for action in decision.actions:
             if isinstance(action, CreateWorkload) and action.generation != old.workload_generation:
+                self._create_errors.pop(key, None)  # an earlier generation's refusal is not this one's
                 self.reservations[key] = Reservation(job.spec.resources.nodes, action.generation,
                                                      time.monotonic() + RESERVATION_SECONDS)
                 waited = time.monotonic() - self.waiting_since.pop(key, time.monotonic())

@@ -199,15 +199,26 @@ def test_a_workload_refused_past_the_startup_timeout_restarts_then_fails():
     assert late.actions == (DeleteWorkload(1),)
     assert (late.status.phase, late.status.reason, late.status.restarts) == ("Restarting", "StartupTimeout", 1)
     assert "not created within 60s" in late.status.message and "count/jobs.batch" in late.status.message
-    assert "WorkloadCreated" not in conditions(late.status)
     # The next generation gets a whole startup timeout of its own before giving up.
     gen2, _ = step(s, late.status, MISSING, now=T0 + timedelta(seconds=73))
     assert gen2.actions == (CreateWorkload(2, gen2.actions[0].layout),)
+    assert "WorkloadCreated" not in conditions(gen2.status)
     status = step(s, gen2.status, refused(), now=T0 + timedelta(seconds=74))[0].status
     assert step(s, status, refused(), now=T0 + timedelta(seconds=130))[0].status.phase == "Admitted"
     final, _ = step(s, status, refused(), now=T0 + timedelta(seconds=135))
     assert (final.status.phase, final.status.reason) == ("Failed", "StartupTimeout")
     assert "maxRestarts is 1" in final.status.message
+
+
+def test_a_refusal_before_a_suspension_does_not_time_out_the_resumed_generation():
+    s = spec()
+    status = step(s, LongContextJobStatus())[0].status
+    status = step(s, status, refused(), now=T0 + timedelta(seconds=1))[0].status
+    status = step(spec(suspend=True), status, MISSING, now=T0 + timedelta(seconds=2))[0].status
+    resumed, _ = step(s, status, MISSING, now=T0 + timedelta(seconds=600))
+    assert resumed.actions == (CreateWorkload(2, resumed.actions[0].layout),)
+    again, _ = step(s, resumed.status, refused(), now=T0 + timedelta(seconds=601))
+    assert (again.status.phase, again.status.reason, again.status.restarts) == ("Admitted", "WorkloadCreateFailed", 0)
 
 
 def test_suspend_deletes_and_resume_creates_the_next_generation():

@@ -139,3 +139,34 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
     assert reconciler._admission(("n", "b"), job("b", 2)).fits
     verdict = reconciler._admission(("n", "b"), job("b", 3))
     assert not verdict.fits and "2 available of 4 matching nodes" in verdict.message
+
+
+def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():
+    from longctx_operator.reconciler import Reconciler
+    from longctx_operator.render import OperatorSettings
+
+    def job(generation, status=None):
+        return {"metadata": {"namespace": "n", "name": "j", "generation": generation}, "status": status or {}}
+
+    reconciler = Reconciler(kube=None, settings=OperatorSettings())
+    reconciler.job_event(job(1), deleted=False)
+    assert reconciler.queue._dirty == {("n", "j")}
+    reconciler.queue._dirty.clear()
+    reconciler._failures[("n", "j")] = 3
+    reconciler.job_event(job(1, {"reason": "WorkloadCreateFailed"}), deleted=False)  # its own status patch
+    assert reconciler.queue._dirty == set()
+    reconciler.job_event(job(2), deleted=False)  # the user changed the spec (e.g. suspend)
+    assert reconciler.queue._dirty == {("n", "j")}
+
+
+def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
+    from longctx_operator.reconciler import Reconciler
+    from longctx_operator.render import OperatorSettings
+
+    reconciler = Reconciler(kube=None, settings=OperatorSettings())
+    for name, status in (("new", {}), ("no-room", {"phase": "Pending", "reason": "InsufficientGPUs"}),
+                         ("in-kueue", {"phase": "Pending", "currentWorkload": "in-kueue-g1"}),
+                         ("running", {"phase": "Running", "currentWorkload": "running-g1"})):
+        reconciler.cache.put_job({"metadata": {"namespace": "n", "name": name}, "status": status}, deleted=False)
+    reconciler.wake_pending()
+    assert reconciler.queue._dirty == {("n", "new"), ("n", "no-room")}
