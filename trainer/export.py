@@ -2,15 +2,17 @@
 Face Llama model (config.json + safetensors), ready for transformers, vLLM or another run's
 `initFrom`.
 
-It runs on one host, on one device of the default backend (CPU works): the checkpoint's train
-state is restored resharded onto that device (orbax), so the host needs the state's size in
-memory (16 bytes per parameter: fp32 weights and two Adam moments; 128 GB for an 8B model), and
-only the parameters are written.
+It runs on one host's CPU (also on a GPU host: the state would not fit one GPU): the
+checkpoint's train state is restored resharded onto one CPU device (orbax), so the host needs
+the state's size in memory (12 bytes per parameter: fp32 weights and two Adam moments; 96 GB
+for an 8B model), and only the parameters are written. The token ids of config.json (bos, eos,
+pad) are those of the checkpoint the job started from (`init_from`), when it had one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import jax
@@ -20,10 +22,7 @@ from .checkpoint import Checkpoints
 from .config import OffloadConfig, ParallelConfig, TrainerConfig, load_config
 from .mesh import make_mesh
 from .train import StepFunctions
-from .weights import save_hf_checkpoint
-
-DTYPES = ("bfloat16", "float16", "float32")
-
+from .weights import EXPORT_DTYPES, TOKEN_FIELDS, save_hf_checkpoint
 
 class ExportError(ValueError):
     pass
@@ -37,7 +36,7 @@ def export_checkpoint(config: TrainerConfig, output: str | Path, *, step: int | 
         raise ExportError("the config has no checkpoint.path")
     single = config.model_copy(update={"parallelism": ParallelConfig(load_balance="none"),
                                        "offload": OffloadConfig()})
-    fns = StepFunctions(single, make_mesh(single.parallelism, jax.devices()[:1]))
+    fns = StepFunctions(single, make_mesh(single.parallelism, jax.devices("cpu")[:1]))
     checkpoints = Checkpoints(config.checkpoint)
     try:
         steps = checkpoints.manager.all_steps()
@@ -52,8 +51,19 @@ def export_checkpoint(config: TrainerConfig, output: str | Path, *, step: int | 
         checkpoints.close()
     params = jax.tree.map(np.asarray, state["params"])
     files = save_hf_checkpoint(params, config.model.dims(), output, dtype=dtype,
-                               max_positions=config.sequence_length, max_shard_bytes=max_shard_bytes)
+                               max_positions=config.sequence_length, max_shard_bytes=max_shard_bytes,
+                               token_ids=_token_ids(config.init_from))
     return step, files
+
+
+def _token_ids(init_from: str | None) -> dict:
+    if not init_from:
+        return {}
+    try:
+        config = json.loads((Path(init_from) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}  # the weights it started from are no longer there: transformers' defaults apply
+    return {k: config[k] for k in TOKEN_FIELDS if k in config}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, type=Path, help="the job's TrainerConfig YAML")
     parser.add_argument("--output", required=True, type=Path, help="directory for the Hugging Face files")
     parser.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
-    parser.add_argument("--dtype", default="bfloat16", choices=DTYPES)
+    parser.add_argument("--dtype", default="bfloat16", choices=list(EXPORT_DTYPES))
     args = parser.parse_args(argv)
     try:
         step, files = export_checkpoint(load_config(args.config), args.output, step=args.step, dtype=args.dtype)

@@ -99,9 +99,7 @@ class StepFunctions:
         return self._compiled
 
     def _init(self, key: jax.Array) -> dict:
-        params = model.init_params(self.config.model.dims(), key)
-        return {"params": params, "opt_state": self.optimizer.init(params),
-                "step": jnp.zeros((), jnp.int32)}
+        return self._init_with(model.init_params(self.config.model.dims(), key))
 
     def _init_with(self, params: dict) -> dict:
         return {"params": params, "opt_state": self.optimizer.init(params), "step": jnp.zeros((), jnp.int32)}

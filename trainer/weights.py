@@ -53,18 +53,43 @@ class _Tensor:
 
 
 def _header(path: Path) -> dict[str, _Tensor]:
+    """The tensors a safetensors file declares, each checked to lie inside the file."""
+    size = path.stat().st_size
     with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
+        prefix = f.read(8)
+        length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else size
+        if length > size - 8:
+            raise WeightsError(f"{path.name}: not a safetensors file (a Git LFS pointer or a truncated "
+                               f"download?)")
+        try:
+            header = json.loads(f.read(length))
+        except ValueError:
+            raise WeightsError(f"{path.name}: its safetensors header is not JSON") from None
     tensors = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        if entry["dtype"] not in _DTYPES:
-            raise WeightsError(f"{path.name}: tensor {name} has dtype {entry['dtype']}; "
+        if entry.get("dtype") not in _DTYPES:
+            raise WeightsError(f"{path.name}: tensor {name} has dtype {entry.get('dtype')}; "
                                f"supported: {', '.join(_DTYPES)}")
-        tensors[name] = _Tensor(path, entry["dtype"], tuple(entry["shape"]), 8 + length + entry["data_offsets"][0])
+        shape, (begin, end) = tuple(entry["shape"]), entry["data_offsets"]
+        if end - begin != math.prod(shape) * np.dtype(_DTYPES[entry["dtype"]]).itemsize or 8 + length + end > size:
+            raise WeightsError(f"{path.name}: tensor {name} does not fit its declared shape {list(shape)} "
+                               f"or lies beyond the end of the file")
+        tensors[name] = _Tensor(path, entry["dtype"], shape, 8 + length + begin)
     return tensors
+
+
+def _files(directory: Path) -> list[Path]:
+    """The files of the checkpoint: those its index names when it has one (a directory may hold
+    leftovers of another save), else every *.safetensors file."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            return sorted({directory / name for name in json.loads(index.read_text())["weight_map"].values()})
+        except (ValueError, KeyError, AttributeError):
+            raise WeightsError(f"{index}: not a safetensors index (no weight_map)") from None
+    return sorted(directory.glob("*.safetensors"))
 
 
 class SafetensorsDir:
@@ -72,7 +97,7 @@ class SafetensorsDir:
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
-        files = sorted(self.directory.glob("*.safetensors"))
+        files = _files(self.directory)
         if not files:
             raise WeightsError(f"{self.directory}: no *.safetensors files")
         self.tensors: dict[str, _Tensor] = {}
@@ -97,9 +122,10 @@ class SafetensorsDir:
 def checkpoint_dims(config: dict) -> dict:
     """The dimensions a Hugging Face LlamaConfig describes, in ModelDims' names."""
     try:
-        return {"layers": config["num_hidden_layers"], "hidden": config["hidden_size"],
-                "heads": config["num_attention_heads"],
-                "kv_heads": config.get("num_key_value_heads", config["num_attention_heads"]),
+        hidden, heads = config["hidden_size"], config["num_attention_heads"]
+        return {"layers": config["num_hidden_layers"], "hidden": hidden, "heads": heads,
+                "kv_heads": config.get("num_key_value_heads", heads),
+                "head_dim": config.get("head_dim") or hidden // heads,
                 "ffn": config["intermediate_size"], "vocab": config["vocab_size"],
                 "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
     except KeyError as e:
@@ -168,9 +194,32 @@ def _top_views(weights: SafetensorsDir, dims: ModelDims) -> dict[str, Callable[[
     return views
 
 
-def _check_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
-    if got != want:
-        raise WeightsError(f"{name}: the checkpoint's tensor maps to shape {got}, the model needs {want}")
+def hf_shapes(dims: ModelDims) -> dict[str, tuple[int, ...]]:
+    """Every tensor a Hugging Face Llama checkpoint of these dimensions holds, with its shape."""
+    H, D, F, V = dims.hidden, dims.head_dim, dims.ffn, dims.vocab
+    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
+    if not dims.tie_embeddings:
+        shapes["lm_head.weight"] = (V, H)
+    for i in range(dims.layers):
+        p = f"model.layers.{i}."
+        shapes |= {p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+                   p + "self_attn.q_proj.weight": (dims.heads * D, H),
+                   p + "self_attn.k_proj.weight": (dims.kv_heads * D, H),
+                   p + "self_attn.v_proj.weight": (dims.kv_heads * D, H),
+                   p + "self_attn.o_proj.weight": (H, dims.heads * D),
+                   p + "mlp.gate_proj.weight": (F, H), p + "mlp.up_proj.weight": (F, H),
+                   p + "mlp.down_proj.weight": (H, F)}
+    return shapes
+
+
+def _check_tensors(weights: SafetensorsDir, dims: ModelDims) -> None:
+    for name, shape in hf_shapes(dims).items():
+        found = weights.tensors.get(name)
+        if found is None:
+            raise WeightsError(f"{weights.directory}: the checkpoint has no tensor {name}")
+        if found.shape != shape:
+            raise WeightsError(f"{weights.directory}: tensor {name} has shape {list(found.shape)}, "
+                               f"the model needs {list(shape)}")
 
 
 def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tuple[dict, list[str]]:
@@ -181,10 +230,13 @@ def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tupl
         config = json.loads((directory / "config.json").read_text())
     except OSError as e:
         raise WeightsError(f"{directory}/config.json: {e.strerror}") from None
+    except ValueError:
+        raise WeightsError(f"{directory}/config.json: not JSON") from None
     fatal, notes = differences(dims, config)
     if fatal:
         raise WeightsError(f"{directory} does not match the job's model: " + "; ".join(fatal))
     weights = SafetensorsDir(directory)
+    _check_tensors(weights, dims)  # before any reshape: every view below is then well-formed
     shapes = param_shapes(dims)
 
     def build(shape, sharding, shard_of: Callable[[tuple], np.ndarray]) -> jax.Array:
@@ -193,12 +245,10 @@ def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tupl
 
     params = {}
     for name, view in _top_views(weights, dims).items():
-        _check_shape(name, view().shape, shapes[name])
         params[name] = build(shapes[name], shardings[name], lambda index, view=view: view()[index])
     layers = {}
     for name, view in _layer_views(weights, dims).items():
         shape = shapes["layers"][name]
-        _check_shape(f"layers.{name}", view(0).shape, shape[1:])
 
         def shard_of(index, view=view):
             return np.stack([view(layer)[index[1:]] for layer in range(dims.layers)[index[0]]])
@@ -232,7 +282,7 @@ def hf_tensors_of(params: dict, dims: ModelDims) -> dict[str, np.ndarray]:
 
 
 def hf_config_of(dims: ModelDims, max_positions: int, dtype: str) -> dict:
-    """config.json of a LlamaForCausalLM with these dimensions."""
+    """config.json of a LlamaForCausalLM with these dimensions (token ids are the caller's)."""
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
               "hidden_size": dims.hidden, "intermediate_size": dims.ffn,
               "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
@@ -268,13 +318,22 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: np.dtyp
             f.write(np.ascontiguousarray(array, dtype=dtype).tobytes())  # x86 and ARM: little-endian
 
 
+EXPORT_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
+# What a model's config.json says about its tokenizer, kept from the checkpoint it started from.
+TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
 def save_hf_checkpoint(params: dict, dims: ModelDims, directory: str | Path, *, dtype: str = "bfloat16",
-                       max_positions: int, max_shard_bytes: int = 5 * 2**30) -> list[Path]:
+                       max_positions: int, max_shard_bytes: int = 5 * 2**30,
+                       token_ids: dict | None = None) -> list[Path]:
     """Writes host parameters as a Hugging Face Llama checkpoint (config.json, safetensors files of
-    at most `max_shard_bytes` each and, when there are several, model.safetensors.index.json)."""
+    at most `max_shard_bytes` each and, when there are several, model.safetensors.index.json) into
+    a new or empty directory: files of an earlier save next to them would be read as part of it."""
     directory = Path(directory)
+    if directory.exists() and any(directory.iterdir()):
+        raise WeightsError(f"{directory} is not empty; export into a new directory")
     directory.mkdir(parents=True, exist_ok=True)
-    target = np.dtype({"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}[dtype])
+    target = np.dtype(EXPORT_DTYPES[dtype])
     tensors = hf_tensors_of(params, dims)
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
@@ -293,5 +352,6 @@ def save_hf_checkpoint(params: dict, dims: ModelDims, directory: str | Path, *, 
         index = {"metadata": {"total_size": sum(a.size for a in tensors.values()) * target.itemsize},
                  "weight_map": {t: name for name, shard in zip(names, shards) for t in shard}}
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (directory / "config.json").write_text(json.dumps(hf_config_of(dims, max_positions, dtype), indent=2))
+    config = hf_config_of(dims, max_positions, dtype) | (token_ids or {})
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
     return [directory / name for name in names]

@@ -135,3 +135,20 @@ def test_export_names_what_is_missing(tmp_path):
     empty = config.model_copy(update={"checkpoint": CheckpointConfig(path=str(tmp_path / "none"))})
     with pytest.raises(ExportError, match="no checkpoint in"):
         export_checkpoint(empty, tmp_path / "hf")
+
+
+def test_export_refuses_a_used_directory_and_keeps_the_starting_models_token_ids(tmp_path):
+    from longctx_trainer.weights import WeightsError
+
+    config = _trained(tmp_path)
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "model.safetensors").write_text("an earlier export")
+    with pytest.raises(WeightsError, match="is not empty"):
+        export_checkpoint(config, tmp_path / "used")
+    assert (tmp_path / "used" / "model.safetensors").read_text() == "an earlier export"
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "config.json").write_text(json.dumps({"bos_token_id": 128000, "eos_token_id": 128001}))
+    export_checkpoint(config.model_copy(update={"init_from": str(start)}), tmp_path / "hf")
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (written["bos_token_id"], written["eos_token_id"]) == (128000, 128001)

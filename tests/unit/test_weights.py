@@ -156,3 +156,48 @@ def test_training_starts_from_the_checkpoint_and_not_from_random_weights(tmp_pat
     expected = hf_loss(tensors, tokens, targets, DIMS)
     step = next(e for e in events if e["event"] == "step")
     np.testing.assert_allclose(step["loss"], expected, rtol=2e-5)  # the loss of step 1's batch
+
+
+def test_broken_files_are_named_not_tracebacks(tmp_path):
+    """A Git LFS pointer instead of the weights, a file cut short, a config whose head_dim differs."""
+    tensors = hf_tensors(DIMS)
+    write_checkpoint(tmp_path, tensors, HF_CONFIG)
+    shard = tmp_path / "model-00002-of-00002.safetensors"
+    data = shard.read_bytes()
+    shard.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
+    with pytest.raises(WeightsError, match="not a safetensors file"):
+        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+    shard.write_bytes(data[:-100])
+    with pytest.raises(WeightsError, match="beyond the end of the file"):
+        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+    shard.write_bytes(data)
+    write_checkpoint(tmp_path, tensors, {**HF_CONFIG, "head_dim": 16})
+    with pytest.raises(WeightsError, match="head_dim: the job's model has 8, the checkpoint 16"):
+        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+
+
+def test_a_tensor_of_the_wrong_shape_is_named_before_any_reshape(tmp_path):
+    tensors = hf_tensors(DIMS)
+    tensors["model.layers.0.self_attn.k_proj.weight"] = tensors["model.layers.0.self_attn.q_proj.weight"]
+    write_checkpoint(tmp_path, tensors, HF_CONFIG)
+    with pytest.raises(WeightsError, match=r"k_proj.weight has shape \[32, 32\], the model needs \[16, 32\]"):
+        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+
+
+def test_an_index_decides_which_files_belong_to_the_checkpoint(tmp_path):
+    """Leftovers of another save in the same directory are not read when an index names the files."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    tensors = hf_tensors(DIMS)
+    write_checkpoint(tmp_path, tensors, HF_CONFIG)
+    stale = {name: np.zeros_like(array) for name, array in tensors.items()}
+    save_file(stale, str(tmp_path / "model.safetensors"))  # sorts after the real shards: would win
+    names = sorted(tensors)
+    half = len(names) // 2
+    weight_map = {n: "model-00001-of-00002.safetensors" for n in names[:half]}
+    weight_map |= {n: "model-00002-of-00002.safetensors" for n in names[half:]}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    params, _ = load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+    np.testing.assert_array_equal(np.asarray(params["embed"]), tensors["model.embed_tokens.weight"])
