@@ -238,6 +238,14 @@ RULES: tuple[Rule, ...] = (
          "initFrom.path must be a directory in the pod: mount the checkpoint with "
          "initFrom.persistentVolumeClaim (object-store URLs are not read)",
          lambda s: s.init_from is None or "://" not in s.init_from.path, ".initFrom.path"),
+    Rule("spec", "!has(self.initFrom) || !has(self.initFrom.persistentVolumeClaim) || "
+                 "self.initFrom.path.startsWith('/')",
+         "initFrom.path must be absolute: its claim is mounted there",
+         lambda s: s.init_from is None or s.init_from.persistent_volume_claim is None
+         or s.init_from.path.startswith("/"), ".initFrom.path"),
+    Rule("spec", "!has(self.initFrom) || self.initFrom.path != self.checkpoint.path",
+         "initFrom.path must differ from checkpoint.path: the job's own checkpoints are written there",
+         lambda s: s.init_from is None or s.init_from.path != s.checkpoint.path, ".initFrom.path"),
     Rule("spec", "self.sequenceLength == oldSelf.sequenceLength && "
                  "(has(self.globalBatchTokens) ? self.globalBatchTokens : self.sequenceLength) == "
                  "(has(oldSelf.globalBatchTokens) ? oldSelf.globalBatchTokens : oldSelf.sequenceLength)",

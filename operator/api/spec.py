@@ -68,7 +68,7 @@ class ModelSpec(ApiModel):
     """RoPE base frequency; default the preset's, or 500000 with explicit dimensions."""
     rope_scaling: RopeScalingSpec | None = None
     """RoPE frequency scaling; default the preset's (x32 for 1b/3b as Llama 3.2, x8 for
-    llama3-405b as Llama 3.1, none otherwise), none with explicit dimensions."""
+    llama3-405b as Llama 3.1, none otherwise), none with explicit dimensions; factor 1 is none."""
 
 
 class OptimizerSpec(ApiModel):

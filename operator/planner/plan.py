@@ -258,9 +258,8 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
                             f"{req.devices} GPUs ({req.nodes} nodes x {req.gpus_per_node})",
                             "spec.parallelism")
         chosen = next(c for c in candidates if c.layout == layout)
-        if not chosen.fits:
-            first = chosen.rejections[0]
-            raise PlanError(f"{layout}: " + "; ".join(chosen.reasons), first.field)
+        if not chosen.fits:  # its last attempt (with offload, when allowed) names what to change
+            raise PlanError(f"{layout}: " + "; ".join(chosen.reasons), chosen.rejections[-1].field)
         return chosen, "manual layout, validated"
     eligible = [c for c in candidates if _matches(req, c.layout)]
     if not eligible:

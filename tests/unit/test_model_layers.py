@@ -57,3 +57,12 @@ def test_chunked_cross_entropy_matches_full_logits(chunk_tokens):
     mesh = make_mesh(ParallelConfig(context=2), jax.devices()[:2])
     loss = jax.jit(partial(model.chunked_cross_entropy, mesh=mesh, chunk_tokens=chunk_tokens))
     np.testing.assert_allclose(float(loss(x, head, targets)), expected, rtol=1e-5)
+
+
+def test_rope_scaling_of_factor_one_changes_nothing():
+    """What the API documents for turning a preset's scaling off."""
+    from longctx_trainer.presets import RopeScaling
+
+    plain = model.rope_frequencies(128, 500000.0)
+    np.testing.assert_array_equal(model.rope_frequencies(128, 500000.0, RopeScaling(factor=1.0)), plain)
+    assert not np.allclose(model.rope_frequencies(128, 500000.0, RopeScaling(factor=32.0)), plain)
