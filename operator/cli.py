@@ -211,6 +211,8 @@ def cmd_export(args) -> int:
                "--output", str(Path(args.output).resolve()), "--dtype", args.dtype]
     if args.step is not None:
         command += ["--step", str(args.step)]
+    if args.token_ids_from:
+        command += ["--token-ids-from", str(Path(args.token_ids_from).resolve())]
     proc = subprocess.run(command, cwd=run_dir, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"]
@@ -279,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", required=True, help="directory for config.json and *.safetensors")
     p.add_argument("--step", type=_positive_int, help="checkpoint step (default: the latest)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--token-ids-from", metavar="DIR",
+                   help="Hugging Face checkpoint whose bos/eos/pad ids to keep (default: the job's initFrom)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("tokenize", help="text files -> a token file for data.kind tokens (Hugging Face tokenizer)")

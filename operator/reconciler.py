@@ -144,7 +144,6 @@ class Reconciler:
     # -- events from the watch streams -------------------------------------------------------
     def job_event(self, obj: dict, deleted: bool) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        previous = self.cache.jobs_of.get(key)
         self.cache.put_job(obj, deleted)
         if deleted:
             self.reservations.pop(key, None)
@@ -154,9 +153,9 @@ class Reconciler:
             metrics.forget_job(*key)
         else:
             metrics.track_job(*key)
-            if key in self._failures and previous is not None and \
-                    previous["metadata"].get("generation") == obj["metadata"].get("generation"):
-                return  # a status change (often our own patch) while failing: the backoff retries it
+            observed = (obj.get("status") or {}).get("observedGeneration")
+            if key in self._failures and observed == obj["metadata"].get("generation"):
+                return  # no spec change since it was last decided (often our own patch): the backoff retries
             self.queue.add(key)
 
     def workload_event(self, obj: dict, deleted: bool) -> None:

@@ -6,7 +6,8 @@ It runs on one host's CPU (also on a GPU host: the state would not fit one GPU):
 checkpoint's train state is restored resharded onto one CPU device (orbax), so the host needs
 the state's size in memory (12 bytes per parameter: fp32 weights and two Adam moments; 96 GB
 for an 8B model), and only the parameters are written. The token ids of config.json (bos, eos,
-pad) are those of the checkpoint the job started from (`init_from`), when it had one.
+pad) are those of the checkpoint the job started from (`init_from`, which must then be readable),
+or of `--token-ids-from`.
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ from .checkpoint import Checkpoints
 from .config import OffloadConfig, ParallelConfig, TrainerConfig, load_config
 from .mesh import make_mesh
 from .train import StepFunctions
-from .weights import EXPORT_DTYPES, TOKEN_FIELDS, save_hf_checkpoint
+from .weights import EXPORT_DTYPES, TOKEN_FIELDS, require_empty, save_hf_checkpoint
 
 class ExportError(ValueError):
     pass
 
 
 def export_checkpoint(config: TrainerConfig, output: str | Path, *, step: int | None = None,
-                      dtype: str = "bfloat16", max_shard_bytes: int = 5 * 2**30) -> tuple[int, list[Path]]:
+                      dtype: str = "bfloat16", max_shard_bytes: int = 5 * 2**30,
+                      token_ids_from: str | Path | None = None) -> tuple[int, list[Path]]:
     """Writes checkpoint `step` (default: the latest) of the job configured by `config`; returns the
-    step and the safetensors files written."""
+    step and the safetensors files written. The bos/eos/pad token ids come from the config.json in
+    `token_ids_from` (default: the job's init_from)."""
     if not config.checkpoint.path:
         raise ExportError("the config has no checkpoint.path")
+    # Everything that can be refused is checked before the restore, which takes minutes for a large model.
+    require_empty(output)
+    token_ids = _token_ids(token_ids_from or config.init_from)
     single = config.model_copy(update={"parallelism": ParallelConfig(load_balance="none"),
                                        "offload": OffloadConfig()})
     fns = StepFunctions(single, make_mesh(single.parallelism, jax.devices("cpu")[:1]))
@@ -52,17 +58,20 @@ def export_checkpoint(config: TrainerConfig, output: str | Path, *, step: int | 
     params = jax.tree.map(np.asarray, state["params"])
     files = save_hf_checkpoint(params, config.model.dims(), output, dtype=dtype,
                                max_positions=config.sequence_length, max_shard_bytes=max_shard_bytes,
-                               token_ids=_token_ids(config.init_from))
+                               token_ids=token_ids)
     return step, files
 
 
-def _token_ids(init_from: str | None) -> dict:
-    if not init_from:
-        return {}
+def _token_ids(source: str | Path | None) -> dict:
+    """Without them transformers assumes ids 1 and 2, which are wrong for Llama 3 (128000, 128001)."""
+    if not source:
+        return {}  # trained from scratch: no tokenizer to take them from
+    path = Path(source) / "config.json"
     try:
-        config = json.loads((Path(init_from) / "config.json").read_text())
+        config = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}  # the weights it started from are no longer there: transformers' defaults apply
+        raise ExportError(f"the token ids come from {path}, which cannot be read: mount the weights the "
+                          f"job started from there, or name another checkpoint with --token-ids-from") from None
     return {k: config[k] for k in TOKEN_FIELDS if k in config}
 
 
@@ -72,9 +81,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", required=True, type=Path, help="directory for the Hugging Face files")
     parser.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
     parser.add_argument("--dtype", default="bfloat16", choices=list(EXPORT_DTYPES))
+    parser.add_argument("--token-ids-from", type=Path, metavar="DIR",
+                        help="Hugging Face checkpoint whose bos/eos/pad ids to keep (default: the job's init_from)")
     args = parser.parse_args(argv)
     try:
-        step, files = export_checkpoint(load_config(args.config), args.output, step=args.step, dtype=args.dtype)
+        step, files = export_checkpoint(load_config(args.config), args.output, step=args.step, dtype=args.dtype,
+                                        token_ids_from=args.token_ids_from)
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer.export: {error}") from None
     print(f"step {step} -> {args.output} ({len(files)} safetensors file{'s' if len(files) > 1 else ''}, {args.dtype})")

@@ -92,8 +92,10 @@ def tokenize_files(tokenizer_path: str | Path, inputs: list[Path], output: Path,
                    end_of_text: str | None = None) -> Written:
     """`vocab` (the model's, which sets the width the trainer reads) defaults to the checkpoint's
     config.json beside the tokenizer, else to the tokenizer's own size."""
-    import numpy as np
-
+    try:
+        import numpy as np
+    except ImportError:
+        raise TokenizeError("numpy is missing: pip install 'longctx[tokenize]'") from None
     tokenizer_path = Path(tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_path)
     vocab = vocab or _model_vocab(tokenizer_path) or tokenizer.get_vocab_size(with_added_tokens=True)
@@ -102,6 +104,8 @@ def tokenize_files(tokenizer_path: str | Path, inputs: list[Path], output: Path,
     if eos is None:
         raise TokenizeError(f"the tokenizer has no end-of-text token {' or '.join(map(repr, names))}; "
                             "name its document separator with --end-of-text")
+    if eos >= vocab:
+        raise TokenizeError(f"the end-of-text token's id {eos} is outside the vocabulary of {vocab}")
     dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
     partial = output.with_name(output.name + ".partial")  # an existing output survives a failure
     files = _text_files(inputs, skip={output.resolve(), partial.resolve()})

@@ -65,31 +65,43 @@ def _header(path: Path) -> dict[str, _Tensor]:
             header = json.loads(f.read(length))
         except ValueError:
             raise WeightsError(f"{path.name}: its safetensors header is not JSON") from None
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if entry.get("dtype") not in _DTYPES:
-            raise WeightsError(f"{path.name}: tensor {name} has dtype {entry.get('dtype')}; "
-                               f"supported: {', '.join(_DTYPES)}")
-        shape, (begin, end) = tuple(entry["shape"]), entry["data_offsets"]
-        if end - begin != math.prod(shape) * np.dtype(_DTYPES[entry["dtype"]]).itemsize or 8 + length + end > size:
-            raise WeightsError(f"{path.name}: tensor {name} does not fit its declared shape {list(shape)} "
-                               f"or lies beyond the end of the file")
-        tensors[name] = _Tensor(path, entry["dtype"], shape, 8 + length + begin)
-    return tensors
+    if not isinstance(header, dict):
+        raise WeightsError(f"{path.name}: its safetensors header is not a JSON object")
+    return {name: _tensor(path, name, entry, 8 + length, size)
+            for name, entry in header.items() if name != "__metadata__"}
+
+
+def _tensor(path: Path, name: str, entry, data_start: int, size: int) -> _Tensor:
+    """One header entry, checked: a known dtype, and offsets that hold exactly its shape, in the file."""
+    try:
+        dtype, shape = entry["dtype"], tuple(int(d) for d in entry["shape"])
+        begin, end = (int(o) for o in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise WeightsError(f"{path.name}: tensor {name} has a malformed header entry {entry!r}") from None
+    if dtype not in _DTYPES:
+        raise WeightsError(f"{path.name}: tensor {name} has dtype {dtype}; supported: {', '.join(_DTYPES)}")
+    if not 0 <= begin <= end or end - begin != math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize \
+            or data_start + end > size:
+        raise WeightsError(f"{path.name}: tensor {name} does not fit its declared shape {list(shape)} "
+                           f"or lies beyond the end of the file")
+    return _Tensor(path, dtype, shape, data_start + begin)
 
 
 def _files(directory: Path) -> list[Path]:
     """The files of the checkpoint: those its index names when it has one (a directory may hold
     leftovers of another save), else every *.safetensors file."""
     index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            return sorted({directory / name for name in json.loads(index.read_text())["weight_map"].values()})
-        except (ValueError, KeyError, AttributeError):
-            raise WeightsError(f"{index}: not a safetensors index (no weight_map)") from None
-    return sorted(directory.glob("*.safetensors"))
+    if not index.is_file():
+        return sorted(directory.glob("*.safetensors"))
+    try:
+        names = set(json.loads(index.read_text())["weight_map"].values())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise WeightsError(f"{index}: not a safetensors index (no weight_map)") from None
+    files = sorted(directory / name for name in names if isinstance(name, str))
+    missing = [f.name for f in files if not f.is_file()]
+    if missing or len(files) != len(names):
+        raise WeightsError(f"{index} names files that are not there: {', '.join(missing) or names}")
+    return files
 
 
 class SafetensorsDir:
@@ -323,15 +335,22 @@ EXPORT_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32
 TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
+def require_empty(directory: str | Path) -> None:
+    """Exports go to a new or empty directory: files of an earlier save beside them would be read
+    as part of the checkpoint."""
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise WeightsError(f"{directory} is not an empty directory; export into a new one")
+
+
 def save_hf_checkpoint(params: dict, dims: ModelDims, directory: str | Path, *, dtype: str = "bfloat16",
                        max_positions: int, max_shard_bytes: int = 5 * 2**30,
                        token_ids: dict | None = None) -> list[Path]:
     """Writes host parameters as a Hugging Face Llama checkpoint (config.json, safetensors files of
     at most `max_shard_bytes` each and, when there are several, model.safetensors.index.json) into
-    a new or empty directory: files of an earlier save next to them would be read as part of it."""
+    a new or empty directory."""
     directory = Path(directory)
-    if directory.exists() and any(directory.iterdir()):
-        raise WeightsError(f"{directory} is not empty; export into a new directory")
+    require_empty(directory)
     directory.mkdir(parents=True, exist_ok=True)
     target = np.dtype(EXPORT_DTYPES[dtype])
     tensors = hf_tensors_of(params, dims)

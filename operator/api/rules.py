@@ -92,6 +92,11 @@ def _dims_set(m: ModelSpec) -> list[bool]:
 
 _NVSHMEM = "self.communication.collectivePermute != 'nvshmem'"
 
+def _nested(a: str, b: str) -> bool:
+    """Whether paths a and b are one directory or one inside the other (as the CEL rule spells it)."""
+    return (a + "/").startswith(b + "/") or (b + "/").startswith(a + "/")
+
+
 RULES: tuple[Rule, ...] = (
     Rule("", f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
          f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod hostnames are derived from it",
@@ -243,9 +248,11 @@ RULES: tuple[Rule, ...] = (
          "initFrom.path must be absolute: its claim is mounted there",
          lambda s: s.init_from is None or s.init_from.persistent_volume_claim is None
          or s.init_from.path.startswith("/"), ".initFrom.path"),
-    Rule("spec", "!has(self.initFrom) || self.initFrom.path != self.checkpoint.path",
-         "initFrom.path must differ from checkpoint.path: the job's own checkpoints are written there",
-         lambda s: s.init_from is None or s.init_from.path != s.checkpoint.path, ".initFrom.path"),
+    Rule("spec", "!has(self.initFrom) || !((self.initFrom.path + '/').startsWith(self.checkpoint.path + '/') || "
+                 "(self.checkpoint.path + '/').startsWith(self.initFrom.path + '/'))",
+         "initFrom.path and checkpoint.path must not be the same directory or one inside the other: "
+         "the weights are mounted read-only, the job's checkpoints are written",
+         lambda s: s.init_from is None or not _nested(s.init_from.path, s.checkpoint.path), ".initFrom.path"),
     Rule("spec", "self.sequenceLength == oldSelf.sequenceLength && "
                  "(has(self.globalBatchTokens) ? self.globalBatchTokens : self.sequenceLength) == "
                  "(has(oldSelf.globalBatchTokens) ? oldSelf.globalBatchTokens : oldSelf.sequenceLength)",

@@ -143,7 +143,7 @@ def test_export_refuses_a_used_directory_and_keeps_the_starting_models_token_ids
     config = _trained(tmp_path)
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "model.safetensors").write_text("an earlier export")
-    with pytest.raises(WeightsError, match="is not empty"):
+    with pytest.raises(WeightsError, match="is not an empty directory"):
         export_checkpoint(config, tmp_path / "used")
     assert (tmp_path / "used" / "model.safetensors").read_text() == "an earlier export"
     start = tmp_path / "start"
@@ -152,3 +152,15 @@ def test_export_refuses_a_used_directory_and_keeps_the_starting_models_token_ids
     export_checkpoint(config.model_copy(update={"init_from": str(start)}), tmp_path / "hf")
     written = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert (written["bos_token_id"], written["eos_token_id"]) == (128000, 128001)
+
+
+def test_token_ids_must_come_from_a_readable_checkpoint_before_anything_is_restored(tmp_path):
+    config = _trained(tmp_path).model_copy(update={"init_from": str(tmp_path / "unmounted")})
+    with pytest.raises(ExportError, match="unmounted/config.json, which cannot be read"):
+        export_checkpoint(config, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    other = tmp_path / "tokenizer-source"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"eos_token_id": 7}))
+    export_checkpoint(config, tmp_path / "hf", token_ids_from=other)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["eos_token_id"] == 7

@@ -145,17 +145,18 @@ def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():
     from longctx_operator.reconciler import Reconciler
     from longctx_operator.render import OperatorSettings
 
-    def job(generation, status=None):
-        return {"metadata": {"namespace": "n", "name": "j", "generation": generation}, "status": status or {}}
+    def job(generation, observed):
+        return {"metadata": {"namespace": "n", "name": "j", "generation": generation},
+                "status": {"observedGeneration": observed, "reason": "WorkloadCreateFailed"}}
 
     reconciler = Reconciler(kube=None, settings=OperatorSettings())
-    reconciler.job_event(job(1), deleted=False)
+    reconciler.job_event(job(1, 1), deleted=False)
     assert reconciler.queue._dirty == {("n", "j")}
     reconciler.queue._dirty.clear()
     reconciler._failures[("n", "j")] = 3
-    reconciler.job_event(job(1, {"reason": "WorkloadCreateFailed"}), deleted=False)  # its own status patch
+    reconciler.job_event(job(1, 1), deleted=False)  # its own status patch
     assert reconciler.queue._dirty == set()
-    reconciler.job_event(job(2), deleted=False)  # the user changed the spec (e.g. suspend)
+    reconciler.job_event(job(2, 1), deleted=False)  # the user changed the spec (e.g. suspend)
     assert reconciler.queue._dirty == {("n", "j")}
 
 

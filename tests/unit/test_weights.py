@@ -201,3 +201,19 @@ def test_an_index_decides_which_files_belong_to_the_checkpoint(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     params, _ = load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
     np.testing.assert_array_equal(np.asarray(params["embed"]), tensors["model.embed_tokens.weight"])
+
+
+def test_an_index_naming_a_missing_shard_or_a_malformed_header_is_named(tmp_path):
+    import json
+    import struct
+
+    write_checkpoint(tmp_path, hf_tensors(DIMS), HF_CONFIG)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "model.norm.weight": "model-00001-of-00002.safetensors", "lm_head.weight": "model-00003.safetensors"}}))
+    with pytest.raises(WeightsError, match="names files that are not there: model-00003.safetensors"):
+        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+    (tmp_path / "model.safetensors.index.json").unlink()
+    header = json.dumps({"x": {"dtype": "F32", "data_offsets": [0]}}).encode()
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(WeightsError, match="tensor x has a malformed header entry"):
+        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
