@@ -46,7 +46,7 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
     import json
 
     assert json.loads((exported / "config.json").read_text())["num_hidden_layers"] == 2
-    proc = _longctx("export", str(run_dir), "--output", str(exported), "--step", "1")
+    proc = _longctx("export", str(run_dir), "--output", str(tmp_path / "hf-1"), "--step", "1")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1 and err.strip() == "longctx: no checkpoint of step 1 in checkpoints; there are 2, 3"
 
