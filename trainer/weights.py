@@ -176,51 +176,64 @@ def checkpoint_rope_scaling(scaling: dict | None) -> RopeScaling | None:
                        original_context=int(scaling.get("original_max_position_embeddings", 8192)))
 
 
-def _layer_views(weights: SafetensorsDir, dims: ModelDims) -> dict[str, Callable[[int], np.ndarray]]:
-    """For each stacked layer parameter: layer index -> that layer in this model's layout (a view)."""
+@dataclass(frozen=True)
+class _Mapping:
+    """Where a parameter lives in a Hugging Face checkpoint (per layer for the stacked ones) and
+    how its layout changes each way: reshapes and transposes only, so both give views."""
+
+    tensor: str
+    to_ours: Callable[[np.ndarray], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+
+
+def _mappings(dims: ModelDims) -> tuple[dict[str, _Mapping], dict[str, _Mapping]]:
+    """(top-level parameters, stacked layer parameters) of this model."""
     H, D = dims.hidden, dims.head_dim
 
-    def hf(suffix: str) -> Callable[[int], np.ndarray]:
-        return lambda layer: weights.array(f"model.layers.{layer}.{suffix}")
+    def same(tensor):
+        return _Mapping(tensor, lambda a: a, lambda a: a)
 
-    q, k, v, o = (hf(f"self_attn.{p}_proj.weight") for p in "qkvo")
-    gate, up, down = (hf(f"mlp.{p}_proj.weight") for p in ("gate", "up", "down"))
-    return {
-        "attn_norm": hf("input_layernorm.weight"),
-        "wq": lambda l: q(l).reshape(dims.heads, D, H).transpose(2, 0, 1),
-        "wk": lambda l: k(l).reshape(dims.kv_heads, D, H).transpose(2, 0, 1),
-        "wv": lambda l: v(l).reshape(dims.kv_heads, D, H).transpose(2, 0, 1),
-        "wo": lambda l: o(l).reshape(H, dims.heads, D).transpose(1, 2, 0),
-        "mlp_norm": hf("post_attention_layernorm.weight"),
-        "w_gate": lambda l: gate(l).T,
-        "w_up": lambda l: up(l).T,
-        "w_down": lambda l: down(l).T,
-    }
+    def transposed(tensor):
+        return _Mapping(tensor, lambda a: a.T, lambda a: a.T)
 
+    def heads_out(tensor, n):  # [n*D, H] -> [H, n, D]
+        return _Mapping(tensor, lambda a: a.reshape(n, D, H).transpose(2, 0, 1),
+                        lambda a: a.transpose(1, 2, 0).reshape(n * D, H))
 
-def _top_views(weights: SafetensorsDir, dims: ModelDims) -> dict[str, Callable[[], np.ndarray]]:
-    views = {"embed": lambda: weights.array("model.embed_tokens.weight"),
-             "final_norm": lambda: weights.array("model.norm.weight")}
+    top = {"embed": same("model.embed_tokens.weight"), "final_norm": same("model.norm.weight")}
     if not dims.tie_embeddings:
-        views["lm_head"] = lambda: weights.array("lm_head.weight").T
-    return views
+        top["lm_head"] = transposed("lm_head.weight")
+    layers = {
+        "attn_norm": same("input_layernorm.weight"),
+        "wq": heads_out("self_attn.q_proj.weight", dims.heads),
+        "wk": heads_out("self_attn.k_proj.weight", dims.kv_heads),
+        "wv": heads_out("self_attn.v_proj.weight", dims.kv_heads),
+        "wo": _Mapping("self_attn.o_proj.weight",  # [H, heads*D] -> [heads, D, H]
+                       lambda a: a.reshape(H, dims.heads, D).transpose(1, 2, 0),
+                       lambda a: a.transpose(2, 0, 1).reshape(H, dims.heads * D)),
+        "mlp_norm": same("post_attention_layernorm.weight"),
+        "w_gate": transposed("mlp.gate_proj.weight"),
+        "w_up": transposed("mlp.up_proj.weight"),
+        "w_down": transposed("mlp.down_proj.weight"),
+    }
+    return top, layers
+
+
+def _layer_tensor(layer: int, mapping: _Mapping) -> str:
+    return f"model.layers.{layer}.{mapping.tensor}"
 
 
 def hf_shapes(dims: ModelDims) -> dict[str, tuple[int, ...]]:
     """Every tensor a Hugging Face Llama checkpoint of these dimensions holds, with its shape."""
-    H, D, F, V = dims.hidden, dims.head_dim, dims.ffn, dims.vocab
-    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
-    if not dims.tie_embeddings:
-        shapes["lm_head.weight"] = (V, H)
-    for i in range(dims.layers):
-        p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-                   p + "self_attn.q_proj.weight": (dims.heads * D, H),
-                   p + "self_attn.k_proj.weight": (dims.kv_heads * D, H),
-                   p + "self_attn.v_proj.weight": (dims.kv_heads * D, H),
-                   p + "self_attn.o_proj.weight": (H, dims.heads * D),
-                   p + "mlp.gate_proj.weight": (F, H), p + "mlp.up_proj.weight": (F, H),
-                   p + "mlp.down_proj.weight": (H, F)}
+    def hf_shape(mapping: _Mapping, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return mapping.to_hf(np.broadcast_to(np.float32(0), shape)).shape  # zero strides: no memory
+
+    top, layers = _mappings(dims)
+    ours = param_shapes(dims)
+    shapes = {m.tensor: hf_shape(m, ours[name]) for name, m in top.items()}
+    for name, m in layers.items():
+        shape = hf_shape(m, ours["layers"][name][1:])
+        shapes |= {_layer_tensor(layer, m): shape for layer in range(dims.layers)}
     return shapes
 
 
@@ -255,41 +268,29 @@ def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tupl
         return jax.make_array_from_callback(
             shape, sharding, lambda index: np.ascontiguousarray(shard_of(index), dtype=np.float32))
 
+    top, stacked = _mappings(dims)
     params = {}
-    for name, view in _top_views(weights, dims).items():
-        params[name] = build(shapes[name], shardings[name], lambda index, view=view: view()[index])
+    for name, m in top.items():
+        params[name] = build(shapes[name], shardings[name],
+                             lambda index, m=m: m.to_ours(weights.array(m.tensor))[index])
     layers = {}
-    for name, view in _layer_views(weights, dims).items():
-        shape = shapes["layers"][name]
+    for name, m in stacked.items():
 
-        def shard_of(index, view=view):
-            return np.stack([view(layer)[index[1:]] for layer in range(dims.layers)[index[0]]])
+        def shard_of(index, m=m):
+            return np.stack([m.to_ours(weights.array(_layer_tensor(layer, m)))[index[1:]]
+                             for layer in range(dims.layers)[index[0]]])
 
-        layers[name] = build(shape, shardings["layers"][name], shard_of)
+        layers[name] = build(shapes["layers"][name], shardings["layers"][name], shard_of)
     params["layers"] = layers
     return params, notes
 
 
 def hf_tensors_of(params: dict, dims: ModelDims) -> dict[str, np.ndarray]:
-    """The inverse of the mapping above: host parameters -> Hugging Face names and layouts."""
-    H, D = dims.hidden, dims.head_dim
-    out = {"model.embed_tokens.weight": params["embed"], "model.norm.weight": params["final_norm"]}
-    if not dims.tie_embeddings:
-        out["lm_head.weight"] = params["lm_head"].T
-    layers = params["layers"]
-    for i in range(dims.layers):
-        p = f"model.layers.{i}."
-        out |= {
-            p + "input_layernorm.weight": layers["attn_norm"][i],
-            p + "self_attn.q_proj.weight": layers["wq"][i].transpose(1, 2, 0).reshape(dims.heads * D, H),
-            p + "self_attn.k_proj.weight": layers["wk"][i].transpose(1, 2, 0).reshape(dims.kv_heads * D, H),
-            p + "self_attn.v_proj.weight": layers["wv"][i].transpose(1, 2, 0).reshape(dims.kv_heads * D, H),
-            p + "self_attn.o_proj.weight": layers["wo"][i].transpose(2, 0, 1).reshape(H, dims.heads * D),
-            p + "post_attention_layernorm.weight": layers["mlp_norm"][i],
-            p + "mlp.gate_proj.weight": layers["w_gate"][i].T,
-            p + "mlp.up_proj.weight": layers["w_up"][i].T,
-            p + "mlp.down_proj.weight": layers["w_down"][i].T,
-        }
+    """The inverse of `load_params`' mapping: host parameters -> Hugging Face names and layouts."""
+    top, layers = _mappings(dims)
+    out = {m.tensor: m.to_hf(params[name]) for name, m in top.items()}
+    for layer in range(dims.layers):
+        out |= {_layer_tensor(layer, m): m.to_hf(params["layers"][name][layer]) for name, m in layers.items()}
     return out
 
 
