@@ -199,24 +199,28 @@ def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callab
     return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))
 
 
+def _startup_left(n: _Next, spec: LongContextJobSpec, since: datetime) -> float:
+    """Seconds of scheduling.startupTimeoutSeconds left when the generation's start began at `since`
+    (negative once it has run out)."""
+    return spec.scheduling.startup_timeout_seconds - (n.now - since).total_seconds()
+
+
 def _create_refused(n: _Next, spec: LongContextJobSpec, generation: int, error: str) -> Decision:
     """The API server refuses the generation's workload (quota, policy webhook, ...): say so in the
     status and keep trying until the startup timeout, which then counts as a failed start."""
     n.condition("WorkloadCreated", False, "WorkloadCreateFailed", error)
-    timeout = spec.scheduling.startup_timeout_seconds
-    waited = (n.now - (n.condition_since("WorkloadCreated", "False") or n.now)).total_seconds()
-    if waited > timeout:
+    left = _startup_left(n, spec, n.condition_since("WorkloadCreated", "False") or n.now)
+    if left < 0:
         return _gang_failed(n, spec, generation, "StartupTimeout",
-                            f"startup timeout: the workload was not created within {timeout}s "
-                            f"(scheduling.startupTimeoutSeconds): {error}")
+                            f"startup timeout: the workload was not created within "
+                            f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds): {error}")
     n.set(reason="WorkloadCreateFailed", message=error)
     n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
-    return n.decision(requeue_after=max(0.5, timeout - waited + 0.5))
+    return n.decision(requeue_after=max(0.5, left + 0.5))
 
 
 def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed: WorkloadObservation) -> Decision:
     generation = n.status.workload_generation
-    timeout = spec.scheduling.startup_timeout_seconds
     if not observed.exists or observed.deleting:
         if observed.create_error is not None:
             return _create_refused(n, spec, generation, observed.create_error)
@@ -255,15 +259,14 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         return n.decision()
     # Kueue unsuspends a Job later than it was created: the clock starts at the later of both.
     times = [t for t in (observed.created, n.condition_since("Admitted")) if t is not None]
-    started = max(times) if times else n.now
-    waited = (n.now - started).total_seconds()
-    if waited > timeout:
+    left = _startup_left(n, spec, max(times) if times else n.now)
+    if left < 0:
         return _gang_failed(n, spec, generation, "StartupTimeout",
-                            f"startup timeout: {observed.running} of {observed.total} ranks Running "
-                            f"after {timeout}s (scheduling.startupTimeoutSeconds)")
+                            f"startup timeout: {observed.running} of {observed.total} ranks Running after "
+                            f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds)")
     if observed.running and n.status.phase != "Starting":
         n.set(phase="Starting", reason="RanksStarting", message=f"{observed.running} of {observed.total} ranks Running")
-    return n.decision(requeue_after=max(0.5, timeout - waited + 0.5))
+    return n.decision(requeue_after=max(0.5, left + 0.5))
 
 
 def decide(job_name: str, spec: LongContextJobSpec, spec_generation: int, status: LongContextJobStatus,
