@@ -49,6 +49,17 @@ def trim_job(job: dict) -> dict:
             "status": job.get("status") or {}}
 
 
+def _put_owned(store: dict, obj: dict, deleted: bool, trim) -> Key | None:
+    """Stores (trimmed) or drops a Job or pod; returns the LongContextJob that owns it, if any."""
+    key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+    if deleted:
+        store.pop(key, None)
+    else:
+        store[key] = trim(obj)
+    owner = (obj["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
+    return (key[0], owner) if owner else None
+
+
 @dataclass
 class Cache:
     jobs_of: dict[Key, dict] = field(default_factory=dict)  # LongContextJobs
@@ -65,22 +76,10 @@ class Cache:
             self.jobs_of[key] = obj
 
     def put_workload(self, obj: dict, deleted: bool) -> Key | None:
-        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        if deleted:
-            self.workloads.pop(key, None)
-        else:
-            self.workloads[key] = trim_job(obj)
-        owner = (obj["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
-        return (key[0], owner) if owner else None
+        return _put_owned(self.workloads, obj, deleted, trim_job)
 
     def put_pod(self, obj: dict, deleted: bool) -> Key | None:
-        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        if deleted:
-            self.pods.pop(key, None)
-        else:
-            self.pods[key] = trim_pod(obj)
-        owner = (obj["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
-        return (key[0], owner) if owner else None
+        return _put_owned(self.pods, obj, deleted, trim_pod)
 
     def put_node(self, obj: dict, deleted: bool) -> None:
         if deleted:
