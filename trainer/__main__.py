@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from . import podenv
 from .checkpoint import Checkpoints
 from .config import TrainerConfig, load_config
 from .data import Batches
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
 
     metrics = TrainMetrics(config.metrics.job, rank)
     if config.metrics.port:
-        metrics.serve(config.metrics.port + int(os.environ.get("LONGCTX_LOCAL_PROCESS_ID", "0")))
+        metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
     metrics.describe(config, jax.default_backend())
 
     fns = StepFunctions(config, mesh)

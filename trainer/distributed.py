@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import jax
 
+from . import podenv
+
 
 @dataclass(frozen=True)
 class ProcessEnv:
@@ -26,10 +28,10 @@ class ProcessEnv:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "ProcessEnv":
-        num_processes = int(environ.get("JAX_NUM_PROCESSES", "1"))
-        process_id = int(environ.get("JAX_PROCESS_ID", "0"))
-        coordinator = environ.get("JAX_COORDINATOR_ADDRESS") or None
-        ids = environ.get("JAX_LOCAL_DEVICE_IDS", "").strip()
+        num_processes = int(environ.get(podenv.NUM_PROCESSES, "1"))
+        process_id = int(environ.get(podenv.PROCESS_ID, "0"))
+        coordinator = environ.get(podenv.COORDINATOR_ADDRESS) or None
+        ids = environ.get(podenv.LOCAL_DEVICE_IDS, "").strip()
         local_ids = tuple(int(i) for i in ids.split(",") if i.strip()) if ids else None
         if num_processes < 1 or not 0 <= process_id < num_processes:
             raise ValueError(

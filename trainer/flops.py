@@ -15,11 +15,11 @@ import time
 import jax
 import jax.numpy as jnp
 
+from . import podenv
 from .presets import ModelDims
 
 # Dense bf16 peak FLOP/s per device, matched against `jax.Device.device_kind`.
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "B200": 2250e12, "A100": 312e12}
-PEAK_ENV = "LONGCTX_PEAK_FLOPS"
 
 
 def matmul_params(dims: ModelDims) -> int:
@@ -47,8 +47,8 @@ def measured_peak_flops(device: jax.Device, size: int = 512, repeats: int = 5) -
 
 def peak_flops(device: jax.Device) -> float:
     """LONGCTX_PEAK_FLOPS if set, else the table by device kind, else measured (CPU)."""
-    if os.environ.get(PEAK_ENV):
-        return float(os.environ[PEAK_ENV])
+    if os.environ.get(podenv.PEAK_FLOPS):
+        return float(os.environ[podenv.PEAK_FLOPS])
     for kind, flops in PEAK_BF16_FLOPS.items():
         if kind in device.device_kind.upper():
             return flops

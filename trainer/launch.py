@@ -17,20 +17,22 @@ import sys
 import time
 from collections.abc import Mapping
 
+from . import podenv
+
 TRAINER = [sys.executable, "-m", "longctx_trainer"]
 
 
 def process_env(environ: Mapping[str, str], local: int) -> dict[str, str]:
     """The environment of local process `local` of this pod."""
-    per_pod = int(environ["LONGCTX_PROCESSES_PER_POD"])
-    pod_index = int(environ["JOB_COMPLETION_INDEX"])
-    per_process = int(environ.get("LONGCTX_DEVICES_PER_PROCESS", "1"))
+    per_pod = int(environ[podenv.PROCESSES_PER_POD])
+    pod_index = int(environ[podenv.COMPLETION_INDEX])
+    per_process = int(environ.get(podenv.DEVICES_PER_PROCESS, "1"))
     first = local * per_process
     return {**environ,
-            "JAX_PROCESS_ID": str(pod_index * per_pod + local),
-            "JAX_LOCAL_DEVICE_IDS": ",".join(str(d) for d in range(first, first + per_process)),
+            podenv.PROCESS_ID: str(pod_index * per_pod + local),
+            podenv.LOCAL_DEVICE_IDS: ",".join(str(d) for d in range(first, first + per_process)),
             # Offset by the pod's own base (set by `longctx run`, where pods share one host).
-            "LONGCTX_LOCAL_PROCESS_ID": str(int(environ.get("LONGCTX_LOCAL_PROCESS_ID", "0")) + local)}
+            podenv.LOCAL_PROCESS_ID: str(int(environ.get(podenv.LOCAL_PROCESS_ID, "0")) + local)}
 
 
 def first_failure(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> tuple[int, int] | None:
@@ -64,7 +66,7 @@ def supervise(procs: list[subprocess.Popen]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    per_pod = int(os.environ.get("LONGCTX_PROCESSES_PER_POD", "1"))
+    per_pod = int(os.environ.get(podenv.PROCESSES_PER_POD, "1"))
     if per_pod == 1:
         os.execv(sys.executable, TRAINER + args)
     procs = [subprocess.Popen(TRAINER + args, env=process_env(os.environ, local))
