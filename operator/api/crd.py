@@ -37,7 +37,7 @@ PRINTER_COLUMNS = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
-_DROPPED_KEYS = {"title", "additionalProperties", "$defs"}
+_DROPPED_KEYS = {"title", "additionalProperties", "$defs", "patternProperties", "propertyNames"}
 
 
 def _without_nulls(value: Any) -> Any:
@@ -89,10 +89,20 @@ def _structural(node: dict, defs: dict, scope: str | None) -> dict:
             out["required"] = list(node["required"])
     elif node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
         out["additionalProperties"] = _structural(node["additionalProperties"], defs, None)
+    elif node.get("type") == "object" and "patternProperties" in node:
+        # A map with constrained keys: structural schemas have no patternProperties or
+        # propertyNames, so the values get additionalProperties and the keys a CEL rule.
+        ((key_pattern, value),) = node["patternProperties"].items()
+        out["additionalProperties"] = _structural(value, defs, None)
+        max_key = (node.get("propertyNames") or {}).get("maxLength")
+        rule = f"self.all(k, k.matches(r'{key_pattern}')" + (f" && k.size() <= {max_key})" if max_key else ")")
+        out.setdefault("x-kubernetes-validations", []).append(
+            {"rule": rule, "message": f"keys must match {key_pattern}"
+                                      + (f" and be at most {max_key} characters" if max_key else "")})
     if node.get("type") == "array":
         out["items"] = _structural(node["items"], defs, None)
     if scope is not None and rules_at(scope):
-        out["x-kubernetes-validations"] = [r.to_cel() for r in rules_at(scope)]
+        out.setdefault("x-kubernetes-validations", []).extend(r.to_cel() for r in rules_at(scope))
     return out
 
 

@@ -11,8 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from longctx_trainer import podenv
 from longctx_trainer.presets import PRESETS
 
+from ..names import RESERVED_MOUNTS
 from .spec import LongContextJobSpec, ModelSpec
 
 RDMA_FABRICS = ("infiniband", "roce", "efa", "gcp-rdma")
@@ -91,6 +93,29 @@ def _dims_set(m: ModelSpec) -> list[bool]:
 
 
 _NVSHMEM = "self.communication.collectivePermute != 'nvshmem'"
+
+def _mountable(path: str) -> bool:
+    """Whether a claim may be mounted at `path`: absolute, not the root, no '..' step, and neither
+    on nor under a mount of the operator's own (the trainer config, /dev/shm)."""
+    return (path.startswith("/") and path != "/" and ".." not in path.split("/")
+            and not any(path == m or path.startswith(m + "/") for m in RESERVED_MOUNTS))
+
+
+def _cel_mountable(path: str) -> str:
+    reserved = " && ".join(f"!({path} == '{m}' || {path}.startsWith('{m}/'))" for m in RESERVED_MOUNTS)
+    return f"({path}.startsWith('/') && {path} != '/' && !{path}.matches('(^|/)[.][.](/|$)') && {reserved})"
+
+
+_MOUNT_MESSAGE = ("must be an absolute path, not '/', without '..', and not on or under "
+                  + " or ".join(RESERVED_MOUNTS) + ": its claim is mounted there")
+_GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")
+_CEL_RESERVED_ENV = _cel_list(sorted(podenv.RESERVED))
+_CEL_USER_SETTABLE_ENV = _cel_list(sorted(podenv.USER_SETTABLE))
+
+
+def _names_gpu(resource: str | None) -> bool:
+    return resource is not None and (resource == "nvidia.com/gpu" or resource.startswith(_GPU_RESOURCE_PREFIXES))
+
 
 def _nested(a: str, b: str) -> bool:
     """Whether paths a and b are one directory or one inside the other (as the CEL rule spells it)."""
@@ -244,10 +269,23 @@ RULES: tuple[Rule, ...] = (
          "initFrom.persistentVolumeClaim (object-store URLs are not read)",
          lambda s: s.init_from is None or "://" not in s.init_from.path, ".initFrom.path"),
     Rule("spec", "!has(self.initFrom) || !has(self.initFrom.persistentVolumeClaim) || "
-                 "self.initFrom.path.startsWith('/')",
-         "initFrom.path must be absolute: its claim is mounted there",
+                 + _cel_mountable("self.initFrom.path"),
+         "initFrom.path " + _MOUNT_MESSAGE,
          lambda s: s.init_from is None or s.init_from.persistent_volume_claim is None
-         or s.init_from.path.startswith("/"), ".initFrom.path"),
+         or _mountable(s.init_from.path), ".initFrom.path"),
+    Rule("spec", "!has(self.checkpoint.persistentVolumeClaim) || " + _cel_mountable("self.checkpoint.path"),
+         "checkpoint.path " + _MOUNT_MESSAGE,
+         lambda s: s.checkpoint.persistent_volume_claim is None or _mountable(s.checkpoint.path),
+         ".checkpoint.path"),
+    Rule("spec", "!has(self.network.rdmaResource) || !(self.network.rdmaResource == 'nvidia.com/gpu' || "
+                 + " || ".join(f"self.network.rdmaResource.startsWith('{p}')" for p in _GPU_RESOURCE_PREFIXES) + ")",
+         "network.rdmaResource may not name a GPU resource: the GPU count is resources.gpusPerNode",
+         lambda s: not _names_gpu(s.network.rdma_resource), ".network.rdmaResource"),
+    Rule("spec", f"!has(self.env) || self.env.all(e, !(e.name in {_CEL_RESERVED_ENV}) && "
+                 f"(!e.name.startsWith('{podenv.RESERVED_PREFIX}') || e.name in {_CEL_USER_SETTABLE_ENV}))",
+         "env may not set the operator's own variables (" + ", ".join(sorted(podenv.RESERVED))
+         + f", {podenv.RESERVED_PREFIX}* except " + ", ".join(sorted(podenv.USER_SETTABLE)) + ")",
+         lambda s: not any(podenv.reserved(e.name) for e in s.env), ".env"),
     Rule("spec", "!has(self.initFrom) || !((self.initFrom.path + '/').startsWith(self.checkpoint.path + '/') || "
                  "(self.checkpoint.path + '/').startsWith(self.initFrom.path + '/'))",
          "initFrom.path and checkpoint.path must not be the same directory or one inside the other: "

@@ -8,15 +8,37 @@ a Python predicate for offline validation.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from longctx_trainer.presets import PRESETS
 
+# Patterns are checked by pydantic (Rust regex) and by the API server (Go RE2) alike: ASCII classes
+# only (no \w or \d, which are Unicode-aware in Rust), anchored, no look-arounds.
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
-LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_LABEL_PATTERN = f"^{_DNS_LABEL}$"
+DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$"
+QUALIFIED_NAME_PATTERN = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+"""A label key, taint key or topology key: an optional DNS-subdomain prefix and a name."""
+_DOMAIN_PART = r"([A-Za-z0-9]|[A-Za-z0-9][-A-Za-z0-9]*[A-Za-z0-9])"
+_PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
+IMAGE_PATTERN = (rf"^(({_DOMAIN_PART}(\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:]+\])(:[0-9]+)?/)?"
+                 rf"{_PATH_PART}(/{_PATH_PART})*"
+                 r"(:[A-Za-z0-9_][-A-Za-z0-9_.]{0,127})?"
+                 r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?$")
+"""An OCI image reference: [registry[:port]/]path[:tag][@algorithm:digest]."""
+PATH_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+"""A file path or URL: anything printable (no control characters)."""
+# Upper bound of open-ended counts: the API server keeps a schema's maximum as a float64, which
+# holds integers exactly only up to 2**53 (an int64 maximum rounds past int64 and breaks defaults).
+MAX_COUNT = 2**53
+
+QualifiedName = Annotated[str, StringConstraints(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 GPU_TYPES = ("cpu", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")
 FABRICS = ("tcp", "infiniband", "roce", "efa", "gcp-tcpx", "gcp-tcpxo", "gcp-rdma")
 
@@ -24,10 +46,11 @@ PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 
 
 class ApiModel(BaseModel):
-    """camelCase on the wire, unknown fields rejected, like a structural CRD schema."""
+    """camelCase on the wire, unknown fields rejected and no type coercion ("true" is no boolean,
+    1 is no string), like the API server's structural schema."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False,
         use_attribute_docstrings=True)
 
 
@@ -40,7 +63,7 @@ class RopeScalingSpec(ApiModel):
     """Wavelengths longer than originalContext / lowFreqFactor are stretched by factor."""
     high_freq_factor: float = Field(4.0, gt=0)
     """Wavelengths shorter than originalContext / highFreqFactor are kept; in between, interpolated."""
-    original_context: int = Field(8192, ge=1)
+    original_context: int = Field(8192, ge=1, le=MAX_COUNT)
     """Context the model was first trained at (original_max_position_embeddings)."""
 
 
@@ -76,7 +99,7 @@ class OptimizerSpec(ApiModel):
 
     learning_rate: float = Field(3e-4, gt=0, le=1)
     """Peak learning rate after warm-up."""
-    warmup_steps: int = Field(100, ge=0)
+    warmup_steps: int = Field(100, ge=0, le=MAX_COUNT)
     """Steps of linear warm-up from zero."""
     weight_decay: float = Field(0.1, ge=0, le=1)
     """Decoupled weight decay."""
@@ -148,13 +171,16 @@ class NetworkSpec(ApiModel):
     """tcp, infiniband or roce (NVIDIA Network Operator), efa (AWS), gcp-tcpx (A3 High),
     gcp-tcpxo (A3 Mega), gcp-rdma (A3 Ultra)."""
     rdma_resource: str | None = Field(None, max_length=253, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")
-    """Extended resource of the RDMA device plugin (infiniband/roce; default rdma/rdma_shared_device_a)."""
+    """Extended resource of the RDMA device plugin (infiniband/roce; default rdma/rdma_shared_device_a);
+    never an nvidia.com/gpu resource."""
     rdma_resource_count: int = Field(1, ge=1, le=64)
     """How many of rdmaResource each pod requests."""
-    networks: list[str] = Field(default_factory=list, max_length=16)
-    """Secondary networks: Multus NetworkAttachmentDefinitions (infiniband/roce) or GKE network names
-    (gcp-*), in NIC order."""
-    hcas: list[str] = Field(default_factory=list, max_length=32)
+    networks: list[Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]] = Field(
+        default_factory=list, max_length=16)
+    """Secondary networks: Multus NetworkAttachmentDefinitions of the job's own namespace
+    (infiniband/roce) or GKE network names (gcp-*), in NIC order."""
+    hcas: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+(:[0-9]+)?$", max_length=64)]] = Field(
+        default_factory=list, max_length=32)
     """HCA ports for NCCL_IB_HCA / NVSHMEM_HCA_LIST, e.g. mlx5_0:1."""
     socket_interface: str = Field("eth0", max_length=64, pattern=r"^[A-Za-z0-9_.:^=-]+$")
     """Interface for bootstrap sockets (NCCL_SOCKET_IFNAME, NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME)."""
@@ -167,11 +193,11 @@ class NetworkSpec(ApiModel):
 
 
 class Toleration(ApiModel):
-    key: str | None = Field(None, max_length=317)
+    key: QualifiedName | None = None
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = Field(None, max_length=63)
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    toleration_seconds: int | None = Field(None, ge=-MAX_COUNT, le=MAX_COUNT)
 
 
 class SchedulingSpec(ApiModel):
@@ -180,15 +206,15 @@ class SchedulingSpec(ApiModel):
     admission: Literal["builtin", "kueue", "none"] = "builtin"
     """builtin: the operator waits until the whole gang fits; kueue: the Job is created suspended for
     Kueue; none: create immediately."""
-    queue_name: str | None = Field(None, max_length=63, pattern=LABEL_VALUE_PATTERN)
+    queue_name: str | None = Field(None, min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN)
     """Kueue LocalQueue (required for admission kueue)."""
-    priority_class_name: str | None = Field(None, max_length=253)
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PriorityClass of the pods."""
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
+    node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=32)
     """Extra node labels the pods require."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     """Extra tolerations (nvidia.com/gpu is always tolerated on GPU jobs)."""
-    topology_key: str | None = Field("nvidia.com/gpu.clique", max_length=317)
+    topology_key: QualifiedName | None = "nvidia.com/gpu.clique"
     """Node label the gang prefers to share (NVLink clique, rack or block)."""
     startup_timeout_seconds: int = Field(600, ge=10, le=86400)
     """Pods must all be Running within this time, or the attempt counts as failed."""
@@ -197,11 +223,11 @@ class SchedulingSpec(ApiModel):
 class CheckpointSpec(ApiModel):
     """Orbax checkpoints; gang restarts resume from the latest one."""
 
-    path: str = Field("/checkpoints", max_length=1024)
+    path: str = Field("/checkpoints", max_length=1024, pattern=PATH_PATTERN)
     """Directory (on the claim below) or object-store URL (gs://, s3://) for checkpoints."""
-    interval_steps: int = Field(100, ge=1)
+    interval_steps: int = Field(100, ge=1, le=MAX_COUNT)
     """Steps between checkpoints."""
-    persistent_volume_claim: str | None = Field(None, max_length=253)
+    persistent_volume_claim: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PVC (ReadWriteMany) mounted at path; without one a local path is lost when the gang restarts."""
 
 
@@ -227,7 +253,7 @@ class DataSpec(ApiModel):
 
     kind: Literal["synthetic", "tokens", "text"] = "synthetic"
     """synthetic tokens, a memory-mapped token file, or raw text tokenised byte-level."""
-    path: str | None = Field(None, max_length=1024)
+    path: str | None = Field(None, max_length=1024, pattern=PATH_PATTERN)
     """Path inside the pod to the token file or text (required unless synthetic)."""
 
 
@@ -236,29 +262,31 @@ class InitFromSpec(ApiModel):
     *.safetensors, bf16/f16/f32). Used only while the job has no checkpoint of its own; its
     dimensions must be the model's (RoPE settings may differ: that is how context is extended)."""
 
-    path: str = Field(max_length=1024)
+    path: str = Field(max_length=1024, pattern=PATH_PATTERN)
     """Directory inside the pod (on the claim below); object-store URLs are not read."""
-    persistent_volume_claim: str | None = Field(None, max_length=253)
+    persistent_volume_claim: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PVC holding the checkpoint, mounted read-only at path (ReadOnlyMany or ReadWriteMany)."""
 
 
 class EnvVar(ApiModel):
     name: str = Field(max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+    """Variable name; the operator's own (JAX distributed identity, XLA_FLAGS, LONGCTX_*) are reserved."""
     value: str = Field("", max_length=32768)
+    """Any text, passed verbatim."""
 
 
 class LongContextJobSpec(ApiModel):
     """A long-context training job: model, sequence, layout, fabric and lifecycle."""
 
-    image: str | None = Field(None, max_length=512)
+    image: str | None = Field(None, max_length=512, pattern=IMAGE_PATTERN)
     """Trainer image; defaults to the operator's configured trainer image."""
     model: ModelSpec
     """Model preset or dimensions. Immutable: checkpoints depend on it."""
     sequence_length: int = Field(ge=128, le=16777216)
     """Tokens per training sequence."""
-    global_batch_tokens: int | None = Field(None, ge=128)
+    global_batch_tokens: int | None = Field(None, ge=128, le=MAX_COUNT)
     """Tokens per optimizer step across the job; default one sequence."""
-    steps: int = Field(1000, ge=1)
+    steps: int = Field(1000, ge=1, le=MAX_COUNT)
     """Optimizer steps."""
     optimizer: OptimizerSpec = OptimizerSpec()
     precision: Literal["bf16", "fp32"] = "bf16"

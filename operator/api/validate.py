@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from .manifest import field_part, value_problems
 from .rules import RULES
 from .spec import LongContextJob
 
@@ -29,8 +31,21 @@ class InvalidJob(ValueError):
 def _field(loc: tuple) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:  # a user's map key may hold anything: keep the message on one readable line
+            out += "." + field_part(str(part))
     return out.lstrip(".") or "(root)"
+
+
+def _problem(error: dict) -> Problem:
+    """A pydantic error as a Problem. A bad map key names the map, as the API server does (its
+    CEL rule sits on the map), and quotes the key in the message."""
+    loc, message = tuple(error["loc"]), _message(error)
+    if "[key]" in loc:
+        at = loc.index("[key]")
+        loc, message = loc[:at - 1], f"key {json.dumps(str(loc[at - 1]))}: {message}"
+    return Problem(_field(loc), message)
 
 
 def _message(error: dict) -> str:
@@ -51,10 +66,12 @@ def problems(manifest: Any) -> list[Problem]:
     """Every problem found in the manifest, each naming its field; empty when valid."""
     if not isinstance(manifest, dict):
         return [Problem("(root)", "a LongContextJob manifest must be a YAML mapping")]
+    if unsendable := value_problems(manifest):
+        return [Problem(field, message) for field, message in unsendable]
     try:
         job = LongContextJob.model_validate(manifest)
     except ValidationError as e:
-        return [Problem(_field(err["loc"]), _message(err)) for err in e.errors()]
+        return [_problem(err) for err in e.errors()]
     found = []
     for rule in RULES:
         if rule.check is None:

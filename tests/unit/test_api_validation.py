@@ -101,9 +101,14 @@ def test_cli_bad_input_is_one_line_without_traceback(tmp_path, argv, needle):
     assert needle in last and "Traceback" not in proc.stderr
 
 
-def test_cli_unreadable_operator_config_is_one_line(tmp_path):
+@pytest.mark.parametrize("content", [None, "trainerImage: [a\n", "canReadNodes: false\n"],
+                         ids=["missing", "not-yaml", "unknown-key"])
+def test_cli_unreadable_operator_config_is_one_line(tmp_path, content):
+    path = tmp_path / "operator.yaml"
+    if content is not None:
+        path.write_text(content)
     proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", "render",
-                           str(ROOT / "examples" / "quickstart.yaml")], capture_output=True, text=True,
-                          env={**os.environ, "LONGCTX_OPERATOR_CONFIG": str(tmp_path / "missing.yaml")})
+                           str(ROOT / "examples" / "quickstart.yaml"), "--config", str(path)],
+                          capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "LONGCTX_OPERATOR_CONFIG" in proc.stderr.strip().splitlines()[-1]
+    assert f"--config {path}" in proc.stderr.strip().splitlines()[-1]
