@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .render.names import GENERATION_LABEL, JOB_NAME_LABEL
+from .names import GENERATION_LABEL, JOB_NAME_LABEL
 
 Key = tuple[str, str]  # (namespace, LongContextJob name)
 

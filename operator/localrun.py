@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
+from longctx_trainer import podenv
 from longctx_trainer.launch import first_failure
 
+from . import names
 from .api.spec import LongContextJob
-from .render import OperatorSettings, render_workload
-from .render import names
+from .render import render_workload
 from .resolve import resolve_layout
 
 
@@ -47,7 +48,8 @@ class LocalWorker:
 def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> list[LocalWorker]:
     """The rendered pods as local processes (pure apart from writing the trainer config)."""
     layout, _ = resolve_layout(job.spec)
-    _, config_map, workload = render_workload(job, layout, 1, OperatorSettings())
+    rendered = render_workload(job, layout, 1)
+    config_map, workload = rendered.config_map, rendered.job
     config_path = run_dir / names.CONFIG_FILE
     config_path.write_text(config_map["data"][names.CONFIG_FILE])
     container = workload["spec"]["template"]["spec"]["containers"][0]
@@ -61,10 +63,10 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
                 env[var["name"]] = str(index)
             else:
                 env[var["name"]] = var["value"]
-        env["JAX_COORDINATOR_ADDRESS"] = f"127.0.0.1:{coordinator_port}"
-        env["JOB_COMPLETION_INDEX"] = str(index)
+        env[podenv.COORDINATOR_ADDRESS] = f"127.0.0.1:{coordinator_port}"
+        env[podenv.COMPLETION_INDEX] = str(index)
         # Ports are per host: give every process of every local "pod" its own metrics port.
-        env["LONGCTX_LOCAL_PROCESS_ID"] = str(index * layout.processes_per_node)
+        env[podenv.LOCAL_PROCESS_ID] = str(index * layout.processes_per_node)
         workers.append(LocalWorker(index, command, env))
     return workers
 

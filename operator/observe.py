@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .render.names import COMPLETION_INDEX_LABEL
+from .names import COMPLETION_INDEX_LABEL
 
 
 def parse_time(value: str | None) -> datetime | None:

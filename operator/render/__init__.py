@@ -1,7 +1,6 @@
-"""Render a LongContextJob into Kubernetes objects: pure functions over jinja2 templates."""
+"""Render a LongContextJob into Kubernetes objects: pure functions that build them as data."""
 
 from .layout import ResolvedLayout
-from .settings import OperatorSettings
-from .workload import render_workload, render_yaml
+from .workload import Workload, render_workload, render_yaml
 
-__all__ = ["OperatorSettings", "ResolvedLayout", "render_workload", "render_yaml"]
+__all__ = ["ResolvedLayout", "Workload", "render_workload", "render_yaml"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..api.spec import LongContextJobSpec
-from .settings import OperatorSettings
+from ..config import OperatorConfig
 
 DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
 DEFAULT_ROCE_GID_INDEX = 3
@@ -52,7 +52,7 @@ def _gpu_nic_names(networks: list[str]) -> str:
     return ",".join(f"eth{i + 1}" for i in range(len(networks)))
 
 
-def tcp(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
+def tcp(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     return FabricProfile(env={"NCCL_SOCKET_IFNAME": spec.network.socket_interface,
                               "NCCL_IB_DISABLE": "1"})
 
@@ -73,15 +73,15 @@ def _rdma_verbs(spec: LongContextJobSpec, roce: bool) -> FabricProfile:
         nvshmem_transport="ibrc")
 
 
-def infiniband(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
+def infiniband(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     return _rdma_verbs(spec, roce=False)
 
 
-def roce(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
+def roce(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     return _rdma_verbs(spec, roce=True)
 
 
-def efa(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
+def efa(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     """AWS Elastic Fabric Adapter through the aws-ofi-nccl plugin in the trainer image."""
     return FabricProfile(
         env={"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
@@ -92,13 +92,13 @@ def efa(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
         nvshmem_transport="libfabric")
 
 
-def gcp_tcpx(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
+def gcp_tcpx(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     """GKE A3 High: GPUDirect-TCPX with the tcpgpudmarxd (RxDM) daemon as a native sidecar."""
     nets = spec.network.networks
     nics = _gpu_nic_names(nets)
     daemon = {
         "name": "tcpx-daemon",
-        "image": settings.tcpx_daemon_image,
+        "image": config.tcpx_daemon_image,
         "restartPolicy": "Always",
         "command": ["/tcpgpudmarxd/build/app/tcpgpudmarxd", "--gpu_nic_preset", "a3vm",
                     "--gpu_shmem_type", "fd", "--uds_path", "/run/tcpx",
@@ -132,12 +132,12 @@ def gcp_tcpx(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProf
         sidecars=(daemon,))
 
 
-def gcp_tcpxo(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
+def gcp_tcpxo(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     """GKE A3 Mega: GPUDirect-TCPXO (FasTrak) with its RxDM daemon as a native sidecar."""
     nets = spec.network.networks
     daemon = {
         "name": "tcpxo-daemon",
-        "image": settings.tcpxo_daemon_image,
+        "image": config.tcpxo_daemon_image,
         "restartPolicy": "Always",
         "command": ["/bin/sh", "-c",
                     f"/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics={len(nets)} "
@@ -177,7 +177,7 @@ def gcp_tcpxo(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricPro
         sidecars=(daemon,))
 
 
-def gcp_rdma(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
+def gcp_rdma(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     """GKE A3 Ultra / A4: RDMA over the ConnectX NICs with Google's gIB NCCL plugin."""
     nets = spec.network.networks
     return FabricProfile(
@@ -196,11 +196,11 @@ def gcp_rdma(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProf
         nvshmem_transport="ibrc")
 
 
-PROFILES: dict[str, Callable[[LongContextJobSpec, OperatorSettings], FabricProfile]] = {
+PROFILES: dict[str, Callable[[LongContextJobSpec, OperatorConfig], FabricProfile]] = {
     "tcp": tcp, "infiniband": infiniband, "roce": roce, "efa": efa,
     "gcp-tcpx": gcp_tcpx, "gcp-tcpxo": gcp_tcpxo, "gcp-rdma": gcp_rdma,
 }
 
 
-def fabric_profile(spec: LongContextJobSpec, settings: OperatorSettings) -> FabricProfile:
-    return PROFILES[spec.network.fabric](spec, settings)
+def fabric_profile(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
+    return PROFILES[spec.network.fabric](spec, config)

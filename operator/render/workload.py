@@ -1,20 +1,24 @@
-"""Render the objects of one workload generation: headless Service, trainer ConfigMap, Indexed Job."""
+"""Render the objects of one workload generation: headless Service, trainer ConfigMap, Indexed Job.
+
+The objects are built as data, never as text: every value a job author writes arrives verbatim as
+one string (or number) in one place, and no value can add keys, objects or documents. The pods
+run with a restricted-compatible security context; only a fabric's own needs are added to it.
+"""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import dataclass
 
-import jinja2
 import yaml
 
 from longctx_trainer.config import dump_config
 
 from ..api.spec import LongContextJob, LongContextJobSpec
-from . import names
+from ..config import OperatorConfig
+from .. import names
 from .env import worker_env
 from .fabrics import FabricProfile, fabric_profile
 from .layout import ResolvedLayout
-from .settings import OperatorSettings
 from .trainer_config import trainer_config
 
 # GPU Feature Discovery's nvidia.com/gpu.product value of each GPU type.
@@ -27,16 +31,20 @@ GPU_PRODUCTS = {
 }
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+TRAINER_CONTAINER = "trainer"
 
 
-@lru_cache(maxsize=1)
-def _templates() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("longctx_operator.render", "templates"),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+@dataclass(frozen=True)
+class Workload:
+    """The objects of one generation, in the order they are created."""
 
+    service: dict
+    config_map: dict
+    job: dict
 
-def _render(template: str, **values) -> dict:
-    return yaml.safe_load(_templates().get_template(template).render(**values))
+    @property
+    def objects(self) -> list[dict]:
+        return [self.service, self.config_map, self.job]
 
 
 def common_labels(job: str) -> dict[str, str]:
@@ -44,11 +52,15 @@ def common_labels(job: str) -> dict[str, str]:
             "app.kubernetes.io/instance": job, "app.kubernetes.io/managed-by": "longctx-operator"}
 
 
+def _metadata(name: str, namespace: str, labels: dict[str, str]) -> dict:
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+
 def _resources(spec: LongContextJobSpec, fabric: FabricProfile) -> dict:
     limits: dict[str, str] = {}
     if spec.resources.gpu_type != "cpu":
-        limits[GPU_RESOURCE] = str(spec.resources.gpus_per_node)
         limits.update(fabric.resources)
+        limits[GPU_RESOURCE] = str(spec.resources.gpus_per_node)  # never a fabric's to change
     if spec.resources.cpu:
         limits["cpu"] = spec.resources.cpu
     if spec.resources.memory:
@@ -57,10 +69,9 @@ def _resources(spec: LongContextJobSpec, fabric: FabricProfile) -> dict:
 
 
 def node_selector(spec: LongContextJobSpec) -> dict[str, str]:
-    selector = {}
+    selector = dict(spec.scheduling.node_selector)
     if spec.resources.gpu_type != "cpu":
         selector["nvidia.com/gpu.product"] = GPU_PRODUCTS[spec.resources.gpu_type]
-    selector.update(spec.scheduling.node_selector)
     return selector
 
 
@@ -86,7 +97,7 @@ def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile) -> tuple
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory}},
         {"name": "trainer-config", "configMap": {"name": names.config_map_name(job)}},
     ]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
+    mounts = [{"name": "dshm", "mountPath": names.SHM_MOUNT},
               {"name": "trainer-config", "mountPath": names.CONFIG_MOUNT, "readOnly": True}]
     if spec.init_from and spec.init_from.persistent_volume_claim:
         volumes.append({"name": "initial-weights", "persistentVolumeClaim": {
@@ -96,48 +107,121 @@ def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile) -> tuple
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {
             "claimName": spec.checkpoint.persistent_volume_claim}})
         mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.path})
-    return volumes + list(fabric.volumes), mounts + list(fabric.trainer_mounts)
+    return volumes + [dict(v) for v in fabric.volumes], mounts + [dict(m) for m in fabric.trainer_mounts]
 
 
-def _metrics_ports(first_port: int, processes_per_pod: int) -> list[dict]:
-    """One named container port per trainer process of a pod (process i listens on first_port + i)."""
-    return [{"name": names.metrics_port_name(local), "containerPort": first_port + local}
-            for local in range(processes_per_pod)]
+def _ports(spec: LongContextJobSpec, processes_per_pod: int) -> list[dict]:
+    """One named metrics port per trainer process of a pod (process i listens on port + i)."""
+    return [*({"name": names.metrics_port_name(local), "containerPort": spec.metrics.port + local}
+              for local in range(processes_per_pod)),
+            {"name": "coordinator", "containerPort": spec.network.coordinator_port}]
+
+
+def pod_security_context(config: OperatorConfig) -> dict:
+    """Pod Security "restricted" at pod level: a fixed non-root user, the runtime's seccomp profile."""
+    uid = config.trainer_user
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+            "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context(fabric: FabricProfile) -> dict:
+    """No privilege escalation, every capability dropped but what the fabric needs (IPC_LOCK for
+    RDMA memory registration): "restricted" on tcp, "privileged" where a capability is added."""
+    capabilities: dict = {"drop": ["ALL"]}
+    if fabric.capabilities:
+        capabilities["add"] = list(fabric.capabilities)
+    return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
+
+
+def _service(name: str, namespace: str, spec: LongContextJobSpec) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _metadata(names.service_name(name), namespace, common_labels(name)),
+        "spec": {
+            "clusterIP": "None",
+            # Ranks must resolve each other before they are Ready: the coordinator waits for all.
+            "publishNotReadyAddresses": True,
+            "selector": {names.JOB_NAME_LABEL: name},
+            "ports": [{"name": "coordinator", "port": spec.network.coordinator_port,
+                       "targetPort": spec.network.coordinator_port},
+                      {"name": "metrics", "port": spec.metrics.port, "targetPort": spec.metrics.port}],
+        },
+    }
+
+
+def _config_map(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": _metadata(names.config_map_name(name), namespace, common_labels(name)),
+        "data": {names.CONFIG_FILE: dump_config(trainer_config(name, spec, layout))},
+    }
+
+
+def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int,
+         config: OperatorConfig) -> dict:
+    workload = names.workload_name(name, generation)
+    fabric = fabric_profile(spec, config)
+    pod_labels = {**common_labels(name), names.GENERATION_LABEL: str(generation)}
+    job_labels = dict(pod_labels)
+    if spec.scheduling.admission == "kueue":
+        job_labels[names.KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    volumes, mounts = _volumes(name, spec, fabric)
+    trainer = {
+        "name": TRAINER_CONTAINER,
+        "image": spec.image or config.trainer_image,
+        "imagePullPolicy": config.trainer_image_pull_policy,
+        "command": ["python", "-m", "longctx_trainer.launch", "--config",
+                    f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}"],
+        "env": worker_env(name, spec, layout, generation, fabric),
+        "ports": _ports(spec, layout.processes_per_node),
+        "resources": _resources(spec, fabric),
+        "securityContext": container_security_context(fabric),
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict = {
+        "subdomain": names.service_name(name),
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 30,
+        "enableServiceLinks": False,
+        # The trainer never calls the Kubernetes API: no token in its pods.
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security_context(config),
+        "nodeSelector": node_selector(spec),
+        "tolerations": tolerations(spec),
+        "affinity": _affinity(workload, spec),
+        "containers": [trainer],
+        "volumes": volumes,
+    }
+    if spec.scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    if fabric.sidecars:
+        pod_spec["initContainers"] = [dict(s) for s in fabric.sidecars]
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _metadata(workload, namespace, job_labels),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": spec.resources.nodes,
+            "parallelism": spec.resources.nodes,
+            # The operator restarts the whole gang itself: one failed rank fails the Job at once.
+            "backoffLimit": 0,
+            "podReplacementPolicy": "Failed",
+            "suspend": spec.scheduling.admission == "kueue",
+            "template": {"metadata": {"labels": pod_labels, "annotations": dict(fabric.annotations)},
+                         "spec": pod_spec},
+        },
+    }
 
 
 def render_workload(job: LongContextJob, layout: ResolvedLayout, generation: int = 1,
-                    settings: OperatorSettings | None = None) -> list[dict]:
+                    config: OperatorConfig | None = None) -> Workload:
     """Service, ConfigMap and Indexed Job of `generation` for a validated job and its layout."""
-    settings = settings or OperatorSettings()
+    config = config or OperatorConfig()
     name, spec = job.metadata.name, job.spec
     namespace = job.metadata.namespace or "default"
-    workload = names.workload_name(name, generation)
-    fabric = fabric_profile(spec, settings)
-    labels = common_labels(name)
-    volumes, mounts = _volumes(name, spec, fabric)
-    pod_labels = {**labels, names.GENERATION_LABEL: str(generation)}
-    job_labels = dict(pod_labels)
-    if spec.scheduling.admission == "kueue":
-        job_labels["kueue.x-k8s.io/queue-name"] = spec.scheduling.queue_name
-    common = dict(namespace=namespace, labels=labels, service=names.service_name(name),
-                  coordinator_port=spec.network.coordinator_port, metrics_port=spec.metrics.port)
-    service = _render("service.yaml.j2", selector={names.JOB_NAME_LABEL: name}, **common)
-    config = _render("configmap.yaml.j2", config_map=names.config_map_name(name),
-                     config_file=names.CONFIG_FILE,
-                     trainer_yaml=dump_config(trainer_config(name, spec, layout)), **common)
-    workload_job = _render(
-        "job.yaml.j2", workload=workload, job_labels=job_labels, pods=spec.resources.nodes,
-        suspend=spec.scheduling.admission == "kueue",
-        pod_labels=pod_labels, pod_annotations=dict(fabric.annotations),
-        priority_class_name=spec.scheduling.priority_class_name,
-        node_selector=node_selector(spec), tolerations=tolerations(spec),
-        affinity=_affinity(workload, spec), sidecars=list(fabric.sidecars),
-        image=spec.image or settings.trainer_image, image_pull_policy=settings.trainer_image_pull_policy,
-        config_path=f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}",
-        env=worker_env(name, spec, layout, generation, fabric), resources=_resources(spec, fabric),
-        capabilities=list(fabric.capabilities), volume_mounts=mounts, volumes=volumes,
-        metrics_ports=_metrics_ports(spec.metrics.port, layout.processes_per_node), **common)
-    return [service, config, workload_job]
+    return Workload(service=_service(name, namespace, spec),
+                    config_map=_config_map(name, namespace, spec, layout),
+                    job=_job(name, namespace, spec, layout, generation, config))
 
 
 class _Dumper(yaml.SafeDumper):
@@ -145,12 +229,13 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _str(dumper: yaml.SafeDumper, value: str):
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    # The emitter falls back to a quoted style where a block cannot hold the string exactly.
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
 
 _Dumper.add_representer(str, _str)
 
 
 def render_yaml(objects: list[dict]) -> str:
-    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120)
+    """The objects as YAML documents; any Unicode text is written as itself (never as escapes)."""
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)

@@ -68,7 +68,7 @@ COMMUNICATION = "communication"
 
 def rendered_config(changes: dict, layout: ResolvedLayout) -> dict:
     job = parse_job(apply_case(BASE, {"set": changes}))
-    config_map = render_workload(job, layout)[1]
+    config_map = render_workload(job, layout).config_map
     return yaml.safe_load(config_map["data"]["trainer.yaml"])
 
 
@@ -105,7 +105,7 @@ def test_communication_reaches_the_trainer_config():
     job = parse_job(apply_case(BASE, {"set": {
         "spec.resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "h100-80gb"},
         "spec.communication.collectivePermute": "nvshmem"}}))
-    config_map = render_workload(job, ResolvedLayout(1, 2, 2, 4))[1]
+    config_map = render_workload(job, ResolvedLayout(1, 2, 2, 4)).config_map
     assert yaml.safe_load(config_map["data"]["trainer.yaml"])["communication"] == "nvshmem"
 
 

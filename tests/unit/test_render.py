@@ -1,5 +1,6 @@
 """Rendering: every object is a valid Kubernetes object; fabric and NVSHMEM settings are exact."""
 
+import dataclasses
 import json
 
 import kubernetes_validate
@@ -8,7 +9,9 @@ import yaml
 
 from longctx_operator.api import parse_job
 from longctx_operator.cli import main
-from longctx_operator.render import OperatorSettings, ResolvedLayout, render_workload
+from longctx_operator.config import OperatorConfig
+from longctx_operator.render import workload as workload_module
+from longctx_operator.render import ResolvedLayout, render_workload
 from longctx_operator.resolve import resolve_layout
 from longctx_trainer.config import TrainerConfig
 from support.manifests import EXAMPLES, apply_case, load_example
@@ -26,8 +29,7 @@ LAYOUT = ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=1)
 
 def render(changes=None, layout=LAYOUT, generation=1):
     job = parse_job(apply_case(BASE, {"set": changes or {}}))
-    service, config, workload = render_workload(job, layout, generation, OperatorSettings())
-    return service, config, workload
+    return render_workload(job, layout, generation).objects
 
 
 def pod(workload):
@@ -50,7 +52,7 @@ def limits(workload):
 def test_examples_render_valid_kubernetes_objects(example):
     job = parse_job(load_example(example))
     layout, _ = resolve_layout(job.spec)
-    objects = render_workload(job, layout)
+    objects = render_workload(job, layout).objects
     assert [o["kind"] for o in objects] == ["Service", "ConfigMap", "Job"]
     for obj in objects:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -119,7 +121,8 @@ def test_infiniband_profile():
     assert "NCCL_IB_GID_INDEX" not in e
     assert limits(workload) == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}
     assert pod(workload)["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "ib0,ib1"}
-    assert trainer(workload)["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert trainer(workload)["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
 
 
 def test_roce_profile_with_sriov_resource():
@@ -260,9 +263,32 @@ def test_cpu_job_has_no_gpu_settings():
     assert "resources" not in trainer(workload) or trainer(workload)["resources"] == {}
 
 
-def test_user_env_comes_last_and_overrides():
-    _, _, workload = render({"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}]})
-    assert trainer(workload)["env"][-1] == {"name": "NCCL_DEBUG", "value": "INFO"}
+def test_user_env_comes_last_and_replaces_a_fabric_setting_in_place():
+    _, _, workload = render({"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"},
+                                          {"name": "NCCL_SOCKET_IFNAME", "value": "bond0"}]})
+    names = [e["name"] for e in trainer(workload)["env"]]
+    assert names[-1] == "NCCL_DEBUG" and env(workload)["NCCL_DEBUG"] == "INFO"
+    assert names.count("NCCL_SOCKET_IFNAME") == 1 and env(workload)["NCCL_SOCKET_IFNAME"] == "bond0"
+
+
+def test_pods_are_restricted_and_carry_no_service_account_token():
+    _, _, workload = render()
+    spec = pod(workload)["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                       "fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch",
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    assert trainer(workload)["securityContext"] == {"allowPrivilegeEscalation": False,
+                                                    "capabilities": {"drop": ["ALL"]}}
+
+
+def test_a_fabric_resource_never_changes_the_gpu_count():
+    job = parse_job(apply_case(BASE, {"set": {"spec.network": {"fabric": "infiniband"}}}))
+    from longctx_operator.render import fabrics
+
+    profile = fabrics.fabric_profile(job.spec, OperatorConfig())
+    hostile = dataclasses.replace(profile, resources={"nvidia.com/gpu": "0"})
+    assert workload_module._resources(job.spec, hostile)["limits"]["nvidia.com/gpu"] == "8"
 
 
 def test_render_cli_prints_yaml_kubectl_accepts(capsys):

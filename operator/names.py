@@ -1,12 +1,23 @@
-"""Names of the objects a LongContextJob owns, derived in one place."""
+"""Wire names in one place: the labels and annotations longctx reads and writes, the mount points
+the trainer relies on, and the names of the objects a LongContextJob owns."""
 
 from __future__ import annotations
 
 CONFIG_MOUNT = "/etc/longctx"
 CONFIG_FILE = "trainer.yaml"
+SHM_MOUNT = "/dev/shm"
+RESERVED_MOUNTS = (CONFIG_MOUNT, SHM_MOUNT)
+"""Where the operator mounts its own volumes: a job's claims may not be mounted on or under them."""
+
 JOB_NAME_LABEL = "longctx.io/job-name"
 GENERATION_LABEL = "longctx.io/generation"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+POD_ANNOTATIONS_ANNOTATION = "longctx.io/pod-annotations"
+"""On a LongContextJob: a JSON object of annotations for its pods (keys the admin allows)."""
+METRICS_URL_ANNOTATION = "longctx.io/metrics-url"
+"""On a LongContextJob: where to read rank 0's metrics (URL prefixes the admin allows)."""
 
 
 def metrics_port_name(local_process: int) -> str:
