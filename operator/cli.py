@@ -8,12 +8,13 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
-import yaml
 
 from .api.validate import InvalidJob, parse_job, problems
 
@@ -23,18 +24,19 @@ class UsageError(Exception):
 
 
 def _load_manifest(path: str) -> dict:
+    from .api.manifest import ManifestError, load_documents
+
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        text = data.decode("utf-8")
     except OSError as e:
         raise UsageError(f"{path}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not a text file (UTF-8 expected)") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise UsageError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        docs = load_documents(text)
+    except ManifestError as e:
+        raise UsageError(f"{path}: {e}") from None
     jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "LongContextJob"]
     if len(jobs) != 1:
         if len(docs) == 1:
@@ -79,30 +81,50 @@ def _job_from(path: str):
                             if len(e.problems) > 1 else "")) from None
 
 
+# Each plan flag and the spec field it sets, so a flag's error names the flag.
+_PLAN_FLAGS = {"spec.model.preset": "--model", "spec.sequenceLength": "--sequence-length",
+               "spec.globalBatchTokens": "--global-batch-tokens", "spec.resources.nodes": "--gpus",
+               "spec.resources.gpusPerNode": "--gpus-per-node", "spec.resources.gpuType": "--gpu",
+               "spec.network.fabric": "--fabric", "spec.precision": "--precision",
+               "spec.parallelism.attention": "--attention", "spec.offload.enabled": "--offload",
+               "spec.offload.chunkTokens": "--chunk-tokens", "spec.resources.memory": "--memory"}
+
+
+def _spec_from_flags(args) -> dict:
+    """The LongContextJob the plan flags describe: it goes through validation like a file."""
+    if args.gpus_per_node < 1 or args.gpus < args.gpus_per_node or args.gpus % args.gpus_per_node:
+        raise UsageError(f"--gpus {args.gpus} must be a positive multiple of --gpus-per-node {args.gpus_per_node}")
+    spec: dict = {"model": {"preset": args.model}, "sequenceLength": args.sequence_length,
+                  "resources": {"nodes": args.gpus // args.gpus_per_node, "gpusPerNode": args.gpus_per_node},
+                  "parallelism": {"attention": args.attention}, "offload": {}}
+    optional = {("globalBatchTokens",): args.global_batch_tokens, ("resources", "gpuType"): args.gpu,
+                ("network", "fabric"): args.fabric, ("precision",): args.precision,
+                ("offload", "enabled"): args.offload, ("offload", "chunkTokens"): args.chunk_tokens,
+                ("resources", "memory"): args.memory}
+    for path, value in optional.items():
+        if value is not None:
+            parent = spec
+            for key in path[:-1]:
+                parent = parent.setdefault(key, {})
+            parent[path[-1]] = value
+    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "plan"},
+            "spec": spec}
+
+
 def _plan_request_from_flags(args):
-    from longctx_trainer.presets import PRESETS
+    """The flags' job, validated with the API's own rules; pinned axes are applied on top (the
+    planner chooses the others, which a manifest cannot express)."""
+    import dataclasses
 
-    from .api.quantity import parse_quantity
-    from .planner import PlanRequest
-    from .render.trainer_config import ATTENTION
+    from .resolve import plan_request
 
-    if args.model not in PRESETS:
-        raise UsageError(f"--model: unknown preset {args.model!r}; known: {', '.join(PRESETS)}")
-    if args.gpus < 1 or args.gpus_per_node < 1:
-        raise UsageError("--gpus and --gpus-per-node must be at least 1")
-    if args.gpus % args.gpus_per_node:
-        raise UsageError(f"--gpus {args.gpus} is not a multiple of --gpus-per-node {args.gpus_per_node}")
-    try:
-        host_memory = parse_quantity(args.memory) if args.memory else None
-    except ValueError as e:
-        raise UsageError(f"--memory: {e} (e.g. 1800Gi)") from None
-    return PlanRequest(
-        model=PRESETS[args.model], sequence_length=args.sequence_length,
-        global_batch_tokens=args.global_batch_tokens or args.sequence_length,
-        nodes=args.gpus // args.gpus_per_node, gpus_per_node=args.gpus_per_node, gpu=args.gpu,
-        fabric=args.fabric, precision=args.precision, data=args.data, context=args.context,
-        tensor=args.tensor, attention=ATTENTION[args.attention],
-        offload=args.offload, chunk_tokens=args.chunk_tokens, host_memory_bytes=host_memory)
+    found = problems(_spec_from_flags(args))
+    if found:
+        first = found[0]
+        flag = next((f for field, f in _PLAN_FLAGS.items() if first.field.startswith(field)), None)
+        raise UsageError(f"{flag}: {first.message}" if flag else str(first))
+    request = plan_request(parse_job(_spec_from_flags(args)).spec)
+    return dataclasses.replace(request, data=args.data, context=args.context, tensor=args.tensor)
 
 
 def cmd_plan(args) -> int:
@@ -121,6 +143,8 @@ def cmd_plan(args) -> int:
         else:
             if args.model is None or args.sequence_length is None:
                 raise UsageError("plan needs a FILE, or --model and --sequence-length")
+            if any(v is not None and not 1 <= v <= 65536 for v in (args.data, args.context, args.tensor)):
+                raise UsageError("--data, --context and --tensor must be between 1 and 65536")
             request = _plan_request_from_flags(args)
         chosen = plan(request)
     except PlanError as e:
@@ -132,25 +156,37 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _settings():
-    """Operator settings from LONGCTX_OPERATOR_CONFIG and the environment, as one-line errors."""
+def _config(path: str | None):
+    """The operator configuration of --config (defaults without one), as one-line errors."""
     from pydantic import ValidationError
+    from yaml import YAMLError
 
-    from .render import OperatorSettings
+    from .config import OperatorConfig
 
     try:
-        return OperatorSettings.from_env()
+        return OperatorConfig.load(path)
     except OSError as e:
-        raise UsageError(f"LONGCTX_OPERATOR_CONFIG {e.filename}: {e.strerror}") from None
-    except (yaml.YAMLError, ValidationError) as e:
-        raise UsageError(f"LONGCTX_OPERATOR_CONFIG: not a valid operator config: "
-                         f"{str(e).splitlines()[0]}") from None
+        raise UsageError(f"--config {path}: {e.strerror}") from None
+    except YAMLError as e:
+        raise UsageError(f"--config {path}: not YAML: {str(e).splitlines()[0]}") from None
+    except ValidationError as e:
+        raise UsageError(f"--config {path}: not a valid operator config: {_first_error(e)}") from None
+
+
+def _first_error(error) -> str:
+    """A pydantic ValidationError's first problem as `field.path: message` (one line)."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+MAX_GENERATION = 1_000_000  # workload names stay valid DNS labels (docs/operator.md)
 
 
 def _positive_int(text: str) -> int:
     value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if not 1 <= value <= MAX_GENERATION:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_GENERATION}, got {value}")
     return value
 
 
@@ -159,18 +195,27 @@ def cmd_render(args) -> int:
     from .render import render_workload, render_yaml
     from .resolve import resolve_layout
 
+    from pydantic import ValidationError
+
+    from .api.spec import DNS_LABEL_PATTERN
+
     job = _job_from(args.file)
     _warn(args.file, job)
     if args.namespace:
+        if not re.fullmatch(DNS_LABEL_PATTERN, args.namespace) or len(args.namespace) > 63:
+            raise UsageError(f"--namespace {json.dumps(args.namespace)}: not a namespace name (a DNS label)")
         job.metadata.namespace = args.namespace
-    settings = _settings()
+    config = _config(args.config)
     if args.image:
-        settings = settings.model_copy(update={"trainer_image": args.image})
+        try:
+            config = type(config).model_validate({**config.model_dump(), "trainer_image": args.image})
+        except ValidationError as e:
+            raise UsageError(f"--image {json.dumps(args.image)}: {_first_error(e).split(': ', 1)[-1]}") from None
     try:
         layout, _ = resolve_layout(job.spec)
     except PlanError as e:
         raise UsageError(f"{args.file}: {e}") from None
-    sys.stdout.write(render_yaml(render_workload(job, layout, args.generation, settings)))
+    sys.stdout.write(render_yaml(render_workload(job, layout, args.generation, config).objects))
     return 0
 
 
@@ -201,7 +246,7 @@ def cmd_export(args) -> int:
     the run directory so that a relative checkpoint path resolves as it did for the workers."""
     import subprocess
 
-    from .render.names import CONFIG_FILE
+    from .names import CONFIG_FILE
 
     run_dir = Path(args.run_dir)
     config = run_dir / CONFIG_FILE
@@ -229,9 +274,15 @@ def cmd_tokenize(args) -> int:
 
 
 def cmd_operator(args) -> int:
-    from .main import run
+    from pydantic import ValidationError
 
-    return run(args)
+    from .main import config_from, run
+
+    try:
+        config = config_from(args, _config(args.config))
+    except ValidationError as e:
+        raise UsageError(f"operator: {_first_error(e)}") from None
+    return run(config, args.verbose)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -249,10 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch-tokens", type=int, help="default: one sequence")
     p.add_argument("--gpus", type=int, default=8, help="total GPUs (default 8)")
     p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--gpu", default="h100-80gb", help="GPU type, e.g. h100-80gb, h200-141gb")
-    p.add_argument("--fabric", default="infiniband")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--attention", default="ring", choices=["ring", "allGather"])
+    p.add_argument("--gpu", help="GPU type (default: the API's, h100-80gb), e.g. h200-141gb")
+    p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
+    p.add_argument("--precision", help="bf16 (the API's default) or fp32")
+    p.add_argument("--attention", default="ring", help="ring (default) or allGather")
     p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")
     p.add_argument("--context", type=int, help="pin context parallelism")
     p.add_argument("--tensor", type=int, help="pin tensor parallelism")
@@ -267,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="manifest path, or - for stdin")
     p.add_argument("--generation", type=_positive_int, default=1, help="workload generation (default 1)")
     p.add_argument("--namespace", "-n", help="namespace of the rendered objects")
-    p.add_argument("--image", help="trainer image (default: the operator's LONGCTX_TRAINER_IMAGE)")
+    p.add_argument("--image", help="trainer image (default: the operator configuration's trainerImage)")
+    p.add_argument("--config", metavar="FILE", help="operator configuration (the chart's operator.yaml)")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("run", help="train a job locally: its workers as local processes")

@@ -1,0 +1,71 @@
+"""The operator's configuration: one typed object, loaded once at start-up and passed in.
+
+The Helm chart writes it as operator.yaml (camelCase keys, the same names as here: an unknown key
+is an error, so the chart and the code cannot drift apart); `longctx operator --config FILE`
+reads it, and command-line flags override single values. Nothing is read from the environment.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+from .api.spec import IMAGE_PATTERN
+
+DEFAULT_TRAINER_IMAGE = "ghcr.io/longctx/longctx-trainer:0.1.0"
+Image = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, max_length=512)]
+Namespace = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+
+
+class OperatorConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True,
+                              extra="forbid", use_attribute_docstrings=True)
+
+    trainer_image: Image = DEFAULT_TRAINER_IMAGE
+    """Image of jobs that do not set spec.image."""
+    trainer_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    tcpx_daemon_image: Image = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
+    """GPUDirect-TCPX receive-datapath daemon (fabric gcp-tcpx)."""
+    tcpxo_daemon_image: Image = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.14"
+    """GPUDirect-TCPXO receive-datapath daemon (fabric gcp-tcpxo)."""
+    trainer_user: int = Field(1000, ge=1, le=2**31 - 1)
+    """Non-root uid (and gid, fsGroup) the trainer containers run as; the trainer image's user."""
+    watch_namespaces: list[Namespace] = Field(default_factory=list)
+    """Namespaces whose LongContextJobs this operator serves; empty: every namespace."""
+    read_nodes: bool = True
+    """Watch nodes (builtin gang admission counts free GPUs); false where RBAC cannot read them."""
+    workers: int = Field(16, ge=1, le=256)
+    """Concurrent reconciliations."""
+    progress_interval_seconds: float = Field(10.0, gt=0, le=3600)
+    """Seconds between reads of each running job's rank-0 metrics."""
+    metrics_port: int = Field(8000, ge=0, le=65535)
+    """Port of the operator's own Prometheus metrics; 0: off."""
+    health_port: int = Field(8080, ge=0, le=65535)
+    """Port of kopf's liveness endpoint /healthz; 0: off."""
+    allowed_pod_annotations: list[str] = Field(default_factory=list)
+    """Annotation keys (fnmatch patterns, e.g. "example.com/*") that jobs may put on their pods
+    through the longctx.io/pod-annotations annotation; empty: none."""
+    metrics_url_prefixes: list[str] = Field(default_factory=list)
+    """http(s) URL prefixes that a job's longctx.io/metrics-url annotation may point at (for
+    clusters where the operator cannot reach pod IPs); empty: the annotation is ignored and rank 0
+    is read at its pod IP."""
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> "OperatorConfig":
+        """The file's configuration, or the defaults when `path` is None. Raises OSError,
+        yaml.YAMLError or pydantic.ValidationError."""
+        if path is None:
+            return cls()
+        return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+
+    def pod_annotation_allowed(self, key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.allowed_pod_annotations)
+
+    def metrics_url_allowed(self, url: str) -> bool:
+        return url.startswith(("http://", "https://")) and any(
+            url.startswith(prefix) for prefix in self.metrics_url_prefixes)

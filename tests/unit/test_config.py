@@ -1,0 +1,34 @@
+"""The operator configuration (operator/config.py): the chart's operator.yaml, typed and strict."""
+
+import pytest
+from pydantic import ValidationError
+
+from longctx_operator.config import OperatorConfig
+
+
+def test_defaults_without_a_file():
+    config = OperatorConfig.load(None)
+    assert config.trainer_image.startswith("ghcr.io/longctx/longctx-trainer")
+    assert config.watch_namespaces == [] and config.read_nodes and config.allowed_pod_annotations == []
+
+
+def test_file_values_and_unknown_keys(tmp_path):
+    path = tmp_path / "operator.yaml"
+    path.write_text("trainerImage: registry.example/trainer:1.2\ntrainerImagePullPolicy: Always\n"
+                    "watchNamespaces: [a]\nreadNodes: false\n")
+    config = OperatorConfig.load(path)
+    assert (config.trainer_image, config.trainer_image_pull_policy) == ("registry.example/trainer:1.2", "Always")
+    assert config.watch_namespaces == ["a"] and config.read_nodes is False
+    path.write_text("canReadNodes: false\n")  # a key the code does not know is a chart/code mismatch
+    with pytest.raises(ValidationError, match="canReadNodes"):
+        OperatorConfig.load(path)
+
+
+def test_pod_annotation_and_metrics_url_allow_lists():
+    config = OperatorConfig(allowed_pod_annotations=["example.com/*", "profiler.io/on"],
+                            metrics_url_prefixes=["http://127.0.0.1:"])
+    assert config.pod_annotation_allowed("example.com/x") and config.pod_annotation_allowed("profiler.io/on")
+    assert not config.pod_annotation_allowed("k8s.v1.cni.cncf.io/networks")
+    assert config.metrics_url_allowed("http://127.0.0.1:9400/metrics")
+    assert not config.metrics_url_allowed("http://10.0.0.1:9400/metrics")
+    assert not OperatorConfig(metrics_url_prefixes=["file:"]).metrics_url_allowed("file:///etc/passwd")
