@@ -1,7 +1,9 @@
 """Thin, synchronous Kubernetes client helpers of the operator (run in worker threads).
 
 Children are created with create-or-get (deterministic names, 409 Conflict means it is there), so
-a restarted operator never duplicates them. Every request is counted in
+a restarted operator never duplicates them. Only the kinds the renderer makes are created, always
+in the owner's own namespace whatever the object says, and an object that is there already is
+used (or, for the ConfigMap, updated) only when this job owns it. Every request is counted in
 longctx_operator_api_requests_total.
 """
 
@@ -20,10 +22,10 @@ from .lifecycle import timestamp
 
 GROUP, VERSION, PLURAL, KIND = "longctx.io", "v1alpha1", "longcontextjobs", "LongContextJob"
 COMPONENT = "longctx-operator"
-# Test hook (docs/operator.md): set to NAMESPACE/NAME, the operator exits right after creating that
-# job's Service, before its Job, to prove that a restarted operator creates exactly one of each.
-EXIT_AFTER_SERVICE_ENV = "LONGCTX_OPERATOR_TEST_EXIT_AFTER_SERVICE"
-EXIT_AFTER_SERVICE_CODE = 17
+
+
+class NotOwned(Exception):
+    """A child's name is taken by an object this job does not own: it is neither used nor changed."""
 
 
 class CountingApiClient(kubernetes.client.ApiClient):
@@ -67,33 +69,42 @@ class Kube:
         self.batch = kubernetes.client.BatchV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
 
-    def _create(self, obj: dict, replace_on_conflict: bool = False) -> bool:
-        """Creates `obj`; True if created, False if it was there (then patched if asked)."""
-        ns, kind, name = obj["metadata"]["namespace"], obj["kind"], obj["metadata"]["name"]
-        create, patch = {
-            "Service": (self.core.create_namespaced_service, self.core.patch_namespaced_service),
-            "ConfigMap": (self.core.create_namespaced_config_map, self.core.patch_namespaced_config_map),
-            "Job": (self.batch.create_namespaced_job, self.batch.patch_namespaced_job),
-        }[kind]
+    def _calls(self, kind: str):
+        """(create, read, patch) of a kind the renderer makes; any other kind is refused."""
+        calls = {
+            "Service": (self.core.create_namespaced_service, self.core.read_namespaced_service,
+                        self.core.patch_namespaced_service),
+            "ConfigMap": (self.core.create_namespaced_config_map, self.core.read_namespaced_config_map,
+                          self.core.patch_namespaced_config_map),
+            "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job,
+                    self.batch.patch_namespaced_job),
+        }
+        if kind not in calls:
+            raise ValueError(f"the operator does not create {kind!r} objects")
+        return calls[kind]
+
+    def create_owned(self, obj: dict, owner: dict) -> bool:
+        """Create-or-get a Service or Job, create-or-update a ConfigMap (the next generation reads
+        the current spec), in the owner's namespace and owned by `owner`. True when it was created
+        now; NotOwned when the name belongs to an object of someone else."""
+        create, read, patch = self._calls(obj["kind"])
+        namespace, name = owner["metadata"]["namespace"], obj["metadata"]["name"]
+        obj["metadata"]["namespace"] = namespace
+        obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
         try:
-            create(ns, obj, _preload_content=False)
+            create(namespace, obj, _preload_content=False)
             return True
         except ApiException as e:
             if e.status != 409:
                 raise
-        if replace_on_conflict:
-            patch(name, ns, {"data": obj.get("data", {})}, _preload_content=False)
+        existing = _json(read(name, namespace, _preload_content=False))
+        if not any(ref.get("uid") == owner["metadata"]["uid"] and ref.get("controller")
+                   for ref in existing["metadata"].get("ownerReferences") or []):
+            raise NotOwned(f"{obj['kind']} {name} already exists and is not owned by LongContextJob "
+                           f"{owner['metadata']['name']}: rename the job or remove that {obj['kind']}")
+        if obj["kind"] == "ConfigMap":
+            patch(name, namespace, {"data": obj.get("data", {})}, _preload_content=False)
         return False
-
-    def create_owned(self, obj: dict, owner: dict) -> bool:
-        """Create-or-get a Service or Job, create-or-update a ConfigMap (the next generation reads
-        the current spec), owned by `owner`. True when it was created now."""
-        obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
-        created = self._create(obj, replace_on_conflict=obj["kind"] == "ConfigMap")
-        owner_key = f"{owner['metadata']['namespace']}/{owner['metadata']['name']}"
-        if created and obj["kind"] == "Service" and os.environ.get(EXIT_AFTER_SERVICE_ENV) == owner_key:
-            os._exit(EXIT_AFTER_SERVICE_CODE)
-        return created
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Deletes a generation's Job; foreground propagation keeps it until its pods are gone, so

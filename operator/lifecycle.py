@@ -25,7 +25,7 @@ from .api.spec import LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .observe import WorkloadObservation, parse_time
 from .planner import Plan, PlanError
-from .render import names
+from . import names
 from .render.layout import ResolvedLayout
 from .resolve import resolve_layout
 
@@ -33,7 +33,7 @@ TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
 ADMISSION_RETRY_SECONDS = 5.0
 WARNING_WHEN_TRUE = ("Failed", "Restarting")
-WARNING_WHEN_FALSE = ("Admitted", "LayoutPlanned", "WorkloadCreated")
+WARNING_WHEN_FALSE = ("Admitted", "LayoutPlanned", "WorkloadCreated", "PodAnnotationsAccepted")
 
 
 @dataclass(frozen=True)
@@ -172,10 +172,16 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: st
 
 
 def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callable[[], Admission],
-                planned: bool) -> Decision:
+                planned: bool, pod_annotations_error: str | None) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
         return _fail(n, "PlanFailed", next(c.message for c in n.status.conditions if c.type == "LayoutPlanned"))
+    if pod_annotations_error is not None:  # waits for the job's annotation to change
+        n.set(phase="Pending", reason="PodAnnotationsRejected", message=pod_annotations_error)
+        n.condition("PodAnnotationsAccepted", False, "PodAnnotationsRejected", pod_annotations_error)
+        return n.decision()
+    if any(c.type == "PodAnnotationsAccepted" for c in n.status.conditions):
+        n.condition("PodAnnotationsAccepted", True, "PodAnnotationsAccepted", "the pod annotations are allowed")
     mode = spec.scheduling.admission
     if mode == "builtin":
         verdict = admit()
@@ -270,9 +276,12 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
 
 
 def decide(job_name: str, spec: LongContextJobSpec, spec_generation: int, status: LongContextJobStatus,
-           observed: WorkloadObservation, now: datetime, admit: Callable[[], Admission]) -> Decision:
+           observed: WorkloadObservation, now: datetime, admit: Callable[[], Admission],
+           pod_annotations_error: str | None = None) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
-    generation (status.workloadGeneration) looks like `observed`."""
+    generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
+    the pod annotations the job asks for are refused (annotations.py); no generation is created
+    while it is set."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
         return n.decision()
@@ -300,4 +309,4 @@ def decide(job_name: str, spec: LongContextJobSpec, spec_generation: int, status
         remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
-    return _admit_next(n, spec, job_name, admit, planned)
+    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error)

@@ -1,10 +1,24 @@
-"""status.progress from rank 0's Prometheus exposition text (the trainer's exporter, trainer/metrics.py)."""
+"""status.progress from rank 0's Prometheus exposition text (the trainer's exporter, trainer/metrics.py).
+
+The operator reads rank 0 over plain http at its pod IP, or at a URL the job's
+longctx.io/metrics-url annotation names, only under a prefix the admin allows
+(OperatorConfig.metricsUrlPrefixes). Reads are bounded in size and time, follow no redirects and
+use no proxy; what a body holds never reaches a log.
+"""
 
 from __future__ import annotations
+
+import math
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from .api.status import ProgressStatus
+from .config import OperatorConfig
+from .names import METRICS_URL_ANNOTATION
 
 STEP = "longctx_train_step"
 TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
@@ -12,7 +26,13 @@ LOSS = "longctx_train_loss"
 MFU = "longctx_train_mfu_ratio"
 LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
 MFU_CONVENTION = "causal"
-METRICS_URL_ANNOTATION = "longctx.io/metrics-url"
+MAX_BODY_BYTES = 1 * 2**20
+"""A trainer's exposition is a few kilobytes; anything past this is not read."""
+TIMEOUT_SECONDS = 2.0
+
+
+class MetricsUnreadable(Exception):
+    """Rank 0's metrics could not be read; the message never contains the response body."""
 
 
 def _rank0_values(text: str) -> dict[str, float]:
@@ -29,25 +49,76 @@ def _rank0_values(text: str) -> dict[str, float]:
 
 
 def parse_progress(text: str, updated_at: str) -> ProgressStatus | None:
-    """The progress in `text`, or None when it has no training metrics yet (before the first step)."""
-    v = _rank0_values(text)
+    """The progress in `text`, or None when it has no training metrics yet (before the first step).
+    Raises MetricsUnreadable when the text is not Prometheus exposition."""
+    try:
+        v = _rank0_values(text)
+    except (ValueError, TypeError, IndexError) as e:  # the parser's messages quote the body
+        raise MetricsUnreadable(f"not Prometheus text ({type(e).__name__})") from None
     if not any(name in v for name in (STEP, TOKENS_PER_SECOND, LOSS)):
         return None
 
-    def integer(name: str) -> int | None:
-        return int(v[name]) if name in v else None
+    def number(name: str) -> float | None:  # the exporter runs the job author's image: trust no value
+        value = v.get(name)
+        return value if value is not None and math.isfinite(value) else None
 
-    return ProgressStatus(step=integer(STEP), tokens_per_second=v.get(TOKENS_PER_SECOND), mfu=v.get(MFU),
-                          loss=v.get(LOSS), last_checkpoint_step=integer(LAST_CHECKPOINT),
+    def integer(name: str) -> int | None:
+        value = number(name)
+        return int(value) if value is not None and abs(value) < 2**63 else None
+
+    return ProgressStatus(step=integer(STEP), tokens_per_second=number(TOKENS_PER_SECOND), mfu=number(MFU),
+                          loss=number(LOSS), last_checkpoint_step=integer(LAST_CHECKPOINT),
                           updated_at=updated_at)
 
 
-def metrics_url(annotations: dict[str, str], rank0_pod_ip: str | None, port: int) -> str | None:
-    """Where rank 0's exporter is: the job's longctx.io/metrics-url annotation (for clusters where
-    the operator cannot reach pod IPs), else http://<rank-0 pod IP>:<spec.metrics.port>/metrics."""
-    if annotations.get(METRICS_URL_ANNOTATION):
-        return annotations[METRICS_URL_ANNOTATION]
-    if rank0_pod_ip:
-        host = f"[{rank0_pod_ip}]" if ":" in rank0_pod_ip else rank0_pod_ip
-        return f"http://{host}:{port}/metrics"
-    return None
+@dataclass(frozen=True)
+class MetricsSource:
+    url: str | None
+    """Where to read rank 0's metrics; None while rank 0 has no pod IP."""
+    refused: str | None = None
+    """Why the job's own URL annotation was not used."""
+
+
+def metrics_source(annotations: dict[str, str], rank0_pod_ip: str | None, port: int,
+                   config: OperatorConfig) -> MetricsSource:
+    """Rank 0's exporter: the annotation's URL when the admin allows it, else
+    http://<rank-0 pod IP>:<spec.metrics.port>/metrics."""
+    requested = annotations.get(METRICS_URL_ANNOTATION)
+    if requested and config.metrics_url_allowed(requested):
+        return MetricsSource(requested)
+    refused = (f"annotation {METRICS_URL_ANNOTATION} is not under the operator's metricsUrlPrefixes; "
+               f"reading rank 0 at its pod IP") if requested else None
+    if not rank0_pod_ip:
+        return MetricsSource(None, refused)
+    host = f"[{rank0_pod_ip}]" if ":" in rank0_pod_ip else rank0_pod_ip
+    return MetricsSource(f"http://{host}:{port}/metrics", refused)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, "redirects are not followed", headers, fp)
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
+
+
+def fetch_metrics(url: str, limit: int = MAX_BODY_BYTES, timeout: float = TIMEOUT_SECONDS) -> str:
+    """The exposition text at an http(s) `url`, at most `limit` bytes; raises MetricsUnreadable."""
+    if not url.startswith(("http://", "https://")):
+        raise MetricsUnreadable("only http and https URLs are read")
+    deadline = time.monotonic() + timeout
+    body = b""
+    try:
+        with _OPENER.open(url, timeout=timeout) as response:
+            while len(body) <= limit:  # a server that trickles bytes is cut off at the deadline
+                chunk = response.read1(min(65536, limit + 1 - len(body)))
+                if not chunk:
+                    break
+                body += chunk
+                if time.monotonic() > deadline:
+                    raise MetricsUnreadable(f"response took longer than {timeout:.0f} s")
+    except (OSError, ValueError) as e:
+        raise MetricsUnreadable(f"{type(e).__name__}: {getattr(e, 'reason', None) or getattr(e, 'code', '')}") from None
+    if len(body) > limit:
+        raise MetricsUnreadable(f"response larger than {limit} bytes")
+    return body.decode("utf-8", errors="replace")

@@ -8,10 +8,8 @@ posts its Events, then creates or deletes the workload. Blocking API calls run i
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,19 +19,20 @@ from pydantic import ValidationError
 
 from . import metrics
 from .admission import Admission, GangRequest, admit_gang
+from .annotations import pod_annotations
 from .api.spec import LongContextJob
 from .api.status import LongContextJobStatus
 from .cache import Cache, Key
-from .kube import Kube
+from .config import OperatorConfig
+from .kube import Kube, NotOwned
 from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide, timestamp
+from .names import workload_name
 from .observe import MISSING, WorkloadObservation, observe_workload, pod_rank
-from .progress import metrics_url, parse_progress
-from .render import OperatorSettings, render_workload
-from .render.names import workload_name
+from .progress import MetricsUnreadable, fetch_metrics, metrics_source, parse_progress
+from .render import render_workload
 from .render.workload import node_selector, tolerations
 
 log = logging.getLogger("longctx.operator")
-POD_ANNOTATIONS = "longctx.io/pod-annotations"
 RESERVATION_SECONDS = 30.0
 RESYNC_SECONDS = 60.0
 # Pod and Job events of one job come in bursts (a gang of pods changes together): one
@@ -100,8 +99,10 @@ def status_patch(old: dict, new: LongContextJobStatus) -> dict:
     return body
 
 
-def refusal(error: ApiException) -> str:
-    """Why the API server refused to create a workload object, for the job's status."""
+def refusal(error: ApiException | NotOwned) -> str:
+    """Why a workload object could not be created, for the job's status."""
+    if isinstance(error, NotOwned):
+        return f"creating the workload failed: {error}"
     return f"creating the workload failed: {error.status} {error.reason}: {(error.body or '')[:500]}".rstrip(": ")
 
 
@@ -110,31 +111,26 @@ def retry_delay(failures: int) -> float:
     return min(ERROR_RETRY_MAX_SECONDS, 2.0 ** (failures - 1))
 
 
-def with_pod_annotations(objects: list[dict], annotations: dict[str, str]) -> list[dict]:
-    """Copies the JSON object in the job's longctx.io/pod-annotations annotation onto every pod
-    (for example KWOK's lifecycle annotations in tests, or a profiler switch)."""
-    extra = json.loads(annotations.get(POD_ANNOTATIONS) or "{}")
-    for obj in objects:
-        if obj["kind"] == "Job" and extra:
-            meta = obj["spec"]["template"].setdefault("metadata", {})
-            meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
-    return objects
+def add_pod_annotations(job: dict, extra: dict[str, str]) -> dict:
+    """The rendered Job with the job's allowed pod annotations added; the fabric's own win."""
+    meta = job["spec"]["template"]["metadata"]
+    meta["annotations"] = {**extra, **meta.get("annotations", {})}
+    return job
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: OperatorSettings, workers: int = 16,
-                 progress_interval: float = 10.0, nodes_visible: bool = True):
-        self.kube, self.settings = kube, settings
+    def __init__(self, kube: Kube, config: OperatorConfig):
+        self.kube, self.config = kube, config
         self.cache = Cache()
         self.queue = WorkQueue()
-        self.workers = workers
-        self.nodes_visible = nodes_visible
-        self.progress_interval = progress_interval
+        self.workers = config.workers
+        self.nodes_visible = config.read_nodes
+        self.progress_interval = config.progress_interval_seconds
         self.reservations: dict[Key, Reservation] = {}
         self.waiting_since: dict[Key, float] = {}  # first refused admission of the coming generation
         self._tasks: list[asyncio.Task] = []
         # Blocking API calls: enough threads for every worker, the progress reads and Events.
-        self._threads = ThreadPoolExecutor(max_workers=2 * workers + 4, thread_name_prefix="kube")
+        self._threads = ThreadPoolExecutor(max_workers=2 * self.workers + 4, thread_name_prefix="kube")
         # Metrics reads get their own threads: unreachable pod IPs must not starve reconciliations.
         self._scrapers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
         self._events: dict[Key, asyncio.Task] = {}  # the last Event-posting task of each job
@@ -254,10 +250,11 @@ class Reconciler:
             elif key in self._create_errors:
                 observed = WorkloadObservation(exists=False, create_error=self._create_errors[key])
         now = datetime.now(timezone.utc)
+        annotations = pod_annotations(obj["metadata"].get("annotations") or {}, self.config)
         decision = decide(key[1], job.spec, obj["metadata"].get("generation", 1), status, observed, now,
-                          lambda: self._admission(key, job))
+                          lambda: self._admission(key, job), annotations.error)
         self._account(key, job, status, decision)
-        await self._apply(key, obj, job, status, decision)
+        await self._apply(key, obj, job, status, decision, annotations.values)
         metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
         return min(decision.requeue_after, RESYNC_SECONDS) if decision.requeue_after is not None else RESYNC_SECONDS
 
@@ -276,7 +273,7 @@ class Reconciler:
                 metrics.ADMISSION_WAIT.observe(waited)
 
     async def _apply(self, key: Key, obj: dict, job: LongContextJob, old: LongContextJobStatus,
-                     decision: Decision) -> None:
+                     decision: Decision, extra_pod_annotations: dict[str, str]) -> None:
         namespace, name = key
         patch = status_patch(obj.get("status") or {}, decision.status)
         if decision.status != old:
@@ -287,15 +284,13 @@ class Reconciler:
             self._post_events(key, obj, decision.events)
         for action in decision.actions:
             if isinstance(action, CreateWorkload):
-                objects = with_pod_annotations(
-                    render_workload(job, action.layout, action.generation, self.settings),
-                    job.metadata.model_extra.get("annotations") or {})
-                service = next(o for o in objects if o["kind"] == "Service")
+                workload = render_workload(job, action.layout, action.generation, self.config)
+                add_pod_annotations(workload.job, extra_pod_annotations)
                 try:
-                    await self._call(self.kube.create_owned, service, obj)  # stable across generations
-                    await asyncio.gather(*(self._call(self.kube.create_owned, o, obj)
-                                           for o in objects if o is not service))
-                except ApiException as e:
+                    await self._call(self.kube.create_owned, workload.service, obj)  # stable across generations
+                    await asyncio.gather(self._call(self.kube.create_owned, workload.config_map, obj),
+                                         self._call(self.kube.create_owned, workload.job, obj))
+                except (ApiException, NotOwned) as e:
                     self._create_errors[key] = refusal(e)  # the next decision reports it
                     raise  # retried by the worker, with backoff
                 self._create_errors.pop(key, None)
@@ -326,8 +321,11 @@ class Reconciler:
         rank0 = next((p for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0)
                       if pod_rank(p) == 0), None)
         port = ((obj.get("spec") or {}).get("metrics") or {}).get("port", 9400)
-        return metrics_url(obj["metadata"].get("annotations") or {},
-                           rank0["status"].get("podIP") if rank0 else None, port)
+        source = metrics_source(obj["metadata"].get("annotations") or {},
+                                rank0["status"].get("podIP") if rank0 else None, port, self.config)
+        if source.refused:
+            log.warning("%s/%s: %s", *key, source.refused)
+        return source.url
 
     async def scrape(self, key: Key) -> None:
         obj = self.cache.jobs_of.get(key)
@@ -337,14 +335,14 @@ class Reconciler:
         if url is None:
             return
         try:
-            text = await asyncio.get_running_loop().run_in_executor(self._scrapers, _fetch, url)
-        except OSError as e:
-            log.debug("%s/%s: metrics at %s unreachable: %s", *key, url, e)
+            text = await asyncio.get_running_loop().run_in_executor(self._scrapers, fetch_metrics, url)
+            progress = parse_progress(text, timestamp(datetime.now(timezone.utc)))
+        except MetricsUnreadable as e:
+            log.debug("%s/%s: metrics at %s unreadable: %s", *key, url, e)
             return
-        progress = parse_progress(text, timestamp(datetime.now(timezone.utc)))
         if progress is not None:
             updated = await self._call(self.kube.patch_status, *key,
-                                              {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
+                                       {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
             self.cache.put_job(updated, deleted=False)
 
     async def _progress_loop(self) -> None:
@@ -355,8 +353,3 @@ class Reconciler:
             for key, result in zip(keys, results):
                 if isinstance(result, Exception):
                     log.warning("%s/%s: progress not updated: %s", *key, result)
-
-
-def _fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=2) as response:
-        return response.read().decode()

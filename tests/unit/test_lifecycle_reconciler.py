@@ -4,7 +4,8 @@ import asyncio
 
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
 from longctx_operator.cache import Cache
-from longctx_operator.reconciler import WorkQueue, status_patch, with_pod_annotations
+from longctx_operator.config import OperatorConfig
+from longctx_operator.reconciler import WorkQueue, add_pod_annotations, status_patch
 
 
 def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once():
@@ -37,12 +38,11 @@ def test_status_patch_removes_cleared_fields_and_leaves_progress_alone():
     assert "progress" not in patch
 
 
-def test_pod_annotations_are_copied_to_the_job_template_only():
-    objects = [{"kind": "Service", "metadata": {}},
-               {"kind": "Job", "spec": {"template": {"metadata": {"annotations": {"keep": "1"}}}}}]
-    with_pod_annotations(objects, {"longctx.io/pod-annotations": '{"longctx.io/fail": "true"}'})
-    assert objects[1]["spec"]["template"]["metadata"]["annotations"] == {"keep": "1", "longctx.io/fail": "true"}
-    assert objects[0] == {"kind": "Service", "metadata": {}}
+def test_allowed_pod_annotations_join_the_fabric_annotations_which_win():
+    job = {"kind": "Job", "spec": {"template": {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "ib0"}}}}}
+    add_pod_annotations(job, {"example.com/profile": "on", "k8s.v1.cni.cncf.io/networks": "other/net"})
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "example.com/profile": "on", "k8s.v1.cni.cncf.io/networks": "ib0"}
 
 
 def test_cache_keeps_the_newest_copy_of_a_job():
@@ -65,26 +65,33 @@ def test_cache_finds_the_pods_of_one_generation():
     assert [p["metadata"]["name"] for p in cache.generation_pods(("n", "j"), 2)] == ["b"]
 
 
-def test_node_access_follows_the_env_then_the_chart_config(tmp_path):
-    from longctx_operator.handlers import can_read_nodes
+def test_nodes_are_watched_only_when_the_configuration_can_read_them():
+    from longctx_operator.handlers import make_registry
 
-    config = tmp_path / "operator.yaml"
-    config.write_text("canReadNodes: false\n")
-    assert can_read_nodes({}) is True
-    assert can_read_nodes({"LONGCTX_OPERATOR_CONFIG": str(config)}) is False
-    assert can_read_nodes({"LONGCTX_OPERATOR_CONFIG": str(config), "LONGCTX_OPERATOR_READ_NODES": "true"}) is True
-    assert can_read_nodes({"LONGCTX_OPERATOR_READ_NODES": "false"}) is False
+    def watched(config):
+        return {h.selector.any_name for h in make_registry(config)._watching.get_all_handlers()}
+
+    assert "nodes" in watched(OperatorConfig())
+    without = watched(OperatorConfig(read_nodes=False))
+    assert "nodes" not in without and {"pods", "jobs"} <= without
+
+
+def test_the_explicit_registry_logs_in_with_the_kubernetes_client():
+    """An explicit registry gets none of kopf's default login handlers: without its own, the
+    operator would start and then fail every API call with 'Ran out of valid credentials'."""
+    from longctx_operator.handlers import make_registry
+
+    activities = {h.activity.value for h in make_registry(OperatorConfig())._activities.get_all_handlers()}
+    assert "authentication" in activities
 
 
 def test_builtin_admission_without_node_access_says_so():
     from longctx_operator.api.spec import LongContextJob
     from longctx_operator.reconciler import Reconciler
-    from longctx_operator.render import OperatorSettings
-
     job = LongContextJob.model_validate({
         "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j", "namespace": "n"},
         "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}}})
-    verdict = Reconciler(kube=None, settings=OperatorSettings(), nodes_visible=False)._admission(("n", "j"), job)
+    verdict = Reconciler(kube=None, config=OperatorConfig(read_nodes=False))._admission(("n", "j"), job)
     assert not verdict.fits and verdict.reason == "NodesNotReadable" and "kueue or none" in verdict.message
 
 
@@ -113,14 +120,13 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
 
     from longctx_operator.api.spec import LongContextJob
     from longctx_operator.reconciler import Reconciler, Reservation
-    from longctx_operator.render import OperatorSettings
 
     def node(name):
         return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
                 "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"},
                                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
-    reconciler = Reconciler(kube=None, settings=OperatorSettings())
+    reconciler = Reconciler(kube=None, config=OperatorConfig())
     for name in "abcd":
         reconciler.cache.put_node(node(name), deleted=False)
     reconciler.cache.put_pod({
@@ -143,13 +149,12 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
 
 def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():
     from longctx_operator.reconciler import Reconciler
-    from longctx_operator.render import OperatorSettings
 
     def job(generation, observed):
         return {"metadata": {"namespace": "n", "name": "j", "generation": generation},
                 "status": {"observedGeneration": observed, "reason": "WorkloadCreateFailed"}}
 
-    reconciler = Reconciler(kube=None, settings=OperatorSettings())
+    reconciler = Reconciler(kube=None, config=OperatorConfig())
     reconciler.job_event(job(1, 1), deleted=False)
     assert reconciler.queue._dirty == {("n", "j")}
     reconciler.queue._dirty.clear()
@@ -162,9 +167,8 @@ def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():
 
 def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
     from longctx_operator.reconciler import Reconciler
-    from longctx_operator.render import OperatorSettings
 
-    reconciler = Reconciler(kube=None, settings=OperatorSettings())
+    reconciler = Reconciler(kube=None, config=OperatorConfig())
     for name, status in (("new", {}), ("no-room", {"phase": "Pending", "reason": "InsufficientGPUs"}),
                          ("in-kueue", {"phase": "Pending", "currentWorkload": "in-kueue-g1"}),
                          ("running", {"phase": "Running", "currentWorkload": "running-g1"})):
