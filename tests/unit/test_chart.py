@@ -115,6 +115,11 @@ def test_rendered_core_objects_are_valid_kubernetes(request, fixture):
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
+def rendered_config(objects: list[dict]) -> dict:
+    [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
+    return yaml.safe_load(configmap["data"]["operator.yaml"])
+
+
 def test_default_deployment_is_one_hardened_recreated_operator(default_objects):
     deployment = one(default_objects, "Deployment")
     assert deployment["spec"]["replicas"] == 1
@@ -123,9 +128,9 @@ def test_default_deployment_is_one_hardened_recreated_operator(default_objects):
     assert pod["securityContext"]["runAsNonRoot"] is True
     container = operator_container(default_objects)
     assert container["command"] == ["longctx", "operator"]
-    assert "--all-namespaces" in container["args"]
-    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
-    assert "--metrics-port=8000" in container["args"]
+    # Everything the operator needs is in its configuration file; flags would be a second home.
+    assert container["args"] == ["--config=/etc/longctx/operator.yaml"]
+    assert "LONGCTX_OPERATOR_CONFIG" not in {item["name"] for item in container["env"]}
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports == {"health": 8080, "metrics": 8000}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -136,40 +141,44 @@ def test_default_deployment_is_one_hardened_recreated_operator(default_objects):
     assert container["image"] == "ghcr.io/longctx/longctx-operator:0.1.0"
 
 
-def test_operator_config_carries_trainer_image_and_node_access(default_objects, custom_objects):
-    def config(objects):
-        [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
-        return yaml.safe_load(configmap["data"]["operator.yaml"])
-
-    default = config(default_objects)
+def test_operator_config_carries_trainer_image_scope_and_ports(default_objects, custom_objects):
+    default = rendered_config(default_objects)
     assert default["trainerImage"] == "ghcr.io/longctx/longctx-trainer:0.1.0"
-    assert default["canReadNodes"] is True and default["watchNamespaces"] == []
+    assert default["readNodes"] is True and default["watchNamespaces"] == []
+    assert default["healthPort"] == 8080 and default["metricsPort"] == 8000
+    # Job authors get no pod annotations and no metrics URL unless the administrator allows them.
+    assert default["allowedPodAnnotations"] == [] and default["metricsUrlPrefixes"] == []
     # Admission and fabric defaults come from the CRD (server-side), not from the operator's config.
     assert not {"admission", "network"} & default.keys()
-    custom = config(custom_objects)
+    custom = rendered_config(custom_objects)
     assert custom["trainerImage"] == "registry.example.com/ml/longctx-trainer:0.1.0-cuda13"
-    assert custom["canReadNodes"] is False and custom["watchNamespaces"] == ["ml-a", "ml-b"]
+    assert custom["readNodes"] is False and custom["watchNamespaces"] == ["ml-a", "ml-b"]
+    assert custom["healthPort"] == 18080 and custom["metricsPort"] == 18000
     container = operator_container(custom_objects)
-    assert {"--liveness=http://0.0.0.0:18080/healthz", "--metrics-port=18000"} <= set(container["args"])
     assert {port["containerPort"] for port in container["ports"]} == {18080, 18000}
-    env = {item["name"]: item.get("value") for item in container["env"]}
-    assert env["LONGCTX_OPERATOR_CONFIG"] == "/etc/longctx/operator.yaml"
 
 
 @pytest.mark.parametrize("fixture", ["default_objects", "custom_objects"])
-def test_operator_settings_read_the_rendered_config(request, tmp_path, fixture):
-    from longctx_operator.render.settings import OperatorSettings
+def test_operator_reads_the_rendered_config_through_its_own_flags(request, tmp_path, fixture):
+    """The chart's command line, parsed by the operator's own parser, loads the rendered file into
+    the OperatorConfig the handlers get (an unknown or misspelt key would fail here)."""
+    from longctx_operator.cli import _config, build_parser
+    from longctx_operator.main import config_from
 
     objects = request.getfixturevalue(fixture)
-    [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
     path = tmp_path / "operator.yaml"
-    path.write_text(configmap["data"]["operator.yaml"])
-    settings = OperatorSettings.from_env({"LONGCTX_OPERATOR_CONFIG": str(path)})
-    rendered = yaml.safe_load(path.read_text())
-    assert settings.trainer_image == rendered["trainerImage"]
-    assert settings.trainer_image_pull_policy == rendered["trainerImagePullPolicy"]
+    rendered = rendered_config(objects)
+    path.write_text(yaml.safe_dump(rendered))
+    container = operator_container(objects)
+    args = build_parser().parse_args(container["command"][1:] + [f"--config={path}"])
+    config = config_from(args, _config(args.config))
+    assert config.trainer_image == rendered["trainerImage"]
+    assert config.trainer_image_pull_policy == rendered["trainerImagePullPolicy"]
+    assert config.watch_namespaces == rendered["watchNamespaces"]
+    assert config.read_nodes == rendered["readNodes"] and config.trainer_user == rendered["trainerUser"]
+    assert (config.health_port, config.metrics_port) == (rendered["healthPort"], rendered["metricsPort"])
     if fixture == "custom_objects":
-        assert settings.tcpxo_daemon_image == "registry.example.com/gcp/tcpgpudmarxd:v1.0.99"
+        assert config.tcpxo_daemon_image == "registry.example.com/gcp/tcpgpudmarxd:v1.0.99"
     else:
         assert "tcpxoDaemonImage" not in rendered  # the operator keeps its built-in default
 
@@ -183,6 +192,18 @@ def test_cluster_scope_grants_the_rule_file_and_nothing_more(default_objects):
     assert not by_kind(default_objects, "Role")
 
 
+def test_cluster_scope_with_listed_namespaces_grants_writes_only_there(helm, tmp_path):
+    """Watching some namespaces in cluster scope: the namespaced rights (creating Jobs, patching
+    ConfigMaps) are Roles in those namespaces; the ClusterRole holds the node reads alone."""
+    rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
+    objects = render(helm, tmp_path, {"watchNamespaces": ["ml-a", "ml-b"]})
+    assert one(objects, "ClusterRole")["rules"] == rules["clusterScoped"]
+    roles = by_kind(objects, "Role")
+    assert sorted(role["metadata"]["namespace"] for role in roles) == ["ml-a", "ml-b"]
+    assert all(role["rules"] == rules["namespaced"] for role in roles)
+    assert rendered_config(objects)["readNodes"] is True
+
+
 def test_namespace_scope_has_a_role_per_namespace_without_node_access(custom_objects):
     assert not by_kind(custom_objects, "ClusterRole") and not by_kind(custom_objects, "ClusterRoleBinding")
     roles = by_kind(custom_objects, "Role")
@@ -191,8 +212,6 @@ def test_namespace_scope_has_a_role_per_namespace_without_node_access(custom_obj
         assert all("nodes" not in rule["resources"] for rule in role["rules"])
     bindings = by_kind(custom_objects, "RoleBinding")
     assert {binding["subjects"][0]["name"] for binding in bindings} == {"longctx-op"}
-    args = operator_container(custom_objects)["args"]
-    assert "--namespace=ml-a" in args and "--namespace=ml-b" in args and "--all-namespaces" not in args
 
 
 def test_rbac_never_touches_secrets_or_uses_wildcards():
@@ -282,11 +301,10 @@ def test_namespace_scope_installs_and_says_nodes_are_not_readable(helm, tmp_path
     config turns node access off and NOTES tell which admission jobs must use instead."""
     values = {"rbac": {"scope": "namespace"}}
     objects = render(helm, tmp_path, values)
-    [configmap] = [obj for obj in by_kind(objects, "ConfigMap") if obj["metadata"]["name"].endswith("-config")]
-    config = yaml.safe_load(configmap["data"]["operator.yaml"])
-    assert config["canReadNodes"] is False and config["watchNamespaces"] == ["longctx-system"]
+    config = rendered_config(objects)
+    assert config["readNodes"] is False and config["watchNamespaces"] == ["longctx-system"]
     notes = " ".join(render_notes(helm, tmp_path / "notes", values).split())
-    assert "cannot read nodes (canReadNodes: false)" in notes
+    assert "cannot read nodes (readNodes: false)" in notes
     assert "spec.scheduling.admission to kueue" in notes and "or none" in notes
     assert "stays Pending with reason NodesNotReadable" in notes
 
@@ -312,21 +330,6 @@ def test_notes_explain_scope_and_monitoring(helm, tmp_path):
     assert "namespace(s) ml-a, ml-b" in custom and "cannot read nodes" in custom
     assert "PodMonitor longctx-trainers" in custom and "LongctxJobStalled" in custom
     assert "registry.example.com/ml/longctx-trainer:0.1.0-cuda13" in custom
-
-
-def test_operator_cli_accepts_the_chart_arguments(default_objects, custom_objects):
-    from longctx_operator.cli import build_parser
-
-    def parse(objects):
-        container = operator_container(objects)
-        return build_parser().parse_args(container["command"][1:] + container["args"])
-
-    default = parse(default_objects)
-    assert default.command == "operator" and default.all_namespaces and not default.namespaces
-    assert default.liveness == "http://0.0.0.0:8080/healthz" and default.metrics_port == 8000
-    custom = parse(custom_objects)
-    assert custom.namespaces == ["ml-a", "ml-b"] and not custom.all_namespaces
-    assert custom.liveness == "http://0.0.0.0:18080/healthz" and custom.metrics_port == 18000
 
 
 @pytest.fixture(scope="module")
