@@ -207,10 +207,14 @@ def main() -> int:
             except subprocess.CalledProcessError:
                 time.sleep(0.5)
         port = free_port()
-        log = open(Path(tempfile.gettempdir()) / f"longctx-operator-scale-{os.getpid()}.log", "wb")
+        scratch = Path(tempfile.gettempdir())
+        log = open(scratch / f"longctx-operator-scale-{os.getpid()}.log", "wb")
+        config = scratch / f"longctx-operator-scale-{os.getpid()}.yaml"
+        # KWOK's stage annotation (longctx.io/keep-running) must reach the pods.
+        config.write_text(json.dumps({"allowedPodAnnotations": ["longctx.io/*"]}))
         operator = subprocess.Popen(
-            [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces", "--metrics-port", str(port),
-             "--liveness-port", "0"], env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
+            [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces", "--config", str(config),
+             "--metrics-port", str(port), "--health-port", "0"], env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
         timeline = Timeline(kubeconfig, namespace, args.pods)
         warm = timeline.apply(cluster, ["warmup"], args.timeout)["warmup"]
         print(f"warm-up job (operator just started): all {args.pods} pods Running after {warm['running']:.2f}s",

@@ -19,21 +19,31 @@ REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"
 
 
-class OperatorProcess:
-    """`longctx operator --all-namespaces` against the test cluster, logging to a file."""
+# The test operator's configuration (operator/config.py): KWOK's stage annotations (longctx.io/*,
+# docs/cluster.md) may reach pods, and a job may point the progress scrape at a local port.
+TEST_CONFIG = {"allowedPodAnnotations": ["longctx.io/*"], "metricsUrlPrefixes": ["http://127.0.0.1:"],
+               "progressIntervalSeconds": 1}
 
-    def __init__(self, kubeconfig: Path, log: Path, env: dict[str, str] | None = None):
+
+class OperatorProcess:
+    """`longctx operator --all-namespaces --config <TEST_CONFIG>` against the test cluster,
+    logging to a file."""
+
+    def __init__(self, kubeconfig: Path, log: Path, config: dict | None = None):
         self.kubeconfig, self.log_path = kubeconfig, log
         self.metrics_port = free_port()
         self.liveness_port = free_port()
-        self.env = os.environ | {"KUBECONFIG": str(kubeconfig), "LONGCTX_PROGRESS_INTERVAL_SECONDS": "1"} | (env or {})
+        self.config_path = log.with_suffix(".config.yaml")
+        self.config_path.write_text(json.dumps(TEST_CONFIG | (config or {})))
+        self.env = os.environ | {"KUBECONFIG": str(kubeconfig)}
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "OperatorProcess":
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces",
-             "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port)],
+             "--config", str(self.config_path),
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.liveness_port)],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         return self
 

@@ -27,10 +27,11 @@ OPERATOR_CALLS_NAMESPACED = {
     ("list", "longcontextjobs.longctx.io", ""), ("watch", "longcontextjobs.longctx.io", ""),  # handlers: kopf.on.event
     ("patch", "longcontextjobs.longctx.io", "status"),  # kube.patch_status
     ("update", "longcontextjobs.longctx.io", "finalizers"),  # blockOwnerDeletion owner references (kube.owner_reference)
-    ("create", "jobs.batch", ""), ("delete", "jobs.batch", ""),  # kube.create_workload, kube.delete_job
+    ("create", "jobs.batch", ""), ("delete", "jobs.batch", ""),  # kube.create_owned, kube.delete_job
+    ("get", "jobs.batch", ""), ("get", "services", ""), ("get", "configmaps", ""),  # kube.create_owned: owner of a taken name
     ("list", "jobs.batch", ""), ("watch", "jobs.batch", ""),  # handlers: workload_event
-    ("create", "services", ""),  # kube.create_workload (create-or-get)
-    ("create", "configmaps", ""), ("patch", "configmaps", ""),  # kube.create_workload (create-or-update)
+    ("create", "services", ""),  # kube.create_owned (create-or-get)
+    ("create", "configmaps", ""), ("patch", "configmaps", ""),  # kube.create_owned (create-or-update when owned)
     ("list", "pods", ""), ("watch", "pods", ""),  # handlers: pod_event
     ("create", "events", ""),  # kube.post_event
 }
@@ -160,8 +161,8 @@ def test_namespace_scope_install_grants_only_the_watched_namespace(kubectl, admi
     install(helm, release, namespace, tmp_path,
             {"rbac": {"scope": "namespace"}, "watchNamespaces": [other_namespace]})
     check_running_operator(kubectl, admin_kubectl, release)
-    args = next(c for c in kubectl.json("get", "deployment", release)["spec"]["template"]["spec"]["containers"])["args"]
-    assert f"--namespace={other_namespace}" in args and "--all-namespaces" not in args
+    config = yaml.safe_load(kubectl.json("get", "configmap", f"{release}-config")["data"]["operator.yaml"])
+    assert config["watchNamespaces"] == [other_namespace] and config["readNodes"] is False
     access = Access(admin_kubectl, namespace, release)
     wrong = access.mismatches(OPERATOR_CALLS_NAMESPACED, NAMESPACED_RESOURCES, other_namespace)
     # Not watched: neither the release's own namespace nor any other one.
@@ -171,3 +172,20 @@ def test_namespace_scope_install_grants_only_the_watched_namespace(kubectl, admi
     assert not wrong, "\n".join(wrong)
     check_uninstall(helm, kubectl, admin_kubectl, release, [namespace, other_namespace])
     assert not access.can("watch", "longcontextjobs.longctx.io", namespace=other_namespace)
+
+
+@pytest.mark.slow
+def test_cluster_scope_with_listed_namespaces_writes_only_there(kubectl, admin_kubectl, namespace, release,
+                                                                 other_namespace, tmp_path):
+    """Cluster scope watching one namespace: node reads cluster-wide, but Jobs, ConfigMaps and the
+    rest only in the watched namespace, so no job author can make it write anywhere else."""
+    helm = Helm(kubectl)
+    install(helm, release, namespace, tmp_path, {"watchNamespaces": [other_namespace]})
+    check_running_operator(kubectl, admin_kubectl, release)
+    access = Access(admin_kubectl, namespace, release)
+    wrong = access.mismatches(OPERATOR_CALLS_NAMESPACED, NAMESPACED_RESOURCES, other_namespace)
+    wrong += access.mismatches(set(), NAMESPACED_RESOURCES, "kube-system")
+    wrong += access.mismatches(set(), NAMESPACED_RESOURCES, f"any-{uuid.uuid4().hex[:6]}")
+    wrong += access.mismatches(OPERATOR_CALLS_CLUSTER, CLUSTER_RESOURCES, None)
+    assert not wrong, "\n".join(wrong)
+    check_uninstall(helm, kubectl, admin_kubectl, release, [namespace, other_namespace])

@@ -8,6 +8,7 @@ through the job's longctx.io/pod-annotations annotation (docs/cluster.md).
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import textwrap
@@ -282,3 +283,77 @@ def test_operator_metrics_count_reconciles_restarts_and_phases(operator, kubectl
     assert after["longctx_operator_admission_wait_seconds_count"] >= before.get("longctx_operator_admission_wait_seconds_count", 0) + 2
     assert after["longctx_operator_reconcile_duration_seconds_count"] > 0
     assert after['longctx_operator_api_requests_total{verb="post"}'] > before.get('longctx_operator_api_requests_total{verb="post"}', 0)
+
+
+def test_restricted_namespace_runs_tcp_jobs_and_refuses_rdma_ones(operator, kubectl, wait_until, namespace):
+    """Pod Security Admission "restricted" (docs/security.md): the pods of a tcp job pass it (non-root,
+    no privilege escalation, every capability dropped, RuntimeDefault seccomp); an InfiniBand job
+    needs IPC_LOCK, so its pods are refused and its workload reports why."""
+    kubectl.run("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    kubectl.apply(pool_job("plain-tcp", pod_annotations=FAST))
+    h.wait_phase(kubectl, wait_until, "plain-tcp", "Succeeded")
+    kubectl.apply(pool_job("needs-rdma", network={"fabric": "infiniband"}, pod_annotations=FAST))
+    refused = wait_until(lambda: [e["message"] for e in kubectl.json(
+        "get", "events", "--field-selector", "involvedObject.kind=Job,involvedObject.name=needs-rdma-g1")["items"]
+        if e["reason"] == "FailedCreate"], timeout=60, what="the Job controller refused the RDMA pods")
+    assert any('violates PodSecurity "restricted' in message and "IPC_LOCK" in message for message in refused), refused
+    assert not kubectl.pods("longctx.io/job-name=needs-rdma")
+
+
+def test_pod_annotations_outside_the_allow_list_hold_the_job_with_a_reason(operator, kubectl, wait_until):
+    """The test operator allows longctx.io/* only: a Multus network of another namespace is refused,
+    no workload is created, and the job says why until the annotation is fixed."""
+    kubectl.apply(pool_job("sneaky", pod_annotations={"k8s.v1.cni.cncf.io/networks": "kube-system/host-net"}))
+    held = wait_until(lambda: (obj := kubectl.json("get", "lcj", "sneaky")) and
+                      h.conditions(obj).get("PodAnnotationsAccepted", (None,))[0] == "False" and obj,
+                      timeout=30, what="PodAnnotationsAccepted False")
+    assert held["status"]["phase"] == "Pending"
+    assert h.conditions(held)["PodAnnotationsAccepted"] == ("False", "PodAnnotationsRejected")
+    assert "k8s.v1.cni.cncf.io/networks" in next(c["message"] for c in held["status"]["conditions"]
+                                                  if c["type"] == "PodAnnotationsAccepted")
+    assert not h.children(kubectl, "sneaky")["jobs"]
+    assert ("Warning", "PodAnnotationsRejected") in h.events(kubectl, "sneaky")
+    kubectl.run("annotate", "lcj", "sneaky", "--overwrite", f"longctx.io/pod-annotations={json.dumps(FAST)}")
+    h.wait_phase(kubectl, wait_until, "sneaky", "Succeeded")
+
+
+INJECTIONS = ["x\n      securityContext: {privileged: true}", "x\r\n  hostPID: true", "x\x85hostNetwork: true",
+              "x\u2028serviceAccountName: admin", "true", "[a, b]", "!!binary aGk=", "&a x", "x #y",
+              "---\nkind: ClusterRoleBinding\nmetadata: {namespace: kube-system}"]
+
+
+def test_hostile_strings_are_refused_by_the_api_server_or_arrive_verbatim(operator, kubectl, wait_until):
+    """Payloads through each string field a job author writes: the API server refuses those its
+    schema forbids (naming the field); the rest reach the pods exactly as written and change nothing
+    else (no privilege, host namespace or service account appears)."""
+    fields = {  # field -> (spec overrides with the payload, where it must arrive in the pod template)
+        "spec.image": (lambda v: {"image": v}, lambda pod: pod["containers"][0]["image"]),
+        "spec.scheduling.priorityClassName": (lambda v: {"scheduling": {"priorityClassName": v}},
+                                              lambda pod: pod["priorityClassName"]),
+        "spec.env[0].value": (lambda v: {"env": [{"name": "NOTE", "value": v}]},
+                              lambda pod: next(e["value"] for e in pod["containers"][0]["env"] if e["name"] == "NOTE")),
+        "spec.checkpoint.path": (lambda v: {"checkpoint": {"path": "/ckpt/" + v, "persistentVolumeClaim": "ckpt"}},
+                                 lambda pod: next(m["mountPath"] for m in pod["containers"][0]["volumeMounts"]
+                                                  if m["name"] == "checkpoints")[len("/ckpt/"):]),
+    }
+    accepted = 0
+    for index, payload in enumerate(INJECTIONS):
+        for field, (spec_of, arrived) in fields.items():
+            name = f"inject-{index}-{list(fields).index(field)}"
+            overrides = spec_of(payload)
+            overrides.setdefault("scheduling", {})["admission"] = "none"  # the Job is what is checked
+            manifest = pool_job(name, **overrides)
+            result = kubectl.run("apply", "-f", "-", input=json.dumps(manifest), check=False)
+            if result.returncode != 0:
+                assert field.split("[")[0] in result.stderr, (field, payload, result.stderr)
+                continue
+            accepted += 1
+            job = wait_until(lambda: kubectl.json("get", "jobs", "-l", f"longctx.io/job-name={name}")["items"],
+                             timeout=30, what=f"{name}'s workload")[0]
+            pod = job["spec"]["template"]["spec"]
+            assert arrived(pod) == payload
+            assert "serviceAccountName" not in pod and not pod.get("hostPID") and not pod.get("hostNetwork")
+            assert not pod["containers"][0]["securityContext"].get("privileged")
+            assert job["metadata"]["namespace"] == kubectl.namespace
+            kubectl.run("delete", "lcj", name, "--wait=false")
+    assert accepted >= len(INJECTIONS)  # free-text fields took every payload verbatim

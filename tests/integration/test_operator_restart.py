@@ -1,10 +1,13 @@
 """An operator killed between creating a workload's Service and its Job, then restarted, creates
-exactly one of each (the explicit test hook LONGCTX_OPERATOR_TEST_EXIT_AFTER_SERVICE, docs/operator.md).
-Its own module: the operator of test_operator.py must not be running at the same time."""
+exactly one of each. A ResourceQuota of zero Jobs holds the first operator at that point (the API
+server refuses the Job), where it is killed with SIGKILL; the quota is then lifted and a second
+operator finishes the job. Its own module: the operator of test_operator.py must not be running
+at the same time."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -27,17 +30,21 @@ def test_killed_after_the_service_restarted_creates_exactly_one_of_each(cluster,
 
 
 def run_crash_and_restart(cluster, kubectl, wait_until, namespace, tmp_path):
-    from longctx_operator.kube import EXIT_AFTER_SERVICE_CODE, EXIT_AFTER_SERVICE_ENV
-
-    crashing = h.OperatorProcess(cluster.kubeconfig, tmp_path / "first.log", env={EXIT_AFTER_SERVICE_ENV: f"{namespace}/phoenix"}).start()
+    kubectl.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-jobs"},
+                   "spec": {"hard": {"count/jobs.batch": "0"}}})
+    crashing = h.OperatorProcess(cluster.kubeconfig, tmp_path / "first.log").start()
     try:
         kubectl.apply(h.job_manifest("phoenix", pool=namespace, pod_annotations={"longctx.io/complete-after": "3s"}))
-        assert crashing.proc.wait(timeout=60) == EXIT_AFTER_SERVICE_CODE, crashing.log()
+        wait_until(lambda: "exceeded quota" in json.dumps(kubectl.json("get", "lcj", "phoenix").get("status")),
+                   timeout=60,
+                   what="the first operator to be refused the Job")
     finally:
-        crashing.stop()
+        crashing.proc.kill()
+        crashing.proc.wait()
     half = h.children(kubectl, "phoenix")
     assert (half["services"], half["jobs"]) == (["phoenix"], [])
     assert kubectl.json("get", "lcj", "phoenix")["status"]["currentWorkload"] == "phoenix-g1"
+    kubectl.run("delete", "resourcequota", "no-jobs")
     second = h.OperatorProcess(cluster.kubeconfig, tmp_path / "second.log").start()
     try:
         done = h.wait_phase(kubectl, wait_until, "phoenix", "Succeeded")
