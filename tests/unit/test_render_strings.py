@@ -1,0 +1,180 @@
+"""Every string a job author writes either is refused with its field named or arrives verbatim
+where it is used: it can never change the structure of what is rendered (docs/security.md).
+
+For each string field, a job is rendered once with a marker value and then with generated values
+(pattern-shaped ones and hostile text: YAML line breaks \\n \\r U+0085 U+2028, indicators, tags,
+anchors, document markers). An accepted value must render exactly the marker's objects with the
+marker replaced by the value (in keys and in strings, the trainer config compared as data), the
+YAML `longctx render` prints must load back to the same objects, and every object must be valid
+Kubernetes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import kubernetes_validate
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from longctx_operator.api import parse_job, problems
+from longctx_operator.api import spec as api
+from longctx_operator.render import ResolvedLayout, render_workload, render_yaml
+
+K8S_VERSION = "1.36"
+MARKER = "zq7marker"
+BASE = {
+    "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
+    "metadata": {"name": "job", "namespace": "team"},
+    "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096,
+             "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 1},
+             "resources": {"nodes": 1, "gpusPerNode": 2, "gpuType": "h100-80gb"},
+             "network": {"fabric": "tcp"}},
+}
+LAYOUT = ResolvedLayout(data=1, context=2, tensor=1, processes_per_node=1)
+
+# Text that YAML (or a template) would read as structure: every line break YAML knows, indicators,
+# tags, anchors, flow collections, document markers, and key-looking text.
+HOSTILE = st.lists(st.sampled_from(list("\n\r\x85\u2028\u2029\t :#&*!|>'\"%@`{}[],-?.~/\\=$aZ0_ÿ€")
+                                   + ["---", "...", "privileged: true", "kind: Job", "!!binary", "&a", "*a",
+                                      "<<", "true", "0x1F", "1e3", "null"]),
+                   min_size=1, max_size=12).map("".join)
+PAYLOADS = st.sampled_from([
+    "x\n      securityContext: {privileged: true}", "x\r  hostPID: true", "x\x85hostNetwork: true",
+    "x\u2028serviceAccountName: admin", "true", "123", "[a, b]", "!!binary aGVsbG8=", "&a x", "x #y",
+    "---\nkind: ClusterRoleBinding", "'", '"', "{a: 1}", "null", "~", "- a", "? x", "%TAG ! x", "",
+])
+
+
+def _regex(pattern: str) -> st.SearchStrategy[str]:
+    return st.from_regex(pattern, fullmatch=True)
+
+
+def _set(path: str) -> Callable[[dict, str], None]:
+    def apply(doc: dict, value: str) -> None:
+        *parents, leaf = path.split(".")
+        for name in parents:
+            doc = doc.setdefault(name, {})
+        doc[leaf] = value
+    return apply
+
+
+def _set_key(path: str, value_of_key: str) -> Callable[[dict, str], None]:
+    def apply(doc: dict, key: str) -> None:
+        _set(path)(doc, {key: value_of_key})
+    return apply
+
+
+def _env_value(doc: dict, value: str) -> None:
+    doc["spec"]["env"] = [{"name": "USER_SETTING", "value": value}]
+
+
+def _toleration(field: str) -> Callable[[dict, str], None]:
+    def apply(doc: dict, value: str) -> None:
+        toleration = {"key": "example.com/pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
+        toleration[field] = value
+        doc["spec"]["scheduling"] = {"tolerations": [toleration]}
+    return apply
+
+
+def _with(extra: dict, apply: Callable[[dict, str], None]) -> Callable[[dict, str], None]:
+    def both(doc: dict, value: str) -> None:
+        for dotted, setting in extra.items():
+            _set(dotted)(doc, copy.deepcopy(setting))
+        apply(doc, value)
+    return both
+
+
+# (field, how to set it, marker value, generated values)
+FIELDS: list[tuple[str, Callable[[dict, str], None], str, st.SearchStrategy[str]]] = [
+    ("spec.image", _set("spec.image"), f"registry.example.com/{MARKER}:1", _regex(api.IMAGE_PATTERN)),
+    ("spec.scheduling.priorityClassName", _set("spec.scheduling.priorityClassName"), MARKER,
+     _regex(api.DNS_SUBDOMAIN_PATTERN)),
+    ("spec.scheduling.queueName", _with({"spec.scheduling.admission": "kueue"}, _set("spec.scheduling.queueName")),
+     MARKER, _regex(api.LABEL_VALUE_PATTERN)),
+    ("spec.scheduling.nodeSelector", _set_key("spec.scheduling.nodeSelector", "a"), f"example.com/{MARKER}",
+     _regex(api.QUALIFIED_NAME_PATTERN)),
+    ("spec.scheduling.nodeSelector", lambda doc, v: _set("spec.scheduling.nodeSelector")(doc, {"pool": v}), MARKER,
+     _regex(api.LABEL_VALUE_PATTERN)),
+    ("spec.scheduling.tolerations[0].key", _toleration("key"), f"example.com/{MARKER}",
+     _regex(api.QUALIFIED_NAME_PATTERN)),
+    ("spec.scheduling.tolerations[0].value", _toleration("value"), MARKER, _regex(api.LABEL_VALUE_PATTERN)),
+    ("spec.env", _env_value, MARKER, st.text(max_size=60)),
+    ("spec.data.path", _with({"spec.data.kind": "text"}, _set("spec.data.path")), f"/data/{MARKER}",
+     _regex(api.PATH_PATTERN)),
+    ("spec.checkpoint.path", _with({"spec.checkpoint.persistentVolumeClaim": "ckpt"}, _set("spec.checkpoint.path")),
+     f"/{MARKER}", _regex(api.PATH_PATTERN)),
+    ("spec.checkpoint.persistentVolumeClaim", _set("spec.checkpoint.persistentVolumeClaim"), MARKER,
+     _regex(api.DNS_SUBDOMAIN_PATTERN)),
+    ("spec.initFrom.path", _with({"spec.initFrom.persistentVolumeClaim": "weights"}, _set("spec.initFrom.path")),
+     f"/{MARKER}", _regex(api.PATH_PATTERN)),
+    ("spec.network.socketInterface", _set("spec.network.socketInterface"), MARKER, _regex(r"^[A-Za-z0-9_.:^=-]+$")),
+]
+
+
+def _job_with(apply: Callable[[dict, str], None], value: str) -> dict:
+    doc = copy.deepcopy(BASE)
+    apply(doc, value)
+    return doc
+
+
+def _as_data(objects: list[dict]) -> list[dict]:
+    """The objects with the trainer config (a YAML string in the ConfigMap) parsed, so that it is
+    compared as data, not as text whose quoting depends on the value."""
+    out = copy.deepcopy(objects)
+    for obj in out:
+        if obj["kind"] == "ConfigMap":
+            obj["data"] = {key: yaml.safe_load(text) for key, text in obj["data"].items()}
+    return out
+
+
+def _replace(node: Any, old: str, new: str) -> Any:
+    if isinstance(node, dict):
+        return {_replace(k, old, new): _replace(v, old, new) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_replace(item, old, new) for item in node]
+    return node.replace(old, new) if isinstance(node, str) else node
+
+
+def _rendered(manifest: dict) -> list[dict]:
+    return render_workload(parse_job(manifest), LAYOUT, 1).objects
+
+
+def _contains(node: Any, value: str) -> bool:
+    if isinstance(node, dict):
+        return any(_contains(k, value) or _contains(v, value) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_contains(item, value) for item in node)
+    return node == value or (isinstance(node, str) and value in node)
+
+
+@pytest.mark.parametrize("field, apply, marker, values", FIELDS, ids=[f[0] + f"#{i}" for i, f in enumerate(FIELDS)])
+def test_user_strings_render_verbatim_or_are_refused(field, apply, marker, values):
+    marked = _job_with(apply, marker)
+    assert not problems(marked), problems(marked)
+    expected_shape = _as_data(_rendered(marked))
+    assert _contains(expected_shape, marker), f"{field} is not rendered anywhere"
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(value=st.one_of(values, HOSTILE, PAYLOADS))
+    def check(value: str) -> None:
+        manifest = _job_with(apply, value)
+        found = problems(manifest)
+        if found:
+            assert any(p.field.startswith(field.split("[")[0].rsplit(".", 1)[0]) for p in found), found
+            return
+        objects = _rendered(manifest)
+        assert _as_data(objects) == _replace(expected_shape, marker, value)
+        assert [doc for doc in yaml.safe_load_all(render_yaml(objects)) if doc] == objects
+        for obj in objects:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+    check()
+
+
+def test_marker_does_not_occur_in_a_plain_rendering():
+    """The marker replacement above is exact only if the marker appears nowhere by itself."""
+    assert not _contains(_as_data(_rendered(BASE)), MARKER)
