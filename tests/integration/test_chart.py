@@ -1,5 +1,7 @@
 """The Helm chart: lint, render with default and non-default values, schema rejections, and the
-files it embeds (CRD, dashboard, alert rules, RBAC rules) kept identical to their sources."""
+files it embeds (CRD, dashboard, alert rules, RBAC rules) kept identical to their sources.
+Integration tier: it needs the Helm binary (hack/cluster/build) and the Prometheus Operator's CRDs
+from the Go module proxy."""
 
 import json
 import os
@@ -13,6 +15,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "longctx"
