@@ -94,6 +94,7 @@ class _Next:
     spec_generation: int
     events: list[Event] = field(default_factory=list)
     actions: list = field(default_factory=list)
+    condition_events: list[Event] = field(default_factory=list)
 
     def set(self, **values) -> None:
         self.status = self.status.model_copy(update=values)
@@ -110,7 +111,13 @@ class _Next:
         self.set(conditions=[c for c in self.status.conditions if c.type != kind] + [new])
         if changed:
             warning = (status and kind in WARNING_WHEN_TRUE) or (not status and kind in WARNING_WHEN_FALSE)
-            self.events.append(Event("Warning" if warning else "Normal", reason, message or f"{kind} {value}"))
+            event = Event("Warning" if warning else "Normal", reason, message or f"{kind} {value}")
+            # Conditions that change together for one reason (Running, Rendezvous and Succeeded
+            # on completion) are one transition: one Event, the last condition's message.
+            self.events = [e for e in self.events if (e.type, e.reason) != (event.type, event.reason)
+                           or e not in self.condition_events]
+            self.events.append(event)
+            self.condition_events.append(event)
 
     def clear(self, kind: str, reason: str, message: str) -> None:
         """Sets `kind` False only where it is True now, so conditions never reached stay absent."""

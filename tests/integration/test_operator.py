@@ -77,7 +77,7 @@ def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
     assert h.events(kubectl, "happy") == [
         ("Normal", "Planned"), ("Warning", "CheckpointNotPersistent"), ("Normal", "GangFits"),
         ("Normal", "AllRanksRunning"),
-        ("Normal", "AllRanksReady"), ("Normal", "Completed"), ("Normal", "Completed"), ("Normal", "Completed")]
+        ("Normal", "AllRanksReady"), ("Normal", "Completed")]
     kids = h.children(kubectl, "happy")
     assert (kids["services"], kids["configmaps"], kids["jobs"]) == (["happy"], ["happy-trainer"], ["happy-g1"])
     job = kubectl.json("get", "job", "happy-g1")

@@ -102,8 +102,10 @@ def test_admitted_to_running_to_succeeded():
     assert done.status.phase == "Succeeded" and done.actions == ()
     assert conditions(done.status)["Succeeded"] == ("True", "Completed")
     assert conditions(done.status)["Running"] == ("False", "Completed")
+    # One Event per transition: Running, Rendezvous and Succeeded change together on completion.
     assert [e.reason for e in run.events + ready.events + done.events] == [
-        "AllRanksRunning", "AllRanksReady", "Completed", "Completed", "Completed"]
+        "AllRanksRunning", "AllRanksReady", "Completed"]
+    assert done.events[-1].message == "all 2 ranks completed"
     assert step(s, done.status, MISSING)[0].actions == ()  # terminal
 
 
