@@ -4,7 +4,6 @@ read them) and come from the cache on a second build."""
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -30,8 +29,6 @@ def test_helm_and_kwok_report_their_pinned_versions(admin_kubectl, cluster_versi
 
 
 def test_second_build_finds_everything_cached(repo_root):
-    start = time.monotonic()
     output = subprocess.run([str(repo_root / "hack" / "cluster" / "build")], capture_output=True, text=True,
                             check=True, timeout=600, env=os.environ).stderr
-    assert time.monotonic() - start < 30
     assert output.count(": cached in ") == 4, output

@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 from longctx_trainer.launch import first_failure, process_env, supervise
 
@@ -27,10 +26,9 @@ def test_supervise_returns_zero_when_all_succeed():
 
 def test_supervise_stops_the_gang_when_one_fails():
     sleeper = _python("import time; time.sleep(60)")
-    start = time.monotonic()
     code = supervise([sleeper, _python("raise SystemExit(7)")])
     assert code == 7
-    assert sleeper.poll() is not None and time.monotonic() - start < 30
+    assert sleeper.poll() is not None and sleeper.returncode < 0  # stopped by a signal, not finished
 
 
 def test_first_failure_names_the_failing_process():
