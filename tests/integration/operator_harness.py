@@ -139,6 +139,43 @@ def wait_phase(kubectl, wait_until, name: str, phase: str, timeout: float = 90) 
     return wait_until(check, timeout=timeout, what=f"{name} in phase {phase}")
 
 
+CHART_RULES = REPO / "charts" / "longctx" / "files" / "rbac-rules.yaml"
+OPERATOR_NAMESPACE = "longctx-operator-tests"
+OPERATOR_ACCOUNT = "longctx"
+
+
+def chart_kubeconfig(admin_kubectl, directory: Path) -> Path:
+    """A kubeconfig for the chart's service account with exactly the chart's cluster-scope rights
+    (charts/longctx/files/rbac-rules.yaml as one ClusterRole), so the operator under test can do
+    no more than an installed one: a missing permission fails the test, not production."""
+    import yaml
+
+    rules = yaml.safe_load(CHART_RULES.read_text())
+    role = f"{OPERATOR_NAMESPACE}-{OPERATOR_ACCOUNT}"
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+         "rules": rules["namespaced"] + rules["clusterScoped"]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}]},
+    ]
+    admin_kubectl.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    token = admin_kubectl.run("create", "token", OPERATOR_ACCOUNT, "--namespace", OPERATOR_NAMESPACE,
+                              "--duration", "24h").stdout.strip()
+    admin = json.loads(admin_kubectl.run("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    cluster = admin["clusters"][0]
+    path = directory / "operator.kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "local", "cluster": cluster["cluster"]}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}]}))
+    return path
+
+
 def install_crd(admin_kubectl) -> None:
     admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     admin_kubectl.run("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")

@@ -33,7 +33,8 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator, and four GPU nodes of this module's own pool (other tests' pods cannot take them)."""
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, first=800, count=4)
-    op = h.OperatorProcess(cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log").start()
+    workdir = tmp_path_factory.mktemp("operator")
+    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log").start()
     try:
         h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
         yield op

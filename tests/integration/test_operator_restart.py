@@ -24,17 +24,17 @@ def test_killed_after_the_service_restarted_creates_exactly_one_of_each(cluster,
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, namespace, first=810, count=2)
     try:
-        run_crash_and_restart(cluster, kubectl, wait_until, namespace, tmp_path)
+        run_crash_and_restart(h.chart_kubeconfig(admin_kubectl, tmp_path), kubectl, wait_until, tmp_path)
     finally:
         h.delete_nodes(admin_kubectl, nodes)
 
 
-def run_crash_and_restart(cluster, kubectl, wait_until, namespace, tmp_path):
+def run_crash_and_restart(kubeconfig, kubectl, wait_until, tmp_path):
     kubectl.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-jobs"},
                    "spec": {"hard": {"count/jobs.batch": "0"}}})
-    crashing = h.OperatorProcess(cluster.kubeconfig, tmp_path / "first.log").start()
+    crashing = h.OperatorProcess(kubeconfig, tmp_path / "first.log").start()
     try:
-        kubectl.apply(h.job_manifest("phoenix", pool=namespace, pod_annotations={"longctx.io/complete-after": "3s"}))
+        kubectl.apply(h.job_manifest("phoenix", pool=kubectl.namespace, pod_annotations={"longctx.io/complete-after": "3s"}))
         wait_until(lambda: "exceeded quota" in json.dumps(kubectl.json("get", "lcj", "phoenix").get("status")),
                    timeout=60,
                    what="the first operator to be refused the Job")
@@ -45,7 +45,7 @@ def run_crash_and_restart(cluster, kubectl, wait_until, namespace, tmp_path):
     assert (half["services"], half["jobs"]) == (["phoenix"], [])
     assert kubectl.json("get", "lcj", "phoenix")["status"]["currentWorkload"] == "phoenix-g1"
     kubectl.run("delete", "resourcequota", "no-jobs")
-    second = h.OperatorProcess(cluster.kubeconfig, tmp_path / "second.log").start()
+    second = h.OperatorProcess(kubeconfig, tmp_path / "second.log").start()
     try:
         done = h.wait_phase(kubectl, wait_until, "phoenix", "Succeeded")
     finally:

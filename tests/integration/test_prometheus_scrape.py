@@ -174,7 +174,7 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
     metrics_port = _consecutive_free_ports(2)
     h.install_crd(admin_kubectl)
     admin_kubectl.run("create", "namespace", namespace)
-    operator = h.OperatorProcess(cluster.kubeconfig, workdir / "operator.log")
+    operator = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log")
     prometheus = Prometheus(bin_dir, workdir, _prometheus_config(namespace, [metrics_port, metrics_port + 1],
                                                                  operator.metrics_port))
     run = None

@@ -1,0 +1,198 @@
+"""The reconciler's apply path (reconcile, _apply, scrape) against a fake Kubernetes client that
+records calls: what it creates, patches and posts, in addition to the integration tests that run
+the operator against the real API server (tests/integration/test_operator.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import http.server
+import threading
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from longctx_operator.config import OperatorConfig
+from longctx_operator.kube import NotOwned
+from longctx_operator.reconciler import Reconciler
+
+KEY = ("team", "fake")
+
+
+class FakeKube:
+    """The Kube interface (kube.py) over dicts: objects by (kind, namespace, name), every call
+    recorded; `refuse` makes creates of one kind fail as the API server would."""
+
+    def __init__(self, job: dict):
+        self.job = copy.deepcopy(job)
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.calls: list[tuple] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.refuse: dict[str, Exception] = {}
+
+    def create_owned(self, obj: dict, owner: dict) -> bool:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        self.calls.append(("create", kind, name))
+        if kind in self.refuse:
+            raise self.refuse[kind]
+        assert obj["metadata"]["namespace"] == owner["metadata"]["namespace"]
+        self.objects[(kind, owner["metadata"]["namespace"], name)] = copy.deepcopy(obj)
+        return True
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete", "Job", name))
+        self.objects.pop(("Job", namespace, name), None)
+
+    def patch_status(self, namespace: str, name: str, status: dict) -> dict:
+        self.calls.append(("patch-status", namespace, name))
+        merged = dict(self.job.get("status") or {})
+        for field, value in status.items():
+            if value is None:
+                merged.pop(field, None)
+            else:
+                merged[field] = value
+        self.job["status"] = merged
+        return copy.deepcopy(self.job)
+
+    def post_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+def job_object(annotations: dict | None = None) -> dict:
+    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
+            "metadata": {"name": KEY[1], "namespace": KEY[0], "uid": "u-1", "generation": 1,
+                         "annotations": annotations or {}},
+            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096,
+                     "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+                     "scheduling": {"admission": "none"}}}
+
+
+def pod(index: int, phase: str = "Running", ready: bool = True) -> dict:
+    return {"metadata": {"namespace": KEY[0], "name": f"fake-g1-{index}-x",
+                         "labels": {"longctx.io/job-name": KEY[1], "longctx.io/generation": "1",
+                                    "batch.kubernetes.io/job-completion-index": str(index)}},
+            "spec": {"nodeName": f"node-{index}"},
+            "status": {"phase": phase, "podIP": "127.0.0.1",
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "containerStatuses": [{"name": "trainer", "ready": ready, "state": {"running": {}}}]}}
+
+
+async def settle(reconciler: Reconciler) -> None:
+    await asyncio.gather(*reconciler._events.values())
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def make(annotations=None, config: OperatorConfig | None = None) -> tuple[Reconciler, FakeKube]:
+    kube = FakeKube(job_object(annotations))
+    reconciler = Reconciler(kube, config or OperatorConfig())
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+    return reconciler, kube
+
+
+def test_a_new_job_gets_its_service_config_and_job_in_order_with_events():
+    reconciler, kube = make()
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    creates = [c for c in kube.calls if c[0] == "create"]
+    assert creates[0] == ("create", "Service", "fake")  # first: the others may race, the Service is stable
+    assert sorted(creates[1:]) == [("create", "ConfigMap", "fake-trainer"), ("create", "Job", "fake-g1")]
+    assert kube.job["status"]["phase"] == "Admitted" and kube.job["status"]["workloadGeneration"] == 1
+    job = kube.objects[("Job", "team", "fake-g1")]
+    assert job["spec"]["completions"] == 2
+    assert ("Normal", "Planned") in [(t, r) for t, r, _ in kube.events]
+
+
+def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
+    text = ("longctx_train_step 7\nlongctx_train_tokens_per_second 1234.5\nlongctx_train_loss 2.5\n")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _serving(text))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    try:
+        reconciler, kube = make({"longctx.io/metrics-url": url},
+                                OperatorConfig(metrics_url_prefixes=["http://127.0.0.1:"]))
+
+        async def go():
+            await reconciler.reconcile(KEY)
+            reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+            for index in range(2):
+                reconciler.pod_event(pod(index), deleted=False)
+            await reconciler.reconcile(KEY)
+            await reconciler.reconcile(KEY)
+            await reconciler.scrape(KEY)
+            await settle(reconciler)
+
+        run(go())
+    finally:
+        server.shutdown()
+    assert kube.job["status"]["phase"] == "Running"
+    progress = kube.job["status"]["progress"]
+    assert (progress["step"], progress["tokensPerSecond"], progress["loss"]) == (7, 1234.5, 2.5)
+
+
+def test_a_refused_create_is_reported_in_the_status_and_retried():
+    reconciler, kube = make()
+    kube.refuse["Job"] = ApiException(status=403, reason="Forbidden")
+
+    async def go():
+        with pytest.raises(ApiException):
+            await reconciler.reconcile(KEY)
+        with pytest.raises(ApiException):  # the next decision reports the refusal, then retries
+            await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert kube.job["status"]["reason"] == "WorkloadCreateFailed"
+    assert "403 Forbidden" in kube.job["status"]["message"]
+    assert [c for c in kube.calls if c[:2] == ("create", "Job")] == [("create", "Job", "fake-g1")] * 2
+    assert ("Warning", "WorkloadCreateFailed") in [(t, r) for t, r, _ in kube.events]
+
+
+def test_a_name_owned_by_someone_else_is_never_taken():
+    reconciler, kube = make()
+    kube.refuse["ConfigMap"] = NotOwned("configmap team/fake-trainer exists and is not owned by this job")
+
+    async def go():
+        for _ in range(2):
+            with pytest.raises(NotOwned):
+                await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert "not owned by this job" in kube.job["status"]["message"]
+
+
+def test_pod_annotations_outside_the_allow_list_create_nothing():
+    reconciler, kube = make({"longctx.io/pod-annotations": '{"k8s.v1.cni.cncf.io/networks": "kube-system/x"}'})
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert not [c for c in kube.calls if c[0] == "create"]
+    conditions = {c["type"]: c for c in kube.job["status"]["conditions"]}
+    assert conditions["PodAnnotationsAccepted"]["status"] == "False"
+    assert ("Warning", "PodAnnotationsRejected") in [(t, r) for t, r, _ in kube.events]
+
+
+def _serving(text: str):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            body = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    return Handler
