@@ -45,3 +45,16 @@ def test_dashboard_and_alerts_query_only_exported_series():
     missing = {name: where for name, where in names.items() if name not in exported()}
     assert not missing, f"queried but not exported: {missing}"
 
+
+
+def test_every_dcgm_series_queried_is_a_known_exporter_field():
+    """DCGM names come from NVIDIA's exporter, not from us: they are kept as data with where the
+    exporter enables them (dashboards/dcgm_fields.yaml), and every one queried must be listed."""
+    known = yaml.safe_load((ROOT / "dashboards" / "dcgm_fields.yaml").read_text())["fields"]
+    board = (ROOT / "dashboards" / "longctx.json").read_text()
+    rules = (ROOT / "alerts" / "longctx.rules.yaml").read_text()
+    used = set(re.findall(r"\bDCGM_FI_\w+", board + rules))
+    assert used and used <= known.keys(), sorted(used - known.keys())
+    counters = {name for name, field in known.items() if field["type"] == "counter"}
+    gauges_under_rate = {name for name in used - counters if re.search(rf"(rate|increase)\({name}\b", board)}
+    assert not gauges_under_rate, gauges_under_rate
