@@ -25,6 +25,8 @@ from .distributed import ProcessEnv, initialize
 from .flops import peak_flops
 from .mesh import make_mesh
 from .metrics import TrainMetrics
+from .model import ModelOptions
+from .ops.block import attention_kernel
 from .train import StepFunctions, train
 from .weights import WeightsError
 
@@ -73,6 +75,9 @@ def main(argv: list[str] | None = None) -> None:
         dump_gradients(fns, config, args.dump_gradients)
     checkpoints = Checkpoints(config.checkpoint) if config.checkpoint.path else None
     emit = _print_json if rank == 0 else (lambda event: None)
+    options = ModelOptions.from_config(config)
+    kernel, why = attention_kernel(options.compute_dtype, config.model.hidden // config.model.heads)
+    emit({"event": "attention_kernel", "kernel": kernel, "why": why})
     try:
         train(config, mesh, emit=emit, metrics=metrics, checkpoints=checkpoints,
               peak_flops_per_device=peak_flops(jax.local_devices()[0]), fns=fns)

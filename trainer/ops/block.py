@@ -103,8 +103,22 @@ def block_backward(q, k, v, do, lse, delta, q_pos=None, k_pos=None, *, scale):
 
 
 def _cudnn_usable(q, k) -> bool:
-    return (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
-            and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128 and _cudnn_kernel() is not None)
+    return attention_kernel(q.dtype, q.shape[-1])[0] == "cudnn"
+
+
+def attention_kernel(dtype, head_dim: int) -> tuple[str, str]:
+    """("cudnn" or "jax", why) for unmasked blocks of this dtype and head size: the kernel
+    block_forward uses (masked blocks always run the pure-JAX kernel). The trainer reports it once
+    at start, so a silent fallback shows."""
+    if jax.default_backend() != "gpu":
+        return "jax", f"backend {jax.default_backend()}: cuDNN needs a GPU"
+    if jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+        return "jax", f"{jnp.dtype(dtype).name}: cuDNN flash attention takes bf16/fp16"
+    if head_dim % 8 or head_dim > 128:
+        return "jax", f"head size {head_dim}: cuDNN needs a multiple of 8, at most 128"
+    if _cudnn_kernel() is None:
+        return "jax", "this JAX has no cuDNN fused attention (jax._src.cudnn.fused_attention_stablehlo)"
+    return "cudnn", "bf16/fp16 on GPU with a supported head size"
 
 
 def _cudnn_kernel():
