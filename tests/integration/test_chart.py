@@ -277,7 +277,7 @@ def test_chart_embeds_the_dashboard_and_the_alert_rules(custom_objects):
 def test_chart_crd_is_the_generated_crd(default_objects):
     generated = ROOT / "crds" / "longctx.io_longcontextjobs.yaml"
     chart_copy = CHART / "crds" / generated.name
-    assert chart_copy.read_bytes() == generated.read_bytes(), f"copy {generated} to {chart_copy}"
+    assert chart_copy.read_bytes() == generated.read_bytes(), f"{chart_copy} is stale: run hack/generate"
     assert one(default_objects, "CustomResourceDefinition") == yaml.safe_load(generated.read_text())
 
 

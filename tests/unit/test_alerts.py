@@ -37,4 +37,4 @@ def test_every_alert_has_a_firing_and_a_silent_unit_test():
 
 def test_chart_ships_the_same_rules_file():
     assert CHART_RULES.read_bytes() == RULES.read_bytes(), (
-        f"{CHART_RULES.relative_to(ROOT)} differs from {RULES.relative_to(ROOT)}: copy it over")
+        f"{CHART_RULES.relative_to(ROOT)} differs from {RULES.relative_to(ROOT)}: run hack/generate")

@@ -16,8 +16,7 @@ def _schema():
 
 
 def test_checked_in_crd_is_not_stale():
-    assert CRD_FILE.read_text() == crd_yaml(), "crds/ is stale: run `longctx crd > " \
-        "crds/longctx.io_longcontextjobs.yaml`"
+    assert CRD_FILE.read_text() == crd_yaml(), "crds/ is stale: run hack/generate"
 
 
 def test_schema_is_structural():
@@ -74,5 +73,4 @@ def test_api_reference_doc_is_not_stale():
     from longctx_operator.api.reference import reference_markdown
 
     assert (ROOT / "docs" / "api-reference.md").read_text() == reference_markdown(), \
-        "docs/api-reference.md is stale: run `python -m longctx_operator.api.reference " \
-        "> docs/api-reference.md`"
+        "docs/api-reference.md is stale: run hack/generate"

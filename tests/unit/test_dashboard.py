@@ -41,8 +41,8 @@ def panels(board: dict) -> list[dict]:
 
 def test_checked_in_json_and_chart_copy_equal_generator_output(generator):
     text = generator.render()
-    assert CHECKED_IN.read_text() == text, "dashboards/longctx.json is stale: python -m dashboards.build"
-    assert CHART_COPY.read_text() == text, "chart copy is stale: python -m dashboards.build"
+    assert CHECKED_IN.read_text() == text, "dashboards/longctx.json is stale: run hack/generate"
+    assert CHART_COPY.read_text() == text, "chart copy is stale: run hack/generate"
 
 
 def test_check_mode_reports_a_stale_copy(generator, tmp_path, monkeypatch):

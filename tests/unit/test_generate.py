@@ -1,0 +1,24 @@
+"""hack/generate refreshes every generated artefact; --check finds none stale on a clean tree and
+names a stale copy."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_generate_check_names_a_stale_copy(tmp_path):
+    tree = tmp_path / "repo"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", ".venv", ".cluster", ".runs", "*.egg-info",
+                                                              "__pycache__", ".hypothesis", ".pytest_cache"))
+    (tree / ".venv").symlink_to(ROOT / ".venv")
+    (tree / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    check = subprocess.run([str(tree / "hack" / "generate"), "--check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    with (tree / "charts" / "longctx" / "files" / "longctx.rules.yaml").open("a") as rules:
+        rules.write("# edited by hand\n")
+    check = subprocess.run([str(tree / "hack" / "generate"), "--check"], capture_output=True, text=True)
+    assert check.returncode == 1 and "stale: charts/longctx/files/longctx.rules.yaml" in check.stderr
+    subprocess.run([str(tree / "hack" / "generate")], check=True, capture_output=True)
+    assert subprocess.run([str(tree / "hack" / "generate"), "--check"]).returncode == 0
