@@ -109,3 +109,39 @@ def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserv
                      f"the gang needs {request.pods} nodes with {request.gpus_per_pod} free {GPU} "
                      f"(node selector {selector}); {available} available of {len(matching)} matching "
                      f"nodes ({waiting} taken by GPU pods waiting to be scheduled)")
+
+
+@dataclass
+class _Reservation:
+    nodes: int
+    generation: int
+    until: float
+
+
+class Reservations:
+    """GPUs promised to gangs just created whose pods the watch has not shown yet, so two gangs
+    admitted a moment apart cannot both count the same free GPUs. A gang's reservation shrinks as
+    its pods appear (a pod counts by itself, on its node or waiting) and lapses after
+    `hold_seconds`."""
+
+    def __init__(self, hold_seconds: float, clock):
+        self.hold_seconds, self.clock = hold_seconds, clock
+        self._held: dict = {}
+
+    def reserve(self, key, nodes: int, generation: int) -> None:
+        self._held[key] = _Reservation(nodes, generation, self.clock() + self.hold_seconds)
+
+    def forget(self, key) -> None:
+        self._held.pop(key, None)
+
+    def held_by_others(self, key, pods_seen) -> int:
+        """Nodes reserved by gangs other than `key`; pods_seen(key, generation) counts the pods
+        of a gang the watch has shown. Spent or lapsed reservations are dropped here."""
+        now, held = self.clock(), 0
+        for other, r in list(self._held.items()):
+            seen = pods_seen(other, r.generation)
+            if r.until < now or seen >= r.nodes:
+                del self._held[other]
+            elif other != key:
+                held += r.nodes - seen
+        return held

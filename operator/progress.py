@@ -8,17 +8,25 @@ use no proxy; what a body holds never reaches a log.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from .api.status import ProgressStatus
 from .config import OperatorConfig
+from .lifecycle import timestamp
 from .names import METRICS_URL_ANNOTATION
+from .observe import pod_rank
+
+log = logging.getLogger("longctx.operator")
 
 STEP = "longctx_train_step"
 TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
@@ -122,3 +130,54 @@ def fetch_metrics(url: str, limit: int = MAX_BODY_BYTES, timeout: float = TIMEOU
     if len(body) > limit:
         raise MetricsUnreadable(f"response larger than {limit} bytes")
     return body.decode("utf-8", errors="replace")
+
+
+class ProgressPoller:
+    """The operator's progress timer: every progress interval, reads rank 0's metrics of each Running job and patches
+    status.progress. Reads run on their own threads, so unreachable pod IPs never starve
+    reconciliations; `call` runs a blocking API call off the event loop."""
+
+    def __init__(self, cache, kube, call, config: OperatorConfig):
+        self.cache, self.kube, self.call, self.config = cache, kube, call, config
+        self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
+
+    def stop(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def rank0_url(self, key, obj: dict) -> str | None:
+        status = obj.get("status") or {}
+        rank0 = next((p for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0)
+                      if pod_rank(p) == 0), None)
+        port = ((obj.get("spec") or {}).get("metrics") or {}).get("port", 9400)
+        source = metrics_source(obj["metadata"].get("annotations") or {},
+                                rank0["status"].get("podIP") if rank0 else None, port, self.config)
+        if source.refused:
+            log.warning("%s/%s: %s", *key, source.refused)
+        return source.url
+
+    async def scrape(self, key) -> None:
+        obj = self.cache.jobs_of.get(key)
+        if obj is None or (obj.get("status") or {}).get("phase") != "Running":
+            return
+        url = self.rank0_url(key, obj)
+        if url is None:
+            return
+        try:
+            text = await asyncio.get_running_loop().run_in_executor(self._threads, fetch_metrics, url)
+            progress = parse_progress(text, timestamp(datetime.now(timezone.utc)))
+        except MetricsUnreadable as e:
+            log.debug("%s/%s: metrics at %s unreadable: %s", *key, url, e)
+            return
+        if progress is not None:
+            updated = await self.call(self.kube.patch_status, *key,
+                                      {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
+            self.cache.put_job(updated, deleted=False)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.progress_interval_seconds)
+            keys = [k for k, o in self.cache.jobs_of.items() if (o.get("status") or {}).get("phase") == "Running"]
+            results = await asyncio.gather(*(self.scrape(k) for k in keys), return_exceptions=True)
+            for key, result in zip(keys, results):
+                if isinstance(result, Exception):
+                    log.warning("%s/%s: progress not updated: %s", *key, result)

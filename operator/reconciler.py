@@ -1,8 +1,10 @@
-"""The reconcile loop: a de-duplicating work queue of job keys, workers that decide and apply.
+"""The reconcile loop: workers that take job keys from the work queue (workqueue.py), decide and apply.
 
 Watch events (handlers.py) fill the cache and enqueue the job they concern; a worker takes a key
 (one worker per key at a time), asks lifecycle.decide what to do, writes the status first and
-posts its Events, then creates or deletes the workload. Blocking API calls run in threads.
+posts its Events, then creates or deletes the workload. Blocking API calls run in threads. Gang
+reservations live in admission.Reservations, the progress timer in progress.ProgressPoller, and
+what is remembered of each job in one JobState.
 """
 
 from __future__ import annotations
@@ -18,19 +20,20 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from . import metrics
-from .admission import Admission, GangRequest, admit_gang
+from .admission import Admission, GangRequest, Reservations, admit_gang
 from .annotations import pod_annotations
 from .api.spec import LongContextJob
 from .api.status import LongContextJobStatus
 from .cache import Cache, Key
 from .config import OperatorConfig
 from .kube import Kube, NotOwned
-from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide, timestamp
+from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide
 from .names import workload_name
-from .observe import MISSING, WorkloadObservation, observe_workload, pod_rank
-from .progress import MetricsUnreadable, fetch_metrics, metrics_source, parse_progress
+from .observe import MISSING, WorkloadObservation, observe_workload
+from .progress import ProgressPoller
 from .render import render_workload
 from .render.workload import node_selector, tolerations
+from .workqueue import WorkQueue
 
 log = logging.getLogger("longctx.operator")
 RESERVATION_SECONDS = 30.0
@@ -39,56 +42,6 @@ RESYNC_SECONDS = 60.0
 # reconciliation this long after the first event sees them all and writes the status once.
 COALESCE_SECONDS = 0.3
 ERROR_RETRY_MAX_SECONDS = 60.0
-
-
-class WorkQueue:
-    """Keys waiting for a worker; a key is never processed twice at once, and adding a key that is
-    already waiting is a no-op (client-go's workqueue semantics). Event-loop only."""
-
-    def __init__(self):
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._dirty: set = set()
-        self._processing: set = set()
-        self._timers: dict = {}
-
-    def add(self, key) -> None:
-        if key in self._dirty:
-            return
-        self._dirty.add(key)
-        if key not in self._processing:
-            self._queue.put_nowait(key)
-
-    def add_after(self, key, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay
-        timer = self._timers.get(key)
-        if timer is not None and not timer.cancelled() and timer.when() <= when:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._timers[key] = loop.call_at(when, self._fire, key)
-
-    def _fire(self, key) -> None:
-        del self._timers[key]
-        self.add(key)
-
-    async def get(self):
-        key = await self._queue.get()
-        self._dirty.discard(key)
-        self._processing.add(key)
-        return key
-
-    def done(self, key) -> None:
-        self._processing.discard(key)
-        if key in self._dirty:
-            self._queue.put_nowait(key)
-
-
-@dataclass
-class Reservation:
-    nodes: int
-    generation: int
-    until: float
 
 
 def status_patch(old: dict, new: LongContextJobStatus) -> dict:
@@ -118,6 +71,20 @@ def add_pod_annotations(job: dict, extra: dict[str, str]) -> dict:
     return job
 
 
+@dataclass
+class JobState:
+    """What the operator remembers of one job between reconciliations (dropped with the job)."""
+
+    failures: int = 0
+    """Consecutive failed reconciliations, for the backoff."""
+    create_error: str | None = None
+    """Why the API server refused the last create; the next decision reports it."""
+    waiting_since: float | None = None
+    """First refused admission of the coming generation (the admission-wait metric)."""
+    events: asyncio.Task | None = None
+    """The last Event-posting task: the next Events wait for it, so their order is the story."""
+
+
 class Reconciler:
     def __init__(self, kube: Kube, config: OperatorConfig):
         self.kube, self.config = kube, config
@@ -126,31 +93,25 @@ class Reconciler:
         self.workers = config.workers
         self.nodes_visible = config.read_nodes
         self.progress_interval = config.progress_interval_seconds
-        self.reservations: dict[Key, Reservation] = {}
-        self.waiting_since: dict[Key, float] = {}  # first refused admission of the coming generation
+        self.reservations = Reservations(RESERVATION_SECONDS, time.monotonic)
+        self.jobs: dict[Key, JobState] = {}  # what the operator remembers of each job between reconciles
         self._tasks: list[asyncio.Task] = []
         # Blocking API calls: enough threads for every worker, the progress reads and Events.
         self._threads = ThreadPoolExecutor(max_workers=2 * self.workers + 4, thread_name_prefix="kube")
-        # Metrics reads get their own threads: unreachable pod IPs must not starve reconciliations.
-        self._scrapers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
-        self._events: dict[Key, asyncio.Task] = {}  # the last Event-posting task of each job
-        self._create_errors: dict[Key, str] = {}  # why the API server refused the last create
-        self._failures: dict[Key, int] = {}  # consecutive failed reconciliations, for the backoff
+        self.progress = ProgressPoller(self.cache, kube, self._call, config)
 
     # -- events from the watch streams -------------------------------------------------------
     def job_event(self, obj: dict, deleted: bool) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         self.cache.put_job(obj, deleted)
         if deleted:
-            self.reservations.pop(key, None)
-            self.waiting_since.pop(key, None)
-            self._create_errors.pop(key, None)
-            self._failures.pop(key, None)
+            self.reservations.forget(key)
+            self.jobs.pop(key, None)
             metrics.forget_job(*key)
         else:
             metrics.track_job(*key)
             observed = (obj.get("status") or {}).get("observedGeneration")
-            if key in self._failures and observed == obj["metadata"].get("generation"):
+            if self._state(key).failures and observed == obj["metadata"].get("generation"):
                 return  # no spec change since it was last decided (often our own patch): the backoff retries
             self.queue.add(key)
 
@@ -174,20 +135,20 @@ class Reconciler:
         for key, obj in self.cache.jobs_of.items():
             status = obj.get("status") or {}
             if status.get("phase") in (None, "Pending") and not status.get("currentWorkload") \
-                    and key not in self._failures:
+                    and not self._state(key).failures:
                 self.queue.add(key)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
-        self._tasks.append(asyncio.create_task(self._progress_loop()))
+        self._tasks.append(asyncio.create_task(self.progress.run()))
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._threads.shutdown(wait=False, cancel_futures=True)
-        self._scrapers.shutdown(wait=False, cancel_futures=True)
+        self.progress.stop()
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
@@ -198,11 +159,12 @@ class Reconciler:
             started = time.perf_counter()
             try:
                 requeue = await self.reconcile(key)
-                self._failures.pop(key, None)
+                self._state(key).failures = 0
                 metrics.RECONCILES.labels(result="ok").inc()
             except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
-                self._failures[key] = self._failures.get(key, 0) + 1
-                requeue = retry_delay(self._failures[key])
+                state = self._state(key)
+                state.failures += 1
+                requeue = retry_delay(state.failures)
                 log.exception("reconciling %s/%s failed; retrying in %.0fs", *key, requeue)
                 metrics.RECONCILES.labels(result="error").inc()
             finally:
@@ -219,16 +181,8 @@ class Reconciler:
         gpus = spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else 0
         request = GangRequest(pods=spec.resources.nodes, gpus_per_pod=gpus, node_selector=node_selector(spec),
                               tolerations=tolerations(spec))
-        now = time.monotonic()
-        reserved = 0
-        for other, r in list(self.reservations.items()):
-            # A created pod counts by itself (on its node, or as waiting to be scheduled): only the
-            # gang's pods not seen yet hold their reservation.
-            seen = len(self.cache.generation_pods(other, r.generation))
-            if r.until < now or seen >= r.nodes:
-                del self.reservations[other]
-            elif other != key:
-                reserved += r.nodes - seen
+        reserved = self.reservations.held_by_others(
+            key, lambda other, generation: len(self.cache.generation_pods(other, generation)))
         return admit_gang(request, list(self.cache.nodes.values()), list(self.cache.pods.values()), reserved)
 
     async def reconcile(self, key: Key) -> float | None:
@@ -247,8 +201,8 @@ class Reconciler:
             workload = self.cache.workloads.get((key[0], workload_name(key[1], generation)))
             if workload is not None:
                 observed = observe_workload(workload, self.cache.generation_pods(key, generation))
-            elif key in self._create_errors:
-                observed = WorkloadObservation(exists=False, create_error=self._create_errors[key])
+            elif self._state(key).create_error is not None:
+                observed = WorkloadObservation(exists=False, create_error=self._state(key).create_error)
         now = datetime.now(timezone.utc)
         annotations = pod_annotations(obj["metadata"].get("annotations") or {}, self.config)
         decision = decide(key[1], job.spec, obj["metadata"].get("generation", 1), status, observed, now,
@@ -262,14 +216,15 @@ class Reconciler:
         new = decision.status
         if new.restarts > old.restarts:
             metrics.GANG_RESTARTS.labels(*key).inc(new.restarts - old.restarts)
-        if new.phase == "Pending" and new.current_workload is None:
-            self.waiting_since.setdefault(key, time.monotonic())
+        state = self._state(key)
+        if new.phase == "Pending" and new.current_workload is None and state.waiting_since is None:
+            state.waiting_since = time.monotonic()
         for action in decision.actions:
             if isinstance(action, CreateWorkload) and action.generation != old.workload_generation:
-                self._create_errors.pop(key, None)  # an earlier generation's refusal is not this one's
-                self.reservations[key] = Reservation(job.spec.resources.nodes, action.generation,
-                                                     time.monotonic() + RESERVATION_SECONDS)
-                waited = time.monotonic() - self.waiting_since.pop(key, time.monotonic())
+                state.create_error = None  # an earlier generation's refusal is not this one's
+                self.reservations.reserve(key, job.spec.resources.nodes, action.generation)
+                waited = time.monotonic() - (state.waiting_since or time.monotonic())
+                state.waiting_since = None
                 metrics.ADMISSION_WAIT.observe(waited)
 
     async def _apply(self, key: Key, obj: dict, job: LongContextJob, old: LongContextJobStatus,
@@ -291,15 +246,16 @@ class Reconciler:
                     await asyncio.gather(self._call(self.kube.create_owned, workload.config_map, obj),
                                          self._call(self.kube.create_owned, workload.job, obj))
                 except (ApiException, NotOwned) as e:
-                    self._create_errors[key] = refusal(e)  # the next decision reports it
+                    self._state(key).create_error = refusal(e)  # the next decision reports it
                     raise  # retried by the worker, with backoff
-                self._create_errors.pop(key, None)
+                self._state(key).create_error = None
             elif isinstance(action, DeleteWorkload):
                 await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""
-        previous = self._events.get(key)
+        state = self._state(key)
+        previous = state.events
 
         async def post() -> None:
             if previous is not None:
@@ -309,47 +265,12 @@ class Reconciler:
                     await self._call(self.kube.post_event, owner, event.type, event.reason, event.message)
                 except ApiException as e:  # e.g. the namespace is being deleted: the status has it all
                     log.warning("%s/%s: event %s not posted: %s", *key, event.reason, e.reason)
-            if self._events.get(key) is task:
-                del self._events[key]
 
-        task = asyncio.create_task(post())
-        self._events[key] = task
+        state.events = asyncio.create_task(post())
 
-    # -- live progress -------------------------------------------------------------------------
-    def _rank0_url(self, key: Key, obj: dict) -> str | None:
-        status = obj.get("status") or {}
-        rank0 = next((p for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0)
-                      if pod_rank(p) == 0), None)
-        port = ((obj.get("spec") or {}).get("metrics") or {}).get("port", 9400)
-        source = metrics_source(obj["metadata"].get("annotations") or {},
-                                rank0["status"].get("podIP") if rank0 else None, port, self.config)
-        if source.refused:
-            log.warning("%s/%s: %s", *key, source.refused)
-        return source.url
+    async def events_posted(self) -> None:
+        """Waits for every Event posted so far (tests; the operator never needs to)."""
+        await asyncio.gather(*(state.events for state in self.jobs.values() if state.events is not None))
 
-    async def scrape(self, key: Key) -> None:
-        obj = self.cache.jobs_of.get(key)
-        if obj is None or (obj.get("status") or {}).get("phase") != "Running":
-            return
-        url = self._rank0_url(key, obj)
-        if url is None:
-            return
-        try:
-            text = await asyncio.get_running_loop().run_in_executor(self._scrapers, fetch_metrics, url)
-            progress = parse_progress(text, timestamp(datetime.now(timezone.utc)))
-        except MetricsUnreadable as e:
-            log.debug("%s/%s: metrics at %s unreadable: %s", *key, url, e)
-            return
-        if progress is not None:
-            updated = await self._call(self.kube.patch_status, *key,
-                                       {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
-            self.cache.put_job(updated, deleted=False)
-
-    async def _progress_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.progress_interval)
-            keys = [k for k, o in self.cache.jobs_of.items() if (o.get("status") or {}).get("phase") == "Running"]
-            results = await asyncio.gather(*(self.scrape(k) for k in keys), return_exceptions=True)
-            for key, result in zip(keys, results):
-                if isinstance(result, Exception):
-                    log.warning("%s/%s: progress not updated: %s", *key, result)
+    def _state(self, key: Key) -> JobState:
+        return self.jobs.setdefault(key, JobState())

@@ -88,3 +88,23 @@ def test_partial_gpu_requests():
 
 def test_cpu_gangs_are_left_to_the_scheduler():
     assert admit_gang(GangRequest(pods=100, gpus_per_pod=0), [], []).fits
+
+
+def test_reservations_shrink_as_pods_appear_and_lapse():
+    from longctx_operator.admission import Reservations
+
+    now = [100.0]
+    held = Reservations(hold_seconds=30, clock=lambda: now[0])
+    held.reserve("a", nodes=3, generation=1)
+    held.reserve("b", nodes=2, generation=4)
+    seen = {("a", 1): 1, ("b", 4): 0}
+
+    def count(key, generation):
+        return seen[(key, generation)]
+
+    assert held.held_by_others("b", count) == 2  # a: 3 promised, 1 pod already counts by itself
+    assert held.held_by_others("a", count) == 2
+    seen[("a", 1)] = 3  # all of a's pods exist: its reservation is spent
+    assert held.held_by_others("b", count) == 0
+    now[0] += 31  # b's lapses
+    assert held.held_by_others("a", count) == 0

@@ -5,7 +5,8 @@ import asyncio
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
 from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
-from longctx_operator.reconciler import WorkQueue, add_pod_annotations, status_patch
+from longctx_operator.reconciler import add_pod_annotations, status_patch
+from longctx_operator.workqueue import WorkQueue
 
 
 def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once():
@@ -116,10 +117,8 @@ def test_failing_reconciliations_back_off_exponentially_to_a_minute():
 def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
     """Gang A (2 nodes) was just admitted and one of its pods exists, unscheduled: A takes 2 of the
     4 free nodes (1 waiting pod + 1 pod not seen yet), so a 2-node gang B still fits."""
-    import time
-
     from longctx_operator.api.spec import LongContextJob
-    from longctx_operator.reconciler import Reconciler, Reservation
+    from longctx_operator.reconciler import Reconciler
 
     def node(name):
         return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
@@ -134,7 +133,7 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
             "longctx.io/job-name": "a", "longctx.io/generation": "1"}},
         "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
         "status": {"phase": "Pending"}}, deleted=False)
-    reconciler.reservations[("n", "a")] = Reservation(nodes=2, generation=1, until=time.monotonic() + 30)
+    reconciler.reservations.reserve(("n", "a"), nodes=2, generation=1)
 
     def job(name, nodes):
         return LongContextJob.model_validate({
@@ -158,7 +157,7 @@ def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():
     reconciler.job_event(job(1, 1), deleted=False)
     assert reconciler.queue._dirty == {("n", "j")}
     reconciler.queue._dirty.clear()
-    reconciler._failures[("n", "j")] = 3
+    reconciler.jobs[("n", "j")].failures = 3
     reconciler.job_event(job(1, 1), deleted=False)  # its own status patch
     assert reconciler.queue._dirty == set()
     reconciler.job_event(job(2, 1), deleted=False)  # the user changed the spec (e.g. suspend)

@@ -78,7 +78,7 @@ def pod(index: int, phase: str = "Running", ready: bool = True) -> dict:
 
 
 async def settle(reconciler: Reconciler) -> None:
-    await asyncio.gather(*reconciler._events.values())
+    await reconciler.events_posted()
 
 
 def run(coroutine):
@@ -125,7 +125,7 @@ def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
                 reconciler.pod_event(pod(index), deleted=False)
             await reconciler.reconcile(KEY)
             await reconciler.reconcile(KEY)
-            await reconciler.scrape(KEY)
+            await reconciler.progress.scrape(KEY)
             await settle(reconciler)
 
         run(go())
