@@ -178,6 +178,20 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: st
     return n.decision(requeue_after=float(spec.restart_policy.backoff_seconds))
 
 
+def _evicted(n: _Next, generation: int) -> Decision:
+    """Kueue suspended an admitted Job (preemption by a higher-priority workload, or eviction):
+    JAX cannot run a partial gang, so the whole generation is deleted and the next one is queued
+    again, resuming from the last checkpoint. Not a failure: no restart is counted."""
+    message = (f"Kueue suspended Job {n.status.current_workload} (preempted or evicted); the gang is "
+               "stopped and requeued, and resumes from its last checkpoint when Kueue admits it again")
+    n.actions.append(DeleteWorkload(generation))
+    n.set(phase="Pending", reason="EvictedByKueue", message=message, current_workload=None, workers=None)
+    n.clear("Running", "EvictedByKueue", message)
+    n.clear("Rendezvous", "EvictedByKueue", message)
+    n.condition("Admitted", False, "EvictedByKueue", message)
+    return n.decision(requeue_after=DELETE_WAIT_SECONDS)
+
+
 def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callable[[], Admission],
                 planned: bool, pod_annotations_error: str | None) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
@@ -253,8 +267,11 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         return n.decision()
     if observed.failure is not None:
         return _gang_failed(n, spec, generation, "RankFailed", observed.failure.describe())
-    if observed.suspended:  # Kueue has not admitted it yet
-        return n.decision()
+    if observed.suspended:
+        admitted = any(c.type == "Admitted" and c.status == "True" for c in n.status.conditions)
+        if not admitted:  # Kueue has not admitted it yet
+            return n.decision()
+        return _evicted(n, generation)
     if spec.scheduling.admission == "kueue":
         n.condition("Admitted", True, "AdmittedByKueue", "Kueue unsuspended the Job")
         if n.status.phase == "Pending":

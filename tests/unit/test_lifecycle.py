@@ -251,6 +251,28 @@ def test_kueue_creates_suspended_and_waits_for_kueue():
     assert conditions(unsuspended.status)["Admitted"] == ("True", "AdmittedByKueue")
 
 
+def test_kueue_taking_a_running_job_back_stops_the_gang_and_queues_the_next_generation():
+    """Kueue preempts by re-suspending the Job: the job must not stay Running with no pods. The
+    whole generation goes, the next one is created suspended for Kueue, and no restart counts."""
+    s = spec(scheduling={"admission": "kueue", "queueName": "team-a"})
+    queued, _ = step(s, LongContextJobStatus())
+    run, _ = step(s, queued.status, running(), now=T0 + timedelta(seconds=1))
+    assert run.status.phase == "Running"
+    preempted = WorkloadObservation(exists=True, suspended=True, created=T0, total=2)
+    evicted, _ = step(s, run.status, preempted, now=T0 + timedelta(minutes=5))
+    assert [type(a).__name__ for a in evicted.actions] == ["DeleteWorkload"]
+    assert evicted.actions[0].generation == 1
+    assert (evicted.status.phase, evicted.status.reason) == ("Pending", "EvictedByKueue")
+    assert conditions(evicted.status)["Running"] == ("False", "EvictedByKueue")
+    assert conditions(evicted.status)["Admitted"] == ("False", "EvictedByKueue")
+    assert evicted.status.current_workload is None and evicted.status.restarts == 0
+    assert ("Warning", "EvictedByKueue") in [(e.type, e.reason) for e in evicted.events]
+    requeued, _ = step(s, evicted.status, MISSING, now=T0 + timedelta(minutes=5, seconds=2))
+    assert [(type(a).__name__, a.generation) for a in requeued.actions] == [("CreateWorkload", 2)]
+    assert conditions(requeued.status)["Admitted"] == ("False", "QueuedInKueue")
+    assert requeued.status.restarts == 0
+
+
 def test_admission_none_creates_at_once():
     d, asked = step(spec(scheduling={"admission": "none"}), LongContextJobStatus())
     assert not asked and d.status.phase == "Admitted" and d.actions[0].generation == 1
