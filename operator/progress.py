@@ -16,10 +16,11 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from .api.spec import LongContextJobSpec
 from .api.status import ProgressStatus
 from .config import OperatorConfig
 from .lifecycle import timestamp
@@ -132,6 +133,51 @@ def fetch_metrics(url: str, limit: int = MAX_BODY_BYTES, timeout: float = TIMEOU
     return body.decode("utf-8", errors="replace")
 
 
+RATE_WINDOW_SECONDS = 300.0
+"""Reads of the last five minutes set the step rate: recent enough to follow a slowdown, long
+enough to average over checkpoint pauses."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    percent: float | None
+    eta_seconds: float | None
+
+
+def completion(reads: list[tuple[float, int]], total_steps: int,
+               window_seconds: float = RATE_WINDOW_SECONDS) -> Completion:
+    """Percent done and seconds left from (time, step) reads of rank 0, oldest first. The rate is
+    taken over the reads of the last `window_seconds` after the last restart (a step lower than
+    the one before: the gang resumed from a checkpoint); no estimate until the step has moved."""
+    if not reads or total_steps <= 0:
+        return Completion(None, None)
+    now, step = reads[-1]
+    percent = round(min(100.0, 100.0 * step / total_steps), 1)
+    since_restart = reads[max((i for i in range(1, len(reads)) if reads[i][1] < reads[i - 1][1]), default=0):]
+    recent = [(t, s) for t, s in since_restart if t >= now - window_seconds]
+    (t0, s0) = recent[0]
+    if step >= total_steps:
+        return Completion(percent, 0.0)
+    if step <= s0 or now <= t0:
+        return Completion(percent, None)
+    return Completion(percent, (total_steps - step) * (now - t0) / (step - s0))
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as kubectl prints ages: 45s, 12m, 1h12m, 3d4h."""
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if minutes < 10 and secs else f"{minutes}m"
+    return f"{secs}s"
+
+
 class ProgressPoller:
     """The operator's progress timer: every progress interval, reads rank 0's metrics of each Running job and patches
     status.progress. Reads run on their own threads, so unreachable pod IPs never starve
@@ -140,6 +186,25 @@ class ProgressPoller:
     def __init__(self, cache, kube, call, config: OperatorConfig):
         self.cache, self.kube, self.call, self.config = cache, kube, call, config
         self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
+        self._reads: dict = {}  # job key -> [(monotonic time, step)] of the rate window
+
+    def forget(self, key) -> None:
+        self._reads.pop(key, None)
+
+    def _with_completion(self, key, obj: dict, progress: ProgressStatus) -> ProgressStatus:
+        total = (obj.get("spec") or {}).get("steps") or LongContextJobSpec.model_fields["steps"].default
+        if progress.step is None:
+            return progress
+        now = time.monotonic()
+        reads = [r for r in self._reads.get(key, []) if r[0] >= now - RATE_WINDOW_SECONDS] + [(now, progress.step)]
+        self._reads[key] = reads
+        done = completion(reads, total)
+        update = {"percent_complete": done.percent}
+        if done.eta_seconds is not None:
+            update["eta"] = duration_text(done.eta_seconds)
+            finish = datetime.now(timezone.utc) + timedelta(seconds=done.eta_seconds)
+            update["estimated_completion_time"] = timestamp(finish)
+        return progress.model_copy(update=update)
 
     def stop(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -169,6 +234,7 @@ class ProgressPoller:
             log.debug("%s/%s: metrics at %s unreadable: %s", *key, url, e)
             return
         if progress is not None:
+            progress = self._with_completion(key, obj, progress)
             updated = await self.call(self.kube.patch_status, *key,
                                       {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
             self.cache.put_job(updated, deleted=False)

@@ -106,6 +106,7 @@ class Reconciler:
         self.cache.put_job(obj, deleted)
         if deleted:
             self.reservations.forget(key)
+            self.progress.forget(key)
             self.jobs.pop(key, None)
             metrics.forget_job(*key)
         else:

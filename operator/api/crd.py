@@ -33,6 +33,8 @@ PRINTER_COLUMNS = [
      "description": "Tensor-parallel group size"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond"},
+    {"name": "Done %", "type": "number", "jsonPath": ".status.progress.percentComplete"},
+    {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

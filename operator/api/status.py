@@ -56,6 +56,13 @@ class ProgressStatus(ApiModel):
     """Model FLOPs utilisation (causal convention), 0..1."""
     loss: float | None = None
     last_checkpoint_step: int | None = None
+    percent_complete: float | None = None
+    """step / spec.steps, in percent (one decimal)."""
+    eta: str | None = None
+    """Time left at the recent step rate (steps over the last five minutes of reads since the
+    last restart), e.g. "1h12m"; absent until two reads show progress."""
+    estimated_completion_time: str | None = None
+    """When the job finishes at that rate (RFC 3339)."""
     updated_at: str | None = None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -247,7 +248,7 @@ def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
     exporter = subprocess.Popen([sys.executable, "-c", EXPORTER, "progress", str(port)])
     try:
         h.wait_ready(f"http://127.0.0.1:{port}/metrics")
-        kubectl.apply(pool_job("progress", pod_annotations={"longctx.io/keep-running": "true"},
+        kubectl.apply(pool_job("progress", steps=100_000, pod_annotations={"longctx.io/keep-running": "true"},
                                      annotations={"longctx.io/metrics-url": f"http://127.0.0.1:{port}/metrics"}))
         first = wait_until(lambda: (kubectl.json("get", "lcj", "progress")["status"].get("progress") or {}).get("step"),
                            timeout=60, what="status.progress")
@@ -258,8 +259,13 @@ def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
         assert later["loss"] == pytest.approx(10.0 / later["step"], rel=0.3)
         assert later["lastCheckpointStep"] % 5 == 0 and later["lastCheckpointStep"] <= later["step"]
         assert later["updatedAt"].endswith("Z")
-        table = kubectl.run("get", "lcj", "progress").stdout
-        assert "8192" in table
+        assert later["percentComplete"] == pytest.approx(round(100 * later["step"] / 100_000, 1))
+        assert later["eta"] and later["estimatedCompletionTime"].endswith("Z")  # two reads, step moved
+        header, row = kubectl.run("get", "lcj", "progress").stdout.splitlines()
+        eta = row[header.index("ETA"):header.index("RESTARTS")].strip()
+        done = row[header.index("DONE %"):header.index("ETA")].strip()
+        assert re.fullmatch(r"(\d+[dhms])+", eta), row  # e.g. 3h12m
+        assert float(done) == pytest.approx(100 * later["step"] / 100_000, abs=0.2) and "8192" in row
     finally:
         exporter.terminate()
         exporter.wait()

@@ -118,3 +118,51 @@ def test_reads_are_bounded_in_size_and_time_and_follow_no_redirect(server):
         fetch_metrics(server + "/redirect")
     with pytest.raises(MetricsUnreadable, match="only http"):
         fetch_metrics("file:///dev/zero")
+
+
+# (seconds, step) reads of rank 0 every 10 s, as the progress poller records them.
+STEADY = [(10.0 * i, 5 * i) for i in range(10)]  # 0.5 steps/s
+SLOWING = [(10.0 * i, 5 * i) for i in range(10)] + [(90 + 10.0 * i, 45 + i) for i in range(1, 31)]
+RESTARTED = [(0.0, 0), (10.0, 10), (20.0, 20), (30.0, 30), (40.0, 20), (50.0, 22), (60.0, 24)]
+
+
+def test_completion_of_a_steady_run():
+    from longctx_operator.progress import completion
+
+    done = completion(STEADY, total_steps=100)
+    assert done.percent == 45.0
+    assert done.eta_seconds == pytest.approx((100 - 45) / 0.5)
+
+
+def test_completion_follows_a_slowdown_within_the_window():
+    """After 300 s at 0.1 steps/s the estimate uses only those reads, not the fast start."""
+    from longctx_operator.progress import completion
+
+    done = completion(SLOWING, total_steps=100)
+    assert done.percent == 75.0
+    assert done.eta_seconds == pytest.approx((100 - 75) / 0.1)
+
+
+def test_completion_after_a_restart_counts_from_the_resumed_step():
+    from longctx_operator.progress import completion
+
+    done = completion(RESTARTED, total_steps=100)
+    assert done.percent == 24.0
+    assert done.eta_seconds == pytest.approx((100 - 24) / 0.2)  # 4 steps in 20 s since step 20
+
+
+def test_completion_without_movement_or_at_the_end():
+    from longctx_operator.progress import completion
+
+    assert completion([(0.0, 7)], 100).eta_seconds is None
+    assert completion([(0.0, 7), (10.0, 7)], 100).eta_seconds is None
+    assert completion([(0.0, 90), (10.0, 100)], 100).eta_seconds == 0.0
+    assert completion([], 100).percent is None
+
+
+@pytest.mark.parametrize("seconds, text", [(45, "45s"), (125, "2m5s"), (725, "12m"), (4320, "1h12m"),
+                                           (7200, "2h"), (273600, "3d4h")])
+def test_duration_text(seconds, text):
+    from longctx_operator.progress import duration_text
+
+    assert duration_text(seconds) == text

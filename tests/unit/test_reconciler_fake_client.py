@@ -134,6 +134,8 @@ def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
     assert kube.job["status"]["phase"] == "Running"
     progress = kube.job["status"]["progress"]
     assert (progress["step"], progress["tokensPerSecond"], progress["loss"]) == (7, 1234.5, 2.5)
+    assert progress["percentComplete"] == 0.7  # 7 of the default 1000 steps; no ETA after one read
+    assert "eta" not in progress
 
 
 def test_a_refused_create_is_reported_in_the_status_and_retried():
