@@ -1,10 +1,11 @@
 """How close the operator's ETA (status.progress.eta) comes to the real finish of a training run.
 
-    python benchmarks/eta_accuracy.py [--job examples/quickstart.yaml] [--interval 2]
+    python benchmarks/eta_accuracy.py [--job examples/quickstart.yaml] [--steps 300] [--interval 1]
 
-Runs the job with `longctx run`, reads rank 0's step every --interval seconds as the operator's
-progress poller reads it (the same `completion` arithmetic, operator/progress.py), and when the run
-ends compares each estimate with the time that was really left. Prints one row per quarter of the
+Runs the job (with --steps steps) through `longctx run`, reads rank 0's step every --interval
+seconds as the operator's progress poller reads it (the same `completion` arithmetic,
+operator/progress.py), and when the last step is seen compares each estimate with the time that
+was really left. Prints one row per quarter of the
 run: the predicted and the real seconds left and the error. Nothing is asserted: ETA quality is a
 measurement, not a test.
 """
@@ -37,29 +38,35 @@ def last_step(progress_file: Path) -> int | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", default=str(REPO / "examples" / "quickstart.yaml"))
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between reads (the operator: 10)")
+    parser.add_argument("--steps", type=int, default=300, help="steps of the run (the example's own: 0)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between reads (the operator: 10)")
     args = parser.parse_args()
-    total = yaml.safe_load(Path(args.job).read_text())["spec"]["steps"]
+    job = yaml.safe_load(Path(args.job).read_text())
+    if args.steps:
+        job["spec"]["steps"] = args.steps
+    total = job["spec"]["steps"]
     with tempfile.TemporaryDirectory() as scratch:
-        run_dir = Path(scratch) / "run"
-        run = subprocess.Popen([sys.executable, "-m", "longctx_operator.cli", "run", args.job, "--run-dir", str(run_dir)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        reads, estimates = [], []
+        job_file, run_dir = Path(scratch) / "job.yaml", Path(scratch) / "run"
+        job_file.write_text(yaml.safe_dump(job))
+        run = subprocess.Popen([sys.executable, "-m", "longctx_operator.cli", "run", str(job_file),
+                                "--run-dir", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        reads, estimates, finished = [], [], None
         while run.poll() is None:
             time.sleep(args.interval)
             step = last_step(run_dir / "worker-0.progress.jsonl")
             if step is None:
                 continue
             now = time.monotonic()
+            if step >= total and finished is None:
+                finished = now
             reads.append((now, step))
             done = completion(reads, total)
-            if done.eta_seconds is not None:
+            if done.eta_seconds is not None and step < total:
                 estimates.append((now, step, done.eta_seconds))
-        finished = time.monotonic()
-    if run.returncode != 0 or not estimates:
+    if run.returncode != 0 or not estimates or finished is None:
         print(f"run exited {run.returncode} with {len(estimates)} estimates: nothing to compare", file=sys.stderr)
         return 1
-    print(f"{args.job}: {total} steps, reads every {args.interval:g} s, {time.strftime('%Y-%m-%d')}")
+    print(f"{args.job} with {total} steps, reads every {args.interval:g} s, {time.strftime('%Y-%m-%d')}")
     print(f"{'at step':>8} {'done':>6} {'predicted left':>15} {'real left':>10} {'error':>8}")
     for quarter in (0.25, 0.5, 0.75, 0.9):
         now, step, predicted = min(estimates, key=lambda e: abs(e[1] / total - quarter))
