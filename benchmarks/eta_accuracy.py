@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from longctx_operator.localrun import parse_event
+from longctx_operator.localrun import PROGRESS_FILE, parse_event
 from longctx_operator.progress import completion
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def main() -> int:
         reads, estimates, finished = [], [], None
         while run.poll() is None:
             time.sleep(args.interval)
-            step = last_step(run_dir / "worker-0.progress.jsonl")
+            step = last_step(run_dir / PROGRESS_FILE)
             if step is None:
                 continue
             now = time.monotonic()

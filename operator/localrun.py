@@ -38,6 +38,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PROGRESS_FILE = "worker-0.progress.jsonl"
+"""Rank 0's full output in the run directory: its JSON progress events at full precision (the
+live line rounds them) among the libraries' own messages; read them with parse_event."""
+
 @dataclass(frozen=True)
 class LocalWorker:
     index: int
@@ -128,7 +132,7 @@ class LocalRun:
 
     def _follow_rank0(self, show: Callable[[str], None]) -> None:
         rank0 = self.procs[0]
-        with (self.run_dir / "worker-0.progress.jsonl").open("w") as record:
+        with (self.run_dir / PROGRESS_FILE).open("w") as record:
             for line in rank0.stdout:
                 record.write(line)
                 event = parse_event(line)

@@ -39,11 +39,11 @@ class SyntheticTokens:
 
 
 class CorpusWindows:
-    """Non-overlapping windows of a token stream, visited in a seeded order reshuffled each epoch."""
+    """Windows of sequence_length + 1 tokens starting every sequence_length tokens (neighbours share
+    one token, so every token is a target once), visited in a seeded order reshuffled each epoch."""
 
     def __init__(self, stream: np.ndarray, sequence_length: int, seed: int):
         self.stream, self.window, self.seed = stream, sequence_length + 1, seed
-        # Windows overlap by one token: the last target of one is the first input of the next.
         self.count = (len(stream) - 1) // sequence_length
         if self.count < 1:
             raise ValueError(f"corpus of {len(stream)} tokens is shorter than one sequence of "

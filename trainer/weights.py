@@ -155,15 +155,32 @@ def differences(dims: ModelDims, config: dict) -> tuple[list[str], list[str]]:
     if not math.isclose(eps, RMS_NORM_EPS, rel_tol=1e-6):
         fatal.append(f"rms_norm_eps: the checkpoint uses {eps}, this trainer {RMS_NORM_EPS}")
     notes = []
-    theta = config.get("rope_theta", 10000.0)
+    theta, theirs = checkpoint_rope(config)
     if not math.isclose(theta, dims.rope_theta, rel_tol=1e-9):
         notes.append(f"rope_theta {dims.rope_theta:g} (the checkpoint was trained with {theta:g})")
-    theirs = config.get("rope_scaling") or None
     parsed = checkpoint_rope_scaling(theirs)
     if parsed != dims.rope_scaling or (theirs and parsed is None):  # differs, or a type not implemented
         ours = "no rope_scaling" if dims.rope_scaling is None else f"rope_scaling {dims.rope_scaling}"
         notes.append(f"{ours} (the checkpoint has {theirs or 'none'})")
     return fatal, notes
+
+
+HF_DEFAULT_ROPE_THETA = 10000.0
+"""LlamaConfig's rope_theta when config.json does not say."""
+
+
+def checkpoint_rope(config: dict) -> tuple[float, dict | None]:
+    """(rope_theta, the scaling dict or None) of a Hugging Face config.json in either layout:
+    transformers 5 writes one `rope_parameters` dict ({"rope_type", "rope_theta", "factor", ...};
+    rope_type "default" means no scaling), transformers 4 top-level `rope_theta` and
+    `rope_scaling`. The one place config.json's RoPE is read."""
+    parameters = config.get("rope_parameters")
+    if isinstance(parameters, dict):
+        theta = float(parameters.get("rope_theta", config.get("rope_theta", HF_DEFAULT_ROPE_THETA)))
+        kind = parameters.get("rope_type") or parameters.get("type") or "default"
+        scaling = None if kind == "default" else {k: v for k, v in parameters.items() if k != "rope_theta"}
+        return theta, scaling
+    return float(config.get("rope_theta", HF_DEFAULT_ROPE_THETA)), config.get("rope_scaling") or None
 
 
 def checkpoint_rope_scaling(scaling: dict | None) -> RopeScaling | None:

@@ -56,7 +56,7 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     Face model's loss on batch 0 (fp32, 1e-4 relative: ring attention over context 4)."""
     import numpy as np
 
-    from longctx_operator.localrun import parse_event
+    from longctx_operator.localrun import PROGRESS_FILE, parse_event
     from longctx_trainer.data import SyntheticTokens
     from longctx_trainer.presets import PRESETS
     from support.hf_checkpoint import hf_config, hf_loss, hf_tensors, write_checkpoint
@@ -72,7 +72,7 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert f"weights from {weights}" in out
-    events = [e for e in map(parse_event, (run_dir / "worker-0.progress.jsonl").read_text().splitlines()) if e]
+    events = [e for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines()) if e]
     loss = next(e["loss"] for e in events if e["event"] == "step")
     windows = np.stack([SyntheticTokens(dims.vocab, 512, seed=0).sample(i) for i in range(2)])
     np.testing.assert_allclose(loss, hf_loss(tensors, windows[:, :-1], windows[:, 1:], dims), rtol=1e-4)

@@ -33,7 +33,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from longctx_operator.localrun import parse_event
+from longctx_operator.localrun import PROGRESS_FILE, parse_event
 
 _spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
 h = importlib.util.module_from_spec(_spec)
@@ -208,7 +208,7 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
         assert samples, f"Prometheus never scraped rank 0 (log: {prometheus.log.read_text()[-2000:]})"
         at = samples[-1][0]
         # rank 0's stdout: the trainer's JSON progress lines among gloo's own messages
-        lines = (run_dir / "worker-0.progress.jsonl").read_text().splitlines()
+        lines = (run_dir / PROGRESS_FILE).read_text().splitlines()
         progress = [e for e in map(parse_event, lines) if e is not None]
         yield Scraped(prometheus, namespace, at, math.floor(at - samples[0][0]), progress)
     finally:

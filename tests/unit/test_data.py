@@ -90,3 +90,23 @@ def test_a_shard_reads_only_its_own_rows():
     piece = batches.piece(1, (slice(2, 4), slice(8, 16)), 1, {})
     assert source.read == [6, 7]
     np.testing.assert_array_equal(piece, [np.arange(9, 17) + 600, np.arange(9, 17) + 700])
+
+
+def test_windows_are_as_docs_trainer_md_describes():
+    """docs/trainer.md: windows of sequence_length + 1 starting every sequence_length tokens, so
+    neighbours share one token and every token but the first is a target exactly once."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from longctx_trainer.data import CorpusWindows
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "trainer.md").read_text()
+    assert "windows of `sequence_length + 1` tokens" in doc and "start every `sequence_length` tokens" in doc
+    stream = np.arange(1 + 4 * 8)
+    windows = CorpusWindows(stream, sequence_length=8, seed=0)
+    samples = sorted((windows.sample(i) for i in range(windows.count)), key=lambda w: w[0])
+    assert all(len(w) == 9 for w in samples)
+    assert [w[0] for w in samples] == [0, 8, 16, 24]
+    targets = np.concatenate([w[1:] for w in samples])
+    assert sorted(targets.tolist()) == list(range(1, 33))

@@ -14,3 +14,11 @@ def test_progress_events_survive_interleaved_native_output():
 def test_progress_line():
     assert progress_line(parse_event(EVENT), 30) == \
         "step 1/30  loss 5.5000  1,234 tokens/s  MFU 0.25%"
+
+
+def test_readme_names_the_progress_file_the_run_writes():
+    from pathlib import Path
+
+    from longctx_operator.localrun import PROGRESS_FILE
+
+    assert f"`{PROGRESS_FILE}`" in (Path(__file__).resolve().parents[2] / "README.md").read_text()

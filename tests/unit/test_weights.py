@@ -5,6 +5,7 @@ the trainer's einsum layout) come from tests/support/hf_checkpoint.py. Loaded in
 model must give the same hidden states and loss (fp32, 2e-5 relative).
 """
 
+import dataclasses
 from functools import partial
 
 import jax
@@ -16,7 +17,7 @@ import pytest
 from longctx_trainer import model
 from longctx_trainer.config import ParallelConfig
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.presets import ModelDims, RopeScaling
 from longctx_trainer.weights import SafetensorsDir, WeightsError, load_params
 from support.hf_checkpoint import hf_config, hf_forward, hf_inv_freq, hf_loss, hf_tensors, write_checkpoint
 
@@ -111,6 +112,33 @@ def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path):
     _, notes = load_params(write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, "rope_scaling": {
         "type": "yarn", "factor": 4.0}}), DIMS, model.param_shardings(DIMS, _mesh()))
     assert notes == ["no rope_scaling (the checkpoint has {'type': 'yarn', 'factor': 4.0})"]
+
+
+TRANSFORMERS_4 = {"rope_theta": 500000.0, "rope_scaling": {
+    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192}}
+# The same RoPE as transformers 5 writes it: one rope_parameters dict, theta inside.
+TRANSFORMERS_5 = {"rope_parameters": {
+    "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+
+
+@pytest.mark.parametrize("layout", [TRANSFORMERS_4, TRANSFORMERS_5], ids=["transformers-4", "transformers-5"])
+def test_rope_of_either_config_layout_is_read_alike(layout):
+    from longctx_trainer.weights import checkpoint_rope, checkpoint_rope_scaling, differences
+
+    theta, scaling = checkpoint_rope({**HF_CONFIG, **layout})
+    assert theta == 500000.0
+    assert checkpoint_rope_scaling(scaling) == RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                                           original_context=8192)
+    matching = dataclasses.replace(DIMS, rope_theta=500000.0, rope_scaling=checkpoint_rope_scaling(scaling))
+    assert differences(matching, {**HF_CONFIG, **layout}) == ([], [])  # nothing to report: same RoPE
+
+
+def test_transformers_5_default_rope_has_no_scaling():
+    from longctx_trainer.weights import checkpoint_rope
+
+    assert checkpoint_rope({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}) == (10000.0, None)
 
 
 def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path):
