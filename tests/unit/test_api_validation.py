@@ -1,6 +1,5 @@
 """`longctx validate` and the API models: valid examples pass, each malformed case names its field."""
 
-import os
 import subprocess
 import sys
 
