@@ -222,10 +222,10 @@ def cmd_render(args) -> int:
 def cmd_run(args) -> int:
     import time
 
-    from .localrun import WorkerFailed, run
+    from .localrun import WorkerFailed, run, with_inputs_from
     from .planner import PlanError
 
-    job = _job_from(args.file)
+    job = with_inputs_from(_job_from(args.file), Path(args.file).resolve().parent)
     run_dir = Path(args.run_dir or f".runs/{job.metadata.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"longctx: running {job.metadata.name} locally: {job.spec.resources.nodes} workers, "
           f"logs in {run_dir}", file=sys.stderr)

@@ -5,7 +5,8 @@ tree with that pod's container env. Only what cannot exist off-cluster is replac
 coordinator's DNS name becomes 127.0.0.1 with a free port, the completion index (a pod label) is
 given directly, and each process gets a distinct metrics port. Rank 0's JSON progress lines become
 a live progress line; every worker's output goes to a log file. Workers run in the run directory,
-so relative paths in the spec (checkpoints, data) resolve there. Ctrl-C or a failed worker stops
+so a relative checkpoint path (an output) lands there; relative inputs (data, initFrom) are read
+from the manifest's own folder, like any file a manifest names. Ctrl-C or a failed worker stops
 them all.
 """
 
@@ -173,6 +174,20 @@ class WorkerFailed(Exception):
     def __init__(self, index: int, code: int, log: Path, last_line: str):
         self.index, self.code, self.log = index, code, log
         super().__init__(f"worker {index} exited with code {code}: {last_line} (log: {log})")
+
+
+def with_inputs_from(job: LongContextJob, folder: Path) -> LongContextJob:
+    """The job with relative input paths (spec.data.path, spec.initFrom.path) made absolute
+    against `folder`, the manifest's own; URLs and absolute paths stay as written."""
+    def absolute(path: str | None) -> str | None:
+        if path is None or "://" in path or Path(path).is_absolute():
+            return path
+        return str((folder / path).resolve())
+
+    spec = job.spec
+    data = spec.data.model_copy(update={"path": absolute(spec.data.path)})
+    init_from = spec.init_from.model_copy(update={"path": absolute(spec.init_from.path)}) if spec.init_from else None
+    return job.model_copy(update={"spec": spec.model_copy(update={"data": data, "init_from": init_from})})
 
 
 def run(job: LongContextJob, run_dir: Path, out: IO[str] = sys.stdout) -> int:

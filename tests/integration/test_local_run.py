@@ -14,7 +14,9 @@ pytestmark = pytest.mark.integration
 
 
 def _job(tmp_path, **spec_changes):
+    """The quickstart, shortened, written to tmp_path (its relative corpus path made absolute)."""
     manifest = load_example(ROOT / "examples" / "quickstart.yaml")
+    manifest["spec"]["data"]["path"] = str((ROOT / "examples" / manifest["spec"]["data"]["path"]).resolve())
     manifest["spec"].update({"steps": 3, "sequenceLength": 512, "globalBatchTokens": 1024, **spec_changes})
     manifest["spec"]["checkpoint"]["intervalSteps"] = 2
     path = tmp_path / "job.yaml"
@@ -51,6 +53,28 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
     assert proc.returncode == 1 and err.strip() == "longctx: no checkpoint of step 1 in checkpoints; there are 2, 3"
 
 
+def test_the_quickstart_learns_from_its_corpus(tmp_path):
+    """The example as written (its corpus read from the manifest's folder, whatever the working
+    directory): the loss falls well below ln 256 = 5.55, the loss of knowing nothing."""
+    from longctx_operator.localrun import PROGRESS_FILE, parse_event
+
+    manifest = load_example(ROOT / "examples" / "quickstart.yaml")
+    manifest["spec"].update({"steps": 12, "sequenceLength": 512, "globalBatchTokens": 1024})
+    job = ROOT / "examples" / f".quickstart-test-{tmp_path.name}.yaml"  # beside the example: same relative paths
+    job.write_text(yaml.safe_dump(manifest))
+    try:
+        run_dir = tmp_path / "run"
+        proc = _longctx("run", str(job), "--run-dir", str(run_dir), cwd=tmp_path)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        job.unlink()
+    assert proc.returncode == 0, err
+    losses = [e["loss"] for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines())
+              if e and e["event"] == "step"]
+    assert len(losses) == 12 and losses[0] > 5.0
+    assert sum(losses[-3:]) / 3 < losses[0] - 0.8, losses
+
+
 def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     """Each of the two processes reads its own shards of the weights; step 1's loss is the Hugging
     Face model's loss on batch 0 (fp32, 1e-4 relative: ring attention over context 4)."""
@@ -68,7 +92,8 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     weights.mkdir()
     write_checkpoint(weights, tensors, hf_config(dims))
     run_dir = tmp_path / "run"
-    proc = _longctx("run", str(_job(tmp_path, steps=1, initFrom={"path": str(weights)})), "--run-dir", str(run_dir))
+    proc = _longctx("run", str(_job(tmp_path, steps=1, initFrom={"path": str(weights)}, data={"kind": "synthetic"})),
+                    "--run-dir", str(run_dir))
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert f"weights from {weights}" in out

@@ -133,6 +133,7 @@ class Scraped:
 def _quickstart_job(metrics_port: int) -> dict:
     job = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
     job["metadata"]["name"] = JOB
+    job["spec"]["data"]["path"] = str((REPO / "examples" / job["spec"]["data"]["path"]).resolve())
     job["spec"].update(steps=STEPS, sequenceLength=512, globalBatchTokens=TOKENS_PER_STEP,
                        metrics={"port": metrics_port})
     job["spec"]["checkpoint"]["intervalSteps"] = 30

@@ -22,3 +22,20 @@ def test_readme_names_the_progress_file_the_run_writes():
     from longctx_operator.localrun import PROGRESS_FILE
 
     assert f"`{PROGRESS_FILE}`" in (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def test_relative_inputs_are_read_from_the_manifest_folder(tmp_path):
+    from longctx_operator.api import parse_job
+    from longctx_operator.localrun import with_inputs_from
+
+    job = parse_job({"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j"},
+                     "spec": {"model": {"preset": "tiny"}, "sequenceLength": 512,
+                              "data": {"kind": "text", "path": "../docs"},
+                              "initFrom": {"path": "weights"}, "checkpoint": {"path": "checkpoints"}}})
+    local = with_inputs_from(job, tmp_path / "examples")
+    assert local.spec.data.path == str((tmp_path / "docs").resolve())
+    assert local.spec.init_from.path == str((tmp_path / "examples" / "weights").resolve())
+    assert local.spec.checkpoint.path == "checkpoints"  # an output: the run directory's
+    absolute = with_inputs_from(job.model_copy(update={"spec": job.spec.model_copy(update={
+        "data": job.spec.data.model_copy(update={"path": "/data/corpus"})})}), tmp_path)
+    assert absolute.spec.data.path == "/data/corpus"
