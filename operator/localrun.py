@@ -58,8 +58,13 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
     config_path = run_dir / names.CONFIG_FILE
     config_path.write_text(config_map["data"][names.CONFIG_FILE])
     container = workload["spec"]["template"]["spec"]["containers"][0]
-    command = [sys.executable if c == "python" else c for c in container["command"]]
-    command[command.index("--config") + 1] = str(config_path)
+    command = [sys.executable if c == "python" else c for c in container["command"]] + container.get("args", [])
+    if "--config" in command:
+        command[command.index("--config") + 1] = str(config_path)
+    # Rank 0's DNS name and port become this host's loopback and a free port.
+    local = {podenv.COORDINATOR_ADDRESS: f"127.0.0.1:{coordinator_port}", podenv.MASTER_ADDR: "127.0.0.1",
+             podenv.MASTER_PORT: str(coordinator_port), podenv.CONFIG: str(config_path)}
+    local |= {torchrun: local[torch] for torchrun, torch in podenv.TORCHRUN.items() if torch in local}
     workers = []
     for index in range(workload["spec"]["completions"]):
         env = {}
@@ -67,8 +72,7 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
             if "valueFrom" in var:  # the completion index label: the only downward-API value
                 env[var["name"]] = str(index)
             else:
-                env[var["name"]] = var["value"]
-        env[podenv.COORDINATOR_ADDRESS] = f"127.0.0.1:{coordinator_port}"
+                env[var["name"]] = local.get(var["name"], var["value"])
         env[podenv.COMPLETION_INDEX] = str(index)
         # Ports are per host: give every process of every local "pod" its own metrics port.
         env[podenv.LOCAL_PROCESS_ID] = str(index * layout.processes_per_node)

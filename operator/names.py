@@ -40,6 +40,10 @@ def config_map_name(job: str) -> str:
     return f"{job}-trainer"
 
 
-def coordinator_address(job: str, generation: int, port: int) -> str:
+def rank0_host(job: str, generation: int) -> str:
     """Rank 0's stable DNS name: <indexed-job>-0.<service> (pod hostname + subdomain)."""
-    return f"{workload_name(job, generation)}-0.{service_name(job)}:{port}"
+    return f"{workload_name(job, generation)}-0.{service_name(job)}"
+
+
+def coordinator_address(job: str, generation: int, port: int) -> str:
+    return f"{rank0_host(job, generation)}:{port}"

@@ -26,8 +26,32 @@ GENERATION = "LONGCTX_GENERATION"
 PEAK_FLOPS = "LONGCTX_PEAK_FLOPS"
 """Optional override of the device's peak FLOP/s for MFU (a job may set it)."""
 
+# The planned layout, for any trainer (the bundled one reads its config file; a trainer brought in
+# its own image reads these): parallelism degrees, tokens per sequence, FPDT chunk (0: no offload)
+# and the path of the rendered trainer config.
+DATA_PARALLEL = "LONGCTX_DATA_PARALLEL"
+CONTEXT_PARALLEL = "LONGCTX_CONTEXT_PARALLEL"
+TENSOR_PARALLEL = "LONGCTX_TENSOR_PARALLEL"
+SEQUENCE_LENGTH = "LONGCTX_SEQUENCE_LENGTH"
+OFFLOAD_CHUNK_TOKENS = "LONGCTX_OFFLOAD_CHUNK_TOKENS"
+CONFIG = "LONGCTX_CONFIG"
+
+# torch.distributed's env:// rendezvous and torchrun (PET_* are torchrun's own flag variables).
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+WORLD_SIZE = "WORLD_SIZE"
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+NODE_RANK = "NODE_RANK"
+NNODES = "NNODES"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+TORCHRUN = {"PET_NNODES": NNODES, "PET_NPROC_PER_NODE": LOCAL_WORLD_SIZE, "PET_NODE_RANK": NODE_RANK,
+            "PET_MASTER_ADDR": MASTER_ADDR, "PET_MASTER_PORT": MASTER_PORT}
+"""torchrun's variable -> the torch.distributed name holding the same value."""
+
 RESERVED = frozenset({COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID, LOCAL_DEVICE_IDS, PLATFORMS,
-                      XLA_FLAGS, GPU_MEMORY_FRACTION, COMPLETION_INDEX})
+                      XLA_FLAGS, GPU_MEMORY_FRACTION, COMPLETION_INDEX, MASTER_ADDR, MASTER_PORT,
+                      WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK, NNODES, LOCAL_WORLD_SIZE, *TORCHRUN})
 """Names a job's `spec.env` may not set: they decide which process is which, or which devices and
 how much of their memory it takes; a wrong value hangs or corrupts the whole gang."""
 RESERVED_PREFIX = "LONGCTX_"

@@ -286,6 +286,18 @@ RULES: tuple[Rule, ...] = (
          "env may not set the operator's own variables (" + ", ".join(sorted(podenv.RESERVED))
          + f", {podenv.RESERVED_PREFIX}* except " + ", ".join(sorted(podenv.USER_SETTABLE)) + ")",
          lambda s: not any(podenv.reserved(e.name) for e in s.env), ".env"),
+    Rule("spec", "!has(self.trainer) || self.trainer.framework != 'pytorch' || has(self.trainer.command)",
+         "trainer.command is required for a pytorch trainer (e.g. [torchrun, train.py]): longctx bundles a "
+         "JAX trainer only", lambda s: s.trainer is None or s.trainer.framework != "pytorch" or bool(s.trainer.command),
+         ".trainer.command"),
+    Rule("spec", "!has(self.trainer) || self.trainer.framework != 'pytorch' || "
+                 "self.communication.collectivePermute != 'nvshmem'",
+         "communication.collectivePermute nvshmem drives XLA's collectives: JAX trainers only",
+         lambda s: s.trainer is None or s.trainer.framework != "pytorch"
+         or s.communication.collective_permute != "nvshmem", ".communication.collectivePermute"),
+    Rule("spec", "!has(self.image) || !has(self.trainer) || !has(self.trainer.image)",
+         "set the image once: spec.image or trainer.image",
+         lambda s: s.image is None or s.trainer is None or s.trainer.image is None, ".trainer.image"),
     Rule("spec", "!has(self.initFrom) || !((self.initFrom.path + '/').startsWith(self.checkpoint.path + '/') || "
                  "(self.checkpoint.path + '/').startsWith(self.initFrom.path + '/'))",
          "initFrom.path and checkpoint.path must not be the same directory or one inside the other: "

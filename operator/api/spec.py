@@ -275,11 +275,30 @@ class EnvVar(ApiModel):
     """Any text, passed verbatim."""
 
 
+class TrainerSpec(ApiModel):
+    """Bring your own trainer: the framework it is written in and how to start it. Absent: the
+    bundled JAX trainer. The layout is planned all the same and reaches the container as
+    environment (docs/operator.md, "Bring your own trainer")."""
+
+    framework: Literal["jax", "pytorch"] = "jax"
+    """jax: JAX distributed env (JAX_COORDINATOR_ADDRESS, ...); pytorch: torch.distributed env://
+    and torchrun's (MASTER_ADDR, WORLD_SIZE, NODE_RANK, PET_*...), one process per GPU."""
+    image: str | None = Field(None, max_length=512, pattern=IMAGE_PATTERN)
+    """Image holding the trainer; default spec.image, then the operator's trainer image."""
+    command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(None, min_length=1,
+                                                                                     max_length=64)
+    """Container command (e.g. [torchrun]); required for pytorch. Default: the bundled trainer."""
+    args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(default_factory=list, max_length=256)
+    """Container arguments, passed verbatim."""
+
+
 class LongContextJobSpec(ApiModel):
     """A long-context training job: model, sequence, layout, fabric and lifecycle."""
 
     image: str | None = Field(None, max_length=512, pattern=IMAGE_PATTERN)
     """Trainer image; defaults to the operator's configured trainer image."""
+    trainer: TrainerSpec | None = None
+    """Bring your own trainer (PyTorch or JAX) instead of the bundled one."""
     model: ModelSpec
     """Model preset or dimensions. Immutable: checkpoints depend on it."""
     sequence_length: int = Field(ge=128, le=16777216)

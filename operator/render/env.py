@@ -33,6 +33,43 @@ def _var(name: str, value: str) -> dict:
     return {"name": name, "value": value}
 
 
+def _rank_from_completion_index(name: str) -> dict:
+    return {"name": name, "valueFrom": {"fieldRef": {
+        "fieldPath": f"metadata.labels['{names.COMPLETION_INDEX_LABEL}']"}}}
+
+
+def layout_env(spec: LongContextJobSpec, layout: ResolvedLayout) -> list[dict]:
+    """The planned layout for any trainer: the bundled one reads the same from its config file."""
+    return [_var(podenv.DATA_PARALLEL, str(layout.data)), _var(podenv.CONTEXT_PARALLEL, str(layout.context)),
+            _var(podenv.TENSOR_PARALLEL, str(layout.tensor)), _var(podenv.SEQUENCE_LENGTH, str(spec.sequence_length)),
+            _var(podenv.OFFLOAD_CHUNK_TOKENS, str(layout.chunk_tokens or 0) if layout.offload else "0"),
+            _var(podenv.CONFIG, f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}")]
+
+
+def torch_processes_per_pod(spec: LongContextJobSpec, layout: ResolvedLayout) -> int:
+    """PyTorch runs one process per GPU; CPU jobs keep the planned processes per node."""
+    return spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else layout.processes_per_node
+
+
+def torch_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int) -> list[dict]:
+    """What torch.distributed.init_process_group(init_method="env://") and torchrun read. Rank 0's
+    stable name under the headless Service is the rendezvous; with one process per pod RANK is the
+    pod's completion index (no torchrun needed), with several torchrun sets RANK and LOCAL_RANK."""
+    per_pod = torch_processes_per_pod(spec, layout)
+    values = {podenv.MASTER_ADDR: names.rank0_host(job, generation),
+              podenv.MASTER_PORT: str(spec.network.coordinator_port),
+              podenv.WORLD_SIZE: str(spec.resources.nodes * per_pod), podenv.NNODES: str(spec.resources.nodes),
+              podenv.LOCAL_WORLD_SIZE: str(per_pod)}
+    env = [_var(name, value) for name, value in values.items()]
+    env.append(_rank_from_completion_index(podenv.NODE_RANK))
+    if per_pod == 1:
+        env += [_rank_from_completion_index(podenv.RANK), _var(podenv.LOCAL_RANK, "0")]
+    for torchrun_name, torch_name in podenv.TORCHRUN.items():
+        env.append(_rank_from_completion_index(torchrun_name) if torch_name == podenv.NODE_RANK
+                   else _var(torchrun_name, values[torch_name]))
+    return env
+
+
 def worker_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int,
                fabric: FabricProfile) -> list[dict]:
     """Env of the trainer container, in a stable order.
@@ -43,14 +80,35 @@ def worker_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, gener
     The job's own `env` comes last; a name the fabric profile also sets (NCCL tuning, say) takes
     the job's value in place. Names of the contract are reserved (an API rule refuses them).
     """
+    if spec.trainer is not None and spec.trainer.framework == "pytorch":
+        env = torch_env(job, spec, layout, generation) + [_var(podenv.GENERATION, str(generation))]
+        if spec.resources.gpu_type != "cpu":
+            env += [_var(k, v) for k, v in fabric.env.items()]
+    else:
+        env = jax_env(job, spec, layout, generation, fabric)
+    env += layout_env(spec, layout)
+    position = {var["name"]: i for i, var in enumerate(env)}  # the job's own env: below
+    for user in spec.env:
+        if podenv.reserved(user.name):  # refused by the API; never rendered even if it slips in
+            raise ValueError(f"spec.env: {user.name} is reserved for the operator")
+        if user.name in position:
+            env[position[user.name]] = _var(user.name, user.value)
+        else:
+            position[user.name] = len(env)
+            env.append(_var(user.name, user.value))
+    return env
+
+
+def jax_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int,
+            fabric: FabricProfile) -> list[dict]:
+    """JAX distributed identity, XLA flags, the fabric's and NVSHMEM's settings."""
     ppn = layout.processes_per_node
     env: list[dict] = [
         _var(podenv.COORDINATOR_ADDRESS, names.coordinator_address(job, generation, spec.network.coordinator_port)),
         _var(podenv.NUM_PROCESSES, str(spec.resources.nodes * ppn)),
     ]
     if ppn == 1:
-        env.append({"name": podenv.PROCESS_ID, "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.labels['{names.COMPLETION_INDEX_LABEL}']"}}})
+        env.append(_rank_from_completion_index(podenv.PROCESS_ID))
     env.append(_var(podenv.PROCESSES_PER_POD, str(ppn)))
     if ppn > 1:
         env.append(_var(podenv.DEVICES_PER_PROCESS, str(spec.resources.gpus_per_node // ppn)))
@@ -62,13 +120,4 @@ def worker_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, gener
         env += [_var(k, v) for k, v in fabric.env.items()]
         if spec.communication.collective_permute == "nvshmem":
             env += [_var(k, v) for k, v in nvshmem_env(spec, fabric).items()]
-    position = {var["name"]: i for i, var in enumerate(env)}
-    for user in spec.env:
-        if podenv.reserved(user.name):  # refused by the API; never rendered even if it slips in
-            raise ValueError(f"spec.env: {user.name} is reserved for the operator")
-        if user.name in position:
-            env[position[user.name]] = _var(user.name, user.value)
-        else:
-            position[user.name] = len(env)
-            env.append(_var(user.name, user.value))
     return env

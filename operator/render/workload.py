@@ -157,6 +157,10 @@ def _config_map(name: str, namespace: str, spec: LongContextJobSpec, layout: Res
     }
 
 
+BUNDLED_TRAINER_COMMAND = ["python", "-m", "longctx_trainer.launch", "--config",
+                           f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}"]
+
+
 def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int,
          config: OperatorConfig) -> dict:
     workload = names.workload_name(name, generation)
@@ -168,10 +172,9 @@ def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLa
     volumes, mounts = _volumes(name, spec, fabric)
     trainer = {
         "name": TRAINER_CONTAINER,
-        "image": spec.image or config.trainer_image,
+        "image": (spec.trainer and spec.trainer.image) or spec.image or config.trainer_image,
         "imagePullPolicy": config.trainer_image_pull_policy,
-        "command": ["python", "-m", "longctx_trainer.launch", "--config",
-                    f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}"],
+        "command": (spec.trainer and spec.trainer.command) or BUNDLED_TRAINER_COMMAND,
         "env": worker_env(name, spec, layout, generation, fabric),
         "ports": _ports(spec, layout.processes_per_node),
         "resources": _resources(spec, fabric),
@@ -192,6 +195,8 @@ def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLa
         "containers": [trainer],
         "volumes": volumes,
     }
+    if spec.trainer is not None and spec.trainer.args:
+        trainer["args"] = list(spec.trainer.args)
     if spec.scheduling.priority_class_name:
         pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
     if fabric.sidecars:
@@ -228,9 +233,18 @@ class _Dumper(yaml.SafeDumper):
     """Multi-line strings (the trainer config) as literal blocks, so they stay readable."""
 
 
+# Line breaks other than \n: PyYAML writes them raw inside single quotes, where a reader folds them
+# (NEL becomes a space), so such strings go double-quoted, where they are escapes (\N, \L, \P, \r).
+_OTHER_BREAKS = ("\r", "\x85", "\u2028", "\u2029")
+
+
 def _str(dumper: yaml.SafeDumper, value: str):
     # The emitter falls back to a quoted style where a block cannot hold the string exactly.
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+    if any(c in value for c in _OTHER_BREAKS):
+        style = '"'
+    else:
+        style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
 _Dumper.add_representer(str, _str)

@@ -112,6 +112,11 @@ FIELDS: list[tuple[str, Callable[[dict, str], None], str, st.SearchStrategy[str]
     ("spec.initFrom.path", _with({"spec.initFrom.persistentVolumeClaim": "weights"}, _set("spec.initFrom.path")),
      f"/{MARKER}", _regex(api.PATH_PATTERN)),
     ("spec.network.socketInterface", _set("spec.network.socketInterface"), MARKER, _regex(r"^[A-Za-z0-9_.:^=-]+$")),
+    ("spec.trainer.args", lambda doc, v: _set("spec.trainer")(doc, {"framework": "pytorch", "command": ["torchrun"],
+                                                                    "args": ["train.py", v]}),
+     MARKER, st.text(max_size=60)),
+    ("spec.trainer.command", lambda doc, v: _set("spec.trainer")(doc, {"command": ["python", v]}),
+     MARKER, st.text(max_size=60)),
 ]
 
 
@@ -178,3 +183,10 @@ def test_user_strings_render_verbatim_or_are_refused(field, apply, marker, value
 def test_marker_does_not_occur_in_a_plain_rendering():
     """The marker replacement above is exact only if the marker appears nowhere by itself."""
     assert not _contains(_as_data(_rendered(BASE)), MARKER)
+
+
+@pytest.mark.parametrize("value", ["\x85", "a\x85b", "x\r\ny", "\u2028", "a\u2029b", "line\nand\x85"])
+def test_every_line_break_survives_the_printed_yaml(value):
+    """PyYAML alone folds a NEL inside single quotes into a space; `longctx render` must not."""
+    objects = _rendered(_job_with(_env_value, value))
+    assert [doc for doc in yaml.safe_load_all(render_yaml(objects)) if doc] == objects
