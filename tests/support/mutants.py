@@ -102,3 +102,10 @@ def constant_logits(monkeypatch):
     correct = model.chunked_cross_entropy
     monkeypatch.setattr(model, "chunked_cross_entropy",
                         lambda x, head, targets, **kw: correct(x, head * 0, targets, **kw))
+
+
+def rope_frequencies_one_index_off(monkeypatch):
+    """Pair i rotated at pair i+1's frequency, theta ** (-2(i+1) / head_dim)."""
+    correct = model.rope_frequencies
+    monkeypatch.setattr(model, "rope_frequencies", lambda head_dim, theta, scaling=None: correct(
+        head_dim, theta, scaling) * theta ** (-2 / head_dim))
