@@ -3,7 +3,8 @@
 fp32: layouts differ only in the order of reductions. Measured 2026-11-24 (both sharded
 layouts against one device): loss within 8.6e-8 relative (one fp32 step); gradients within
 2.5e-8 absolute on entries below 10% of their parameter's largest and 3.0e-6 relative on the
-others. Tolerances about 4x those. Each check must also fail on a mutant (tests/support/mutants.py).
+others. Tolerances about 4x those. The comparisons must also fail on mutants
+(tests/support/mutants.py).
 """
 
 import json
