@@ -2,8 +2,9 @@
 
 Each case runs one jitted function (output and input gradients through the custom VJPs) on
 inputs laid out in the load-balancing order, undoes the order, and compares with the
-single-device reference on natural-order inputs. Tolerances: fp32 within 2e-5 relative to the
-reference's largest magnitude; bf16 inputs within 4e-2.
+single-device reference on natural-order inputs, element by element:
+|actual - expected| <= atol + rtol * |expected| (tolerances below, each from measured errors).
+Each numeric check also runs against mutants (tests/support/mutants.py) and must fail on them.
 """
 
 import functools
@@ -16,8 +17,15 @@ from jax.sharding import AxisType
 
 from longctx_trainer.ops import (context_parallel_attention, inverse_permutation, permutation,
                                  reference_attention)
+from support import mutants
 
 BATCH, SEQ, HEADS, HEAD_DIM = 2, 128, 8, 16
+
+# fp32, measured 2026-11-24 over all CASES: at most 2.5e-6 absolute on entries below 0.1 and
+# 1.15e-5 relative on the others (entries reach 9), about 3x below each term; the worst entry
+# uses 23% of its tolerance. The mutants err by 1 to 10 (a dropped mask, a skipped rotation, a
+# lost scale).
+FP32 = dict(rtol=3e-5, atol=8e-6)
 
 
 def make_mesh(data, context, tensor):
@@ -26,22 +34,25 @@ def make_mesh(data, context, tensor):
                          axis_types=(AxisType.Auto,) * 3, devices=devices)
 
 
-def inputs(kv_heads, dtype=jnp.float32):
+def inputs(kv_heads, dtype=jnp.float32, q_scale=1.0):
     keys = jax.random.split(jax.random.key(0), 4)
-    q = jax.random.normal(keys[0], (BATCH, SEQ, HEADS, HEAD_DIM))
+    q = q_scale * jax.random.normal(keys[0], (BATCH, SEQ, HEADS, HEAD_DIM))
     k, v = (jax.random.normal(key, (BATCH, SEQ, kv_heads, HEAD_DIM)) for key in keys[1:3])
     do = jax.random.normal(keys[3], q.shape)
     return tuple(x.astype(dtype) for x in (q, k, v)), do
 
 
 @functools.cache
-def reference_with_grads(kv_heads, causal):
-    (q, k, v), do = inputs(kv_heads)
+def reference_with_grads(kv_heads, causal, dtype=jnp.float32, q_scale=1.0):
+    """fp32 reference on the inputs as the implementation sees them (rounded to `dtype`)."""
+    (q, k, v), do = inputs(kv_heads, dtype, q_scale)
+    q, k, v, do = (x.astype(dtype).astype(jnp.float32) for x in (q, k, v, do))
     out, vjp = jax.vjp(functools.partial(reference_attention, causal=causal), q, k, v)
     return out, vjp(do)
 
 
-def context_parallel_with_grads(mesh, *, kv_heads, causal, dtype=jnp.float32, **options):
+def context_parallel_with_grads(mesh, *, kv_heads, causal, dtype=jnp.float32, q_scale=1.0,
+                                **options):
     """Output and (dq, dk, dv) in natural token order, computed in the layout order."""
     context, scheme = mesh.shape["context"], options.get("load_balance", "dual_chunk_swap")
     perm, inverse = permutation(SEQ, context, scheme), inverse_permutation(SEQ, context, scheme)
@@ -53,23 +64,17 @@ def context_parallel_with_grads(mesh, *, kv_heads, causal, dtype=jnp.float32, **
         grads = vjp(do[:, perm].astype(dtype))
         return out[:, inverse], tuple(g[:, inverse] for g in grads)
 
-    (q, k, v), do = inputs(kv_heads, dtype)
+    (q, k, v), do = inputs(kv_heads, dtype, q_scale)
     return run(q, k, v, do)
 
 
-def assert_close(actual, expected, rel):
-    expected = np.asarray(expected, np.float32)
-    np.testing.assert_allclose(np.asarray(actual, np.float32), expected, rtol=rel,
-                               atol=rel * np.abs(expected).max())
-
-
-def assert_matches_reference(result, kv_heads, causal, rel=2e-5):
-    out, grads = result
-    ref_out, ref_grads = reference_with_grads(kv_heads, causal)
-    assert_close(out, ref_out, rel)
-    for name, actual, expected in zip("qkv", grads, ref_grads):
+def assert_matches_reference(result, reference, tolerances):
+    """`tolerances`: one dict(rtol, atol) for out, dq, dk and dv alike, or one per name."""
+    for name, actual, expected in zip(("out", "dq", "dk", "dv"), (result[0], *result[1]),
+                                      (reference[0], *reference[1])):
         assert actual.shape == expected.shape, name
-        assert_close(actual, expected, rel)
+        np.testing.assert_allclose(np.asarray(actual, np.float32), np.asarray(expected),
+                                   err_msg=name, **tolerances.get(name, tolerances))
 
 
 # (impl, (data, context, tensor), causal, kv_heads, load_balance): every context size, causal and
@@ -99,15 +104,46 @@ CASES = [
 def test_matches_reference_forward_and_gradients(impl, layout, causal, kv_heads, load_balance):
     result = context_parallel_with_grads(make_mesh(*layout), kv_heads=kv_heads, causal=causal,
                                          impl=impl, load_balance=load_balance)
-    assert_matches_reference(result, kv_heads, causal)
+    assert_matches_reference(result, reference_with_grads(kv_heads, causal), FP32)
+
+
+MUTANT_CASE = ("ring", (1, 4, 1), True, 2, "dual_chunk_swap")
+
+
+@pytest.mark.parametrize("mutant", [mutants.drop_causal_mask_on_first_block,
+                                    mutants.skip_one_ring_rotation, mutants.lose_attention_scale],
+                         ids=lambda m: m.__name__)
+def test_fp32_check_fails_on_mutant(mutant, monkeypatch):
+    mutant(monkeypatch)
+    with pytest.raises(AssertionError):
+        test_matches_reference_forward_and_gradients(*MUTANT_CASE)
+
+
+# bf16: q scaled by 3 so that logits spread as in a trained model (log-sum-exp 5 to 9, where
+# bf16's spacing is 1/32 to 1/16); inputs rounded to bf16 for the reference too, so only the
+# kernel's own rounding counts. rtol is one bf16 step (2^-8), for the final rounding. Measured
+# 2026-11-24 (ring / all-gather, largest absolute error; entries reach 2.5 / 13 / 23 / 27):
+# out 7.8e-3, dq 1.5e-2, dk 6.1e-2 / 6.3e-2, dv 3.5e-2 / 3.5e-2; the worst entry uses 65% of its
+# tolerance. The ring with its blocks' log-sum-exp rounded to bf16 errs by 3.8e-2, 5.4e-2, 0.18
+# and 0.21: 1.9x to 3.7x its tolerance, in every one of the four.
+BF16_Q_SCALE = 3.0
+BF16 = {"out": dict(rtol=2**-8, atol=1e-2), "dq": dict(rtol=2**-8, atol=2e-2),
+        "dk": dict(rtol=2**-8, atol=8e-2), "dv": dict(rtol=2**-8, atol=5e-2)}
 
 
 @pytest.mark.parametrize("impl", ["ring", "all_gather"])
 def test_bf16_within_bf16_tolerance(impl):
     result = context_parallel_with_grads(make_mesh(1, 8, 1), kv_heads=2, causal=True,
-                                         dtype=jnp.bfloat16, impl=impl)
+                                         dtype=jnp.bfloat16, q_scale=BF16_Q_SCALE, impl=impl)
     assert result[0].dtype == jnp.bfloat16
-    assert_matches_reference(result, kv_heads=2, causal=True, rel=4e-2)
+    reference = reference_with_grads(2, True, jnp.bfloat16, BF16_Q_SCALE)
+    assert_matches_reference(result, reference, BF16)
+
+
+def test_bf16_check_fails_when_the_ring_merges_bf16_log_sum_exps(monkeypatch):
+    mutants.round_block_lse_to_bf16(monkeypatch)
+    with pytest.raises(AssertionError):
+        test_bf16_within_bf16_tolerance("ring")
 
 
 def test_unknown_impl_is_rejected():

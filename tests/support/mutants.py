@@ -1,0 +1,111 @@
+"""Deliberately broken variants of the trainer, for tests that must fail on them.
+
+Each function installs one mutant with pytest's `monkeypatch` (undone after the test) by
+replacing a function inside the module under test; production code is not changed. A numeric
+check whose tolerance lets one of these through is too loose to guard against that bug.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from longctx_trainer import model
+from longctx_trainer.ops import block, chunked, ring
+
+
+def round_block_lse_to_bf16(monkeypatch):
+    """Every block's log-sum-exp rounded to bf16 before the ring merges it: what the public cuDNN
+    wrapper returns (ops/block.py's docstring)."""
+    correct = chunked.block_forward
+
+    def block_forward(*args, **kwargs):
+        out, lse = correct(*args, **kwargs)
+        return out, lse.astype(jnp.bfloat16).astype(jnp.float32)
+
+    monkeypatch.setattr(chunked, "block_forward", block_forward)
+
+
+def drop_causal_mask_on_first_block(monkeypatch):
+    """The chunk pair holding token 0 against itself runs unmasked (forward and backward)."""
+    correct = chunked._relation
+
+    def relation(q_pos, k_pos):
+        kind = correct(q_pos, k_pos)
+        if q_pos is None:
+            return kind
+        first_block = (q_pos.min() == 0) & (k_pos.min() == 0)
+        return jnp.where(first_block & (kind == chunked.MASKED), chunked.FULL, kind)
+
+    monkeypatch.setattr(chunked, "_relation", relation)
+
+
+class _LaxSkippingOneRingRotation:
+    """`jax.lax` as ring.py sees it, except that the ring's step loops run unrolled in Python, so
+    the K/V rotation (ppermute) of one step can be left out: that step's device keeps the shard
+    it had, attends it twice and never sees another one."""
+
+    def __init__(self, skipped_step: int):
+        self.skipped_step, self.step = skipped_step, None
+
+    def __getattr__(self, name):
+        return getattr(lax, name)
+
+    def scan(self, body, carry, steps):
+        for step in range(len(steps)):
+            self.step = step
+            carry, _ = body(carry, steps[step])
+        self.step = None
+        return carry, None
+
+    def ppermute(self, x, axis_name, perm):
+        return x if self.step == self.skipped_step else lax.ppermute(x, axis_name, perm)
+
+
+def skip_one_ring_rotation(monkeypatch, step: int = 1):
+    monkeypatch.setattr(ring, "lax", _LaxSkippingOneRingRotation(step))
+
+
+def lose_attention_scale(monkeypatch):
+    """Logits q.k without the 1/sqrt(head_dim) factor."""
+    correct = block._masked_logits
+    monkeypatch.setattr(block, "_masked_logits",
+                        lambda q, k, q_pos, k_pos, scale: correct(q, k, q_pos, k_pos, 1.0))
+
+
+def round_logits_to_bf16(monkeypatch):
+    """Softmax statistics taken from logits in the input dtype (bf16) instead of fp32."""
+    correct = block._masked_logits
+    monkeypatch.setattr(block, "_masked_logits", lambda *args: correct(*args).astype(
+        jnp.bfloat16).astype(jnp.float32))
+
+
+def stale_kv_prefetch(monkeypatch):
+    """The double-buffered K/V fetch one chunk behind: chunk 0 is used twice, the last never."""
+    correct = chunked._KVChunks.fetch
+    monkeypatch.setattr(chunked._KVChunks, "fetch", lambda kv, j: correct(kv, j - 1))
+
+
+def shift_rope_of_last_shard(monkeypatch, context: int):
+    """RoPE positions of the last context shard off by one token."""
+    correct = model.rope
+
+    def rope(x, positions, theta, scaling=None):
+        last_shard = positions.shape[0] - positions.shape[0] // context
+        return correct(x, positions.at[last_shard:].add(1), theta, scaling)
+
+    monkeypatch.setattr(model, "rope", rope)
+
+
+def constant_logits(monkeypatch):
+    """A model whose logits ignore it (a zero output head): every token scores ln(vocab)."""
+    correct = model.chunked_cross_entropy
+    monkeypatch.setattr(model, "chunked_cross_entropy",
+                        lambda x, head, targets, **kw: correct(x, head * 0, targets, **kw))
+
+
+def rope_frequencies_one_index_off(monkeypatch):
+    """Pair i rotated at pair i+1's frequency, theta ** (-2(i+1) / head_dim)."""
+    correct = model.rope_frequencies
+    monkeypatch.setattr(model, "rope_frequencies", lambda head_dim, theta, scaling=None: correct(
+        head_dim, theta, scaling) * theta ** (-2 / head_dim))
