@@ -40,7 +40,7 @@ LAYOUT = ResolvedLayout(data=1, context=2, tensor=1, processes_per_node=1)
 # tags, anchors, flow collections, document markers, and key-looking text.
 HOSTILE = st.lists(st.sampled_from(list("\n\r\x85\u2028\u2029\t :#&*!|>'\"%@`{}[],-?.~/\\=$aZ0_ÿ€")
                                    + ["---", "...", "privileged: true", "kind: Job", "!!binary", "&a", "*a",
-                                      "<<", "true", "0x1F", "1e3", "null"]),
+                                      "<<", "true", "0x1F", "1e3", "null", "\U0001F600", "\U00010348"]),
                    min_size=1, max_size=12).map("".join)
 PAYLOADS = st.sampled_from([
     "x\n      securityContext: {privileged: true}", "x\r  hostPID: true", "x\x85hostNetwork: true",
@@ -185,8 +185,11 @@ def test_marker_does_not_occur_in_a_plain_rendering():
     assert not _contains(_as_data(_rendered(BASE)), MARKER)
 
 
-@pytest.mark.parametrize("value", ["\x85", "a\x85b", "x\r\ny", "\u2028", "a\u2029b", "line\nand\x85"])
+@pytest.mark.parametrize("value", ["\x85", "a\x85b", "x\r\ny", "\u2028", "a\u2029b", "line\nand\x85",
+                                   "\U0001F600 outside the Basic Multilingual Plane"])
 def test_every_line_break_survives_the_printed_yaml(value):
     """PyYAML alone folds a NEL inside single quotes into a space; `longctx render` must not."""
     objects = _rendered(_job_with(_env_value, value))
-    assert [doc for doc in yaml.safe_load_all(render_yaml(objects)) if doc] == objects
+    text = render_yaml(objects)
+    assert [doc for doc in yaml.safe_load_all(text) if doc] == objects
+    assert "\\ud83d" not in text  # an astral character is itself, never a surrogate escape kubectl refuses
