@@ -122,6 +122,9 @@ def _plan_request_from_flags(args):
     if found:
         first = found[0]
         flag = next((f for field, f in _PLAN_FLAGS.items() if first.field.startswith(field)), None)
+        if first.field == "spec.resources.nodes":  # --gpus sets the node count: say it in those terms
+            raise UsageError(f"--gpus {args.gpus}: {args.gpus // args.gpus_per_node} nodes of {args.gpus_per_node} "
+                             f"GPUs; the number of nodes {first.message[0].lower()}{first.message[1:]}")
         raise UsageError(f"{flag}: {first.message}" if flag else str(first))
     request = plan_request(parse_job(_spec_from_flags(args)).spec)
     return dataclasses.replace(request, data=args.data, context=args.context, tensor=args.tensor)

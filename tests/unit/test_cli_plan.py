@@ -39,6 +39,7 @@ def test_plan_from_a_manifest(capsys):
 @pytest.mark.parametrize("extra,needle", [
     (["--tensor", "16"], "spec.parallelism.tensor"),
     (["--gpus", "12"], "--gpus"),
+    (["--gpus", "1000000000"], "--gpus 1000000000: 125000000 nodes of 8 GPUs; the number of nodes"),
     (["--model", "gpt-5"], "--model"),
     (["--memory", "lots"], "--memory"),
 ])
