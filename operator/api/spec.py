@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
 # Patterns are checked by pydantic (Rust regex) and by the API server (Go RE2) alike: ASCII classes
@@ -39,10 +40,10 @@ MAX_COUNT = 2**53
 
 QualifiedName = Annotated[str, StringConstraints(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
-GPU_TYPES = ("cpu", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")
-FABRICS = ("tcp", "infiniband", "roce", "efa", "gcp-tcpx", "gcp-tcpxo", "gcp-rdma")
-
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+# The hardware catalogue (trainer/hardware.py) is the one list of GPU types and fabrics.
+GpuType = Literal[(CPU, *GPUS)]  # type: ignore[valid-type]
+FabricName = Literal[tuple(FABRICS)]  # type: ignore[valid-type]
 
 
 class ApiModel(BaseModel):
@@ -153,7 +154,7 @@ class ResourcesSpec(ApiModel):
     """Nodes (pods) in the gang."""
     gpus_per_node: int = Field(8, ge=1, le=16)
     """GPUs per node (for gpuType cpu: emulated XLA host devices per pod)."""
-    gpu_type: Literal[GPU_TYPES] = "h100-80gb"  # type: ignore[valid-type]
+    gpu_type: GpuType = "h100-80gb"
     """Accelerator; selects nodes by the GPU Feature Discovery product label. cpu runs on CPU devices."""
     shared_memory: str = Field("64Gi", pattern=QUANTITY_PATTERN, max_length=32)
     """Size of the /dev/shm memory volume (NCCL and data loaders need a large one)."""
@@ -167,7 +168,7 @@ class ResourcesSpec(ApiModel):
 class NetworkSpec(ApiModel):
     """Inter-node fabric; each fabric profile sets its resources, annotations and NCCL/NVSHMEM env."""
 
-    fabric: Literal[FABRICS] = "tcp"  # type: ignore[valid-type]
+    fabric: FabricName = "tcp"
     """tcp, infiniband or roce (NVIDIA Network Operator), efa (AWS), gcp-tcpx (A3 High),
     gcp-tcpxo (A3 Mega), gcp-rdma (A3 Ultra)."""
     rdma_resource: str | None = Field(None, max_length=253, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")

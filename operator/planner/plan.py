@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from longctx_trainer.flops import FlopsPerToken, flops_per_token
+from longctx_trainer.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.presets import ModelDims
 
-from .catalogue import FABRICS, GIB, GPUS
 from .chunking import chunk_candidates, covering_chunk_tokens, MIN_CHUNK_TOKENS
-from .costs import FlopsPerToken, flops_per_token
 from .layouts import Layout, Rejection, enumerate_layouts, structural_rejections
 from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
 from .timing import StepInputs, StepTime, step_time

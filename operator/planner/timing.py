@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.flops import flops_per_token
+from longctx_trainer.hardware import Fabric, Gpu
 from longctx_trainer.presets import ModelDims
 
-from .catalogue import FabricSpec, GpuSpec
 from .chunking import chunk_compute_seconds, chunk_transfer_seconds
-from .costs import FP32, dtype_bytes, flops_per_token, kv_dim
+from .costs import FP32, dtype_bytes, kv_dim
 from .layouts import Layout
 
 
@@ -37,8 +38,8 @@ class StepTime:
 @dataclass(frozen=True)
 class StepInputs:
     model: ModelDims
-    gpu: GpuSpec
-    fabric: FabricSpec
+    gpu: Gpu
+    fabric: Fabric
     layout: Layout
     gpus_per_node: int
     sequence_length: int
