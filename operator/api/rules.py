@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from longctx_trainer import podenv
+from longctx_trainer.config import sequence_split
 from longctx_trainer.hardware import FABRICS
 from longctx_trainer.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
-from .spec import LongContextJobSpec, ModelSpec
+from .spec import TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
 
 RDMA_FABRICS = tuple(name for name, fabric in FABRICS.items() if fabric.rdma)
 GPU_NIC_NETWORKS = {name: f.gpu_nic_networks for name, f in FABRICS.items() if f.gpu_nic_networks}
@@ -89,7 +90,7 @@ def _sequence_divisible(s: LongContextJobSpec) -> bool:
     context = s.parallelism.context
     if context is None:
         return True
-    return s.sequence_length % ((2 if s.parallelism.load_balance == "dualChunkSwap" else 1) * context) == 0
+    return s.sequence_length % sequence_split(TRAINER_LOAD_BALANCE[s.parallelism.load_balance], context) == 0
 
 
 def _dims_set(m: ModelSpec) -> list[bool]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.config import Attention, LoadBalance, Precision
 from longctx_trainer.flops import flops_per_token
 from longctx_trainer.hardware import Fabric, Gpu
 from longctx_trainer.presets import ModelDims
@@ -44,10 +45,10 @@ class StepInputs:
     gpus_per_node: int
     sequence_length: int
     global_batch_tokens: int
-    precision: str
+    precision: Precision
     recompute: bool
-    attention: str  # "ring" | "all_gather"
-    load_balance: str  # "dual_chunk_swap" | "striped" | "none"
+    attention: Attention
+    load_balance: LoadBalance
     chunk_tokens: int | None  # None: no offload
     host_saved_bytes: int  # saved activations copied to the host and back each step
 
@@ -64,7 +65,7 @@ class StepInputs:
         return 2 if self.recompute else 1
 
 
-def imbalance(load_balance: str, context: int) -> float:
+def imbalance(load_balance: LoadBalance, context: int) -> float:
     """Causal attention time of the busiest device over the average one. Unbalanced contiguous
     shards give the last device `context` blocks of work against an average of (context+1)/2."""
     return 1.0 if load_balance != "none" else 2 * context / (context + 1)
