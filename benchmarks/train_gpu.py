@@ -24,7 +24,7 @@ import jax
 
 from longctx_trainer.config import (ModelConfig, OffloadConfig, OptimizerConfig, ParallelConfig,
                                     TrainerConfig)
-from longctx_trainer.flops import peak_flops
+from longctx_trainer.peak import peak_flops
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import train

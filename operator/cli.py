@@ -96,9 +96,10 @@ def _spec_from_flags(args) -> dict:
         raise UsageError(f"--gpus {args.gpus} must be a positive multiple of --gpus-per-node {args.gpus_per_node}")
     spec: dict = {"model": {"preset": args.model}, "sequenceLength": args.sequence_length,
                   "resources": {"nodes": args.gpus // args.gpus_per_node, "gpusPerNode": args.gpus_per_node},
-                  "parallelism": {"attention": args.attention}, "offload": {}}
+                  "offload": {}}
     optional = {("globalBatchTokens",): args.global_batch_tokens, ("resources", "gpuType"): args.gpu,
                 ("network", "fabric"): args.fabric, ("precision",): args.precision,
+                ("parallelism", "attention"): args.attention,
                 ("offload", "enabled"): args.offload, ("offload", "chunkTokens"): args.chunk_tokens,
                 ("resources", "memory"): args.memory}
     for path, value in optional.items():
@@ -306,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", help="GPU type (default: the API's, h100-80gb), e.g. h200-141gb")
     p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
     p.add_argument("--precision", help="bf16 (the API's default) or fp32")
-    p.add_argument("--attention", default="ring", help="ring (default) or allGather")
+    p.add_argument("--attention", help="ring (the API's default) or allGather")
     p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")
     p.add_argument("--context", type=int, help="pin context parallelism")
     p.add_argument("--tensor", type=int, help="pin tensor parallelism")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from longctx_operator.planner import Plan, PlanRequest, plan
 
 from .api.quantity import parse_quantity
-from .api.spec import LongContextJobSpec
+from .api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec
 from .render.layout import ResolvedLayout
-from .render.trainer_config import ATTENTION, LOAD_BALANCE, model_config
+from .render.trainer_config import model_config
 
 
 def plan_request(spec: LongContextJobSpec) -> PlanRequest:
@@ -18,7 +18,7 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
         gpus_per_node=spec.resources.gpus_per_node, gpu=spec.resources.gpu_type,
         fabric=spec.network.fabric, precision=spec.precision,
         data=p.data, context=p.context, tensor=p.tensor,
-        attention=ATTENTION[p.attention], load_balance=LOAD_BALANCE[p.load_balance],
+        attention=TRAINER_ATTENTION[p.attention], load_balance=TRAINER_LOAD_BALANCE[p.load_balance],
         offload=spec.offload.enabled, chunk_tokens=spec.offload.chunk_tokens,
         host_memory_bytes=parse_quantity(spec.resources.memory) if spec.resources.memory else None)
 

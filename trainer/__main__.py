@@ -22,7 +22,7 @@ from .checkpoint import Checkpoints
 from .config import TrainerConfig, load_config
 from .data import Batches
 from .distributed import ProcessEnv, initialize
-from .flops import peak_flops
+from .peak import peak_flops
 from .mesh import make_mesh
 from .metrics import TrainMetrics
 from .model import ModelOptions

@@ -17,8 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .presets import PRESETS, ModelDims, RopeScaling
 
+# The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
+# these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
+Attention = Literal["ring", "all_gather"]
+LoadBalance = Literal["dual_chunk_swap", "striped", "none"]
+Precision = Literal["bf16", "fp32"]
+Schedule = Literal["cosine", "constant"]
+DataKind = Literal["synthetic", "tokens", "text"]
+CollectivePermute = Literal["nccl", "nvshmem"]
 
-def sequence_split(load_balance: str, context: int) -> int:
+
+def sequence_split(load_balance: LoadBalance, context: int) -> int:
     """Pieces a sequence is cut into: dual-chunk-swap gives every device two chunks."""
     return 2 * context if load_balance == "dual_chunk_swap" else context
 
@@ -78,8 +87,8 @@ class ParallelConfig(_Strict):
     data: int = Field(1, gt=0)
     context: int = Field(1, gt=0)
     tensor: int = Field(1, gt=0)
-    attention: Literal["ring", "all_gather"] = "ring"
-    load_balance: Literal["dual_chunk_swap", "striped", "none"] = "dual_chunk_swap"
+    attention: Attention = "ring"
+    load_balance: LoadBalance = "dual_chunk_swap"
 
     @property
     def devices(self) -> int:
@@ -97,7 +106,7 @@ class OptimizerConfig(_Strict):
     warmup_steps: int = Field(100, ge=0)
     weight_decay: float = Field(0.1, ge=0)
     grad_clip: float = Field(1.0, gt=0)
-    schedule: Literal["cosine", "constant"] = Field(
+    schedule: Schedule = Field(
         "cosine", description="After the linear warm-up: cosine decay to 10% by the last step, "
                               "or constant.")
     beta1: float = Field(0.9, gt=0, lt=1)
@@ -105,7 +114,7 @@ class OptimizerConfig(_Strict):
 
 
 class DataConfig(_Strict):
-    kind: Literal["synthetic", "tokens", "text"] = "synthetic"
+    kind: DataKind = "synthetic"
     path: str | None = Field(None, description="Token file (.bin of uint16/uint32) or text file/dir.")
     seed: int = 0
 
@@ -133,13 +142,13 @@ class TrainerConfig(_Strict):
     sequence_length: int = Field(gt=0)
     global_batch_tokens: int = Field(gt=0)
     steps: int = Field(gt=0)
-    precision: Literal["bf16", "fp32"] = "bf16"
+    precision: Precision = "bf16"
     remat: bool = True
     seed: int = 0
     log_every: int = Field(1, gt=0)
     parallelism: ParallelConfig = ParallelConfig()
     offload: OffloadConfig = OffloadConfig()
-    communication: Literal["nccl", "nvshmem"] = "nccl"
+    communication: CollectivePermute = "nccl"
     optimizer: OptimizerConfig = OptimizerConfig()
     data: DataConfig = DataConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()

@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from .config import TrainerConfig
 
 STEP_BUCKETS = (.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-CONVENTIONS = ("causal", "full")
 
 
 def package_version() -> str:

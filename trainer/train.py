@@ -24,7 +24,7 @@ from .checkpoint import Checkpoints
 from .config import OptimizerConfig, TrainerConfig
 from .data import Batches
 from .flops import flops_per_token
-from .metrics import CONVENTIONS, TrainMetrics
+from .metrics import TrainMetrics
 from .weights import load_params
 
 Emit = Callable[[dict], None]
@@ -144,8 +144,7 @@ def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetric
         state = _restore(checkpoints, start, fns.abstract_state(), batches, config)
     metrics.observe_resume(start)
 
-    dims = config.model.dims()
-    flops = {c: flops_per_token(dims, config.sequence_length, c) for c in CONVENTIONS}
+    flops = flops_per_token(config.model.dims(), config.sequence_length).by_convention()
     peak = peak_flops_per_device * mesh.size
     step_fn = fns.compiled_step(state, *batches.for_step(start))
     for step in range(start, config.steps):

@@ -12,15 +12,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from longctx_trainer import podenv
+from longctx_trainer.config import sequence_split
+from longctx_trainer.hardware import FABRICS
 from longctx_trainer.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
-from .spec import LongContextJobSpec, ModelSpec
+from .spec import TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
 
-RDMA_FABRICS = ("infiniband", "roce", "efa", "gcp-rdma")
-GCP_NIC_COUNTS = {"gcp-tcpx": 4, "gcp-tcpxo": 8, "gcp-rdma": 8}
-GCP_GPUS = {"gcp-tcpx": ("h100-80gb",), "gcp-tcpxo": ("h100-80gb",),
-            "gcp-rdma": ("h200-141gb", "b200-180gb")}
+RDMA_FABRICS = tuple(name for name, fabric in FABRICS.items() if fabric.rdma)
+GPU_NIC_NETWORKS = {name: f.gpu_nic_networks for name, f in FABRICS.items() if f.gpu_nic_networks}
+FABRIC_GPU_TYPES = {name: f.gpu_types for name, f in FABRICS.items() if f.gpu_types}
 MAX_NAME_LENGTH = 40  # leaves room for "-g<generation>-<index>" within a 63-character hostname
 DIMENSIONS = ("layers", "hidden", "heads", "kvHeads", "ffn", "vocab")
 
@@ -47,6 +48,11 @@ class Rule:
         if self.field_path:
             out["fieldPath"] = self.field_path
         return out
+
+
+def _or(names) -> str:
+    """English list: "a", "a or b", "a, b or c"."""
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
 def _cel_list(values) -> str:
@@ -84,7 +90,7 @@ def _sequence_divisible(s: LongContextJobSpec) -> bool:
     context = s.parallelism.context
     if context is None:
         return True
-    return s.sequence_length % ((2 if s.parallelism.load_balance == "dualChunkSwap" else 1) * context) == 0
+    return s.sequence_length % sequence_split(TRAINER_LOAD_BALANCE[s.parallelism.load_balance], context) == 0
 
 
 def _dims_set(m: ModelSpec) -> list[bool]:
@@ -211,7 +217,7 @@ RULES: tuple[Rule, ...] = (
          ".parallelism.processesPerNode"),
     Rule("spec",
          f"{_NVSHMEM} || self.resources.nodes == 1 || self.network.fabric in {_cel_list(RDMA_FABRICS)}",
-         "nvshmem across nodes needs an RDMA fabric (infiniband, roce, efa or gcp-rdma)",
+         f"nvshmem across nodes needs an RDMA fabric ({_or(RDMA_FABRICS)})",
          lambda s: s.communication.collective_permute != "nvshmem" or s.resources.nodes == 1
          or s.network.fabric in RDMA_FABRICS,
          ".communication.collectivePermute"),
@@ -240,13 +246,13 @@ RULES: tuple[Rule, ...] = (
            lambda s, fabric=fabric, count=count: s.network.fabric != fabric
            or len(s.network.networks) == count,
            ".network.networks")
-      for fabric, count in GCP_NIC_COUNTS.items()),
+      for fabric, count in GPU_NIC_NETWORKS.items()),
     *(Rule("spec", f"self.network.fabric != '{fabric}' || self.resources.gpuType in {_cel_list(gpus)}",
-           f"fabric {fabric} runs on {' or '.join(gpus)} nodes",
+           f"fabric {fabric} runs on {_or(gpus)} nodes",
            lambda s, fabric=fabric, gpus=gpus: s.network.fabric != fabric
            or s.resources.gpu_type in gpus,
            ".resources.gpuType")
-      for fabric, gpus in GCP_GPUS.items()),
+      for fabric, gpus in FABRIC_GPU_TYPES.items()),
     Rule("spec", "self.network.fabric != 'efa' || has(self.network.efaDevicesPerNode)",
          "fabric efa needs network.efaDevicesPerNode (e.g. 32 on p5.48xlarge)",
          lambda s: s.network.fabric != "efa" or s.network.efa_devices_per_node is not None,

@@ -8,11 +8,13 @@ a Python predicate for offline validation.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from longctx_trainer.config import Attention, CollectivePermute, DataKind, LoadBalance, Precision, Schedule
+from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
 # Patterns are checked by pydantic (Rust regex) and by the API server (Go RE2) alike: ASCII classes
@@ -39,10 +41,21 @@ MAX_COUNT = 2**53
 
 QualifiedName = Annotated[str, StringConstraints(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
-GPU_TYPES = ("cpu", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")
-FABRICS = ("tcp", "infiniband", "roce", "efa", "gcp-tcpx", "gcp-tcpxo", "gcp-rdma")
-
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+# The hardware catalogue (trainer/hardware.py) is the one list of GPU types and fabrics.
+GpuType = Literal[(CPU, *GPUS)]  # type: ignore[valid-type]
+FabricName = Literal[tuple(FABRICS)]  # type: ignore[valid-type]
+
+
+def _trainer_spellings(trainer_choices) -> dict[str, str]:
+    """API spelling (camelCase, like every API name) -> the trainer's (snake_case) of each choice."""
+    return {to_camel(choice): choice for choice in get_args(trainer_choices)}
+
+
+TRAINER_ATTENTION = _trainer_spellings(Attention)
+TRAINER_LOAD_BALANCE = _trainer_spellings(LoadBalance)
+ApiAttention = Literal[tuple(TRAINER_ATTENTION)]  # type: ignore[valid-type]
+ApiLoadBalance = Literal[tuple(TRAINER_LOAD_BALANCE)]  # type: ignore[valid-type]
 
 
 class ApiModel(BaseModel):
@@ -105,7 +118,7 @@ class OptimizerSpec(ApiModel):
     """Decoupled weight decay."""
     grad_clip: float = Field(1.0, gt=0)
     """Global gradient-norm clip."""
-    schedule: Literal["cosine", "constant"] = "cosine"
+    schedule: Schedule = "cosine"
     """After warm-up: cosine decay to 10% of the peak by the last step, or constant."""
 
 
@@ -122,9 +135,9 @@ class ParallelismSpec(ApiModel):
     """Tensor-parallel group size; must stay inside a node and divide heads and kvHeads (manual mode)."""
     processes_per_node: int | None = Field(None, ge=1, le=64)
     """JAX processes per pod (default 1; NVSHMEM needs one per GPU, so it defaults to gpusPerNode there)."""
-    attention: Literal["ring", "allGather"] = "ring"
+    attention: ApiAttention = "ring"
     """Context-parallel attention: ring (K/V rotate around the ring) or allGather (K/V gathered once)."""
-    load_balance: Literal["dualChunkSwap", "striped", "none"] = "dualChunkSwap"
+    load_balance: ApiLoadBalance = "dualChunkSwap"
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves tokens."""
 
 
@@ -140,7 +153,7 @@ class OffloadSpec(ApiModel):
 class CommunicationSpec(ApiModel):
     """Collective implementation for the ring's collective-permutes."""
 
-    collective_permute: Literal["nccl", "nvshmem"] = "nccl"
+    collective_permute: CollectivePermute = "nccl"
     """nvshmem turns on XLA's NVSHMEM collectives; it needs one GPU per process and an RDMA fabric."""
     nvshmem_symmetric_size: str = Field("4G", pattern=r"^[0-9]+[KMGT]?$", max_length=16)
     """NVSHMEM_SYMMETRIC_SIZE: symmetric heap per process, e.g. 4G."""
@@ -153,7 +166,7 @@ class ResourcesSpec(ApiModel):
     """Nodes (pods) in the gang."""
     gpus_per_node: int = Field(8, ge=1, le=16)
     """GPUs per node (for gpuType cpu: emulated XLA host devices per pod)."""
-    gpu_type: Literal[GPU_TYPES] = "h100-80gb"  # type: ignore[valid-type]
+    gpu_type: GpuType = "h100-80gb"
     """Accelerator; selects nodes by the GPU Feature Discovery product label. cpu runs on CPU devices."""
     shared_memory: str = Field("64Gi", pattern=QUANTITY_PATTERN, max_length=32)
     """Size of the /dev/shm memory volume (NCCL and data loaders need a large one)."""
@@ -167,7 +180,7 @@ class ResourcesSpec(ApiModel):
 class NetworkSpec(ApiModel):
     """Inter-node fabric; each fabric profile sets its resources, annotations and NCCL/NVSHMEM env."""
 
-    fabric: Literal[FABRICS] = "tcp"  # type: ignore[valid-type]
+    fabric: FabricName = "tcp"
     """tcp, infiniband or roce (NVIDIA Network Operator), efa (AWS), gcp-tcpx (A3 High),
     gcp-tcpxo (A3 Mega), gcp-rdma (A3 Ultra)."""
     rdma_resource: str | None = Field(None, max_length=253, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")
@@ -251,7 +264,7 @@ class MetricsSpec(ApiModel):
 class DataSpec(ApiModel):
     """Training data."""
 
-    kind: Literal["synthetic", "tokens", "text"] = "synthetic"
+    kind: DataKind = "synthetic"
     """synthetic tokens, a memory-mapped token file, or raw text tokenised byte-level."""
     path: str | None = Field(None, max_length=1024, pattern=PATH_PATTERN)
     """Path inside the pod to the token file or text (required unless synthetic)."""
@@ -308,7 +321,7 @@ class LongContextJobSpec(ApiModel):
     steps: int = Field(1000, ge=1, le=MAX_COUNT)
     """Optimizer steps."""
     optimizer: OptimizerSpec = OptimizerSpec()
-    precision: Literal["bf16", "fp32"] = "bf16"
+    precision: Precision = "bf16"
     """Compute precision (master weights and optimizer state stay fp32)."""
     parallelism: ParallelismSpec = ParallelismSpec()
     offload: OffloadSpec = OffloadSpec()

@@ -2,8 +2,9 @@
 layout, its memory per GPU, FLOPs, step-time estimate and offload chunk. No Kubernetes, no JAX.
 """
 
-from .catalogue import FABRICS, GIB, GPUS, FabricSpec, GpuSpec
-from .costs import FlopsPerToken, flops_per_token
+from longctx_trainer.flops import FlopsPerToken, flops_per_token
+from longctx_trainer.hardware import FABRICS, GIB, GPUS
+
 from .layouts import Layout, Rejection
 from .memory import MemoryBreakdown
 from .plan import Candidate, Plan, PlanError, PlanRequest, plan
@@ -11,7 +12,7 @@ from .report import format_table, to_json
 from .timing import StepTime
 
 __all__ = [
-    "FABRICS", "GIB", "GPUS", "Candidate", "FabricSpec", "FlopsPerToken", "GpuSpec", "Layout",
+    "FABRICS", "GIB", "GPUS", "Candidate", "FlopsPerToken", "Layout",
     "MemoryBreakdown", "Plan", "PlanError", "PlanRequest", "Rejection", "StepTime",
     "flops_per_token", "format_table", "plan", "to_json",
 ]

@@ -1,4 +1,5 @@
-"""FLOPs per token and bytes per GPU of a Llama-style model (formulas in docs/planner.md).
+"""Bytes per GPU of a Llama-style model (formulas in docs/planner.md); FLOPs per token are
+`longctx_trainer.flops`, shared with the trainer.
 
 Everything here is arithmetic over `ModelDims` and a few layout numbers; no layout search.
 Conventions:
@@ -25,37 +26,6 @@ def dtype_bytes(precision: str) -> int:
 def kv_dim(model: ModelDims) -> int:
     """Width of K (or V) per token: kv_heads * head_dim."""
     return model.kv_heads * model.head_dim
-
-
-def matmul_params(model: ModelDims) -> int:
-    """N of the 6N rule: every layer weight plus the LM head. The input embedding is a table
-    lookup (no FLOPs); a tied table still does the LM-head matmul, so it is counted once."""
-    return model.non_embedding_param_count() + model.vocab * model.hidden
-
-
-@dataclass(frozen=True)
-class FlopsPerToken:
-    """Model FLOPs per trained token (forward + backward, no recomputation)."""
-
-    dense: int  # 6N
-    attention_causal: int  # 6*L*H*Q*T: scores and values over a causal mask
-    attention_full: int  # 12*L*H*Q*T: the same without the mask (PaLM's convention)
-
-    @property
-    def causal(self) -> int:
-        return self.dense + self.attention_causal
-
-    @property
-    def full(self) -> int:
-        return self.dense + self.attention_full
-
-
-def flops_per_token(model: ModelDims, sequence_length: int) -> FlopsPerToken:
-    # H*Q = heads * head_dim = hidden (GQA shares K/V heads but every query head still does
-    # its own QK^T and AV products).
-    attention_full = 12 * model.layers * model.heads * model.head_dim * sequence_length
-    return FlopsPerToken(dense=6 * matmul_params(model), attention_causal=attention_full // 2,
-                         attention_full=attention_full)
 
 
 # --- model state ------------------------------------------------------------------------------

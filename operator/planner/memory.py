@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.config import Attention, Precision
 from longctx_trainer.presets import ModelDims
 
 from .costs import (activation_bytes, attention_working_set_bytes, embedding_lookup_bytes,
@@ -50,12 +51,12 @@ class MemoryBreakdown:
 @dataclass(frozen=True)
 class MemoryInputs:
     model: ModelDims
-    precision: str
+    precision: Precision
     layout: Layout
     sequence_length: int
     batch_sequences: int
     recompute: bool
-    attention: str
+    attention: Attention
     chunk_tokens: int | None  # None: no offload
     capacity: int
     margin: float

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import get_args
 
+from longctx_trainer.config import Attention, LoadBalance, Precision
+from longctx_trainer.flops import FlopsPerToken, flops_per_token
+from longctx_trainer.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.presets import ModelDims
 
-from .catalogue import FABRICS, GIB, GPUS
 from .chunking import chunk_candidates, covering_chunk_tokens, MIN_CHUNK_TOKENS
-from .costs import FlopsPerToken, flops_per_token
 from .layouts import Layout, Rejection, enumerate_layouts, structural_rejections
 from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
 from .timing import StepInputs, StepTime, step_time
@@ -40,12 +42,12 @@ class PlanRequest:
     gpus_per_node: int
     gpu: str
     fabric: str
-    precision: str = "bf16"
+    precision: Precision = "bf16"
     data: int | None = None  # None = planner decides; all three set = manual layout
     context: int | None = None
     tensor: int | None = None
-    attention: str = "ring"
-    load_balance: str = "dual_chunk_swap"
+    attention: Attention = "ring"
+    load_balance: LoadBalance = "dual_chunk_swap"
     offload: bool | None = None  # None = only when needed to fit
     chunk_tokens: int | None = None  # None = chunk rule
     recompute: bool = True
@@ -110,9 +112,9 @@ class Plan:
 
 
 _CHOICES = {
-    "precision": ("spec.precision", ("bf16", "fp32")),
-    "attention": ("spec.parallelism.attention", ("ring", "all_gather")),
-    "load_balance": ("spec.parallelism.loadBalance", ("dual_chunk_swap", "striped", "none")),
+    "precision": ("spec.precision", get_args(Precision)),
+    "attention": ("spec.parallelism.attention", get_args(Attention)),
+    "load_balance": ("spec.parallelism.loadBalance", get_args(LoadBalance)),
 }
 _AXIS_FIELDS = {"data": "spec.parallelism.data", "context": "spec.parallelism.context",
                 "tensor": "spec.parallelism.tensor"}

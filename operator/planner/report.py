@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .catalogue import FABRICS, GIB, GPUS
+from longctx_trainer.hardware import FABRICS, GIB, GPUS
+
 from .plan import HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
 
 _MEMORY_ROWS = (

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.config import Attention, LoadBalance, Precision
+from longctx_trainer.flops import flops_per_token
+from longctx_trainer.hardware import Fabric, Gpu
 from longctx_trainer.presets import ModelDims
 
-from .catalogue import FabricSpec, GpuSpec
 from .chunking import chunk_compute_seconds, chunk_transfer_seconds
-from .costs import FP32, dtype_bytes, flops_per_token, kv_dim
+from .costs import FP32, dtype_bytes, kv_dim
 from .layouts import Layout
 
 
@@ -37,16 +39,16 @@ class StepTime:
 @dataclass(frozen=True)
 class StepInputs:
     model: ModelDims
-    gpu: GpuSpec
-    fabric: FabricSpec
+    gpu: Gpu
+    fabric: Fabric
     layout: Layout
     gpus_per_node: int
     sequence_length: int
     global_batch_tokens: int
-    precision: str
+    precision: Precision
     recompute: bool
-    attention: str  # "ring" | "all_gather"
-    load_balance: str  # "dual_chunk_swap" | "striped" | "none"
+    attention: Attention
+    load_balance: LoadBalance
     chunk_tokens: int | None  # None: no offload
     host_saved_bytes: int  # saved activations copied to the host and back each step
 
@@ -63,7 +65,7 @@ class StepInputs:
         return 2 if self.recompute else 1
 
 
-def imbalance(load_balance: str, context: int) -> float:
+def imbalance(load_balance: LoadBalance, context: int) -> float:
     """Causal attention time of the busiest device over the average one. Unbalanced contiguous
     shards give the last device `context` blocks of work against an average of (context+1)/2."""
     return 1.0 if load_balance != "none" else 2 * context / (context + 1)

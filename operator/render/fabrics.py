@@ -1,7 +1,8 @@
 """One profile per network fabric: the pod resources, annotations, sidecars and NCCL env it needs.
 
-Each fabric is described in exactly one function here; the pod template only places what the
-profile returns. NVSHMEM settings are derived from a profile's NCCL env in `nvshmem.py`.
+Each fabric of the hardware catalogue (`longctx_trainer.hardware`, which says what the fabric is:
+RDMA or not, and so its capabilities) has exactly one function here; the pod template only places
+what the profile returns. NVSHMEM settings are derived from a profile's NCCL env in `nvshmem.py`.
 """
 
 from __future__ import annotations
@@ -24,13 +25,10 @@ class FabricProfile:
     resources: dict[str, str] = field(default_factory=dict)
     """Extended resources per pod (requests = limits)."""
     annotations: dict[str, str] = field(default_factory=dict)
-    capabilities: tuple[str, ...] = ()
     volumes: tuple[dict, ...] = ()
     trainer_mounts: tuple[dict, ...] = ()
     sidecars: tuple[dict, ...] = ()
     """Native sidecars: init containers with restartPolicy Always, started before the trainer."""
-    nvshmem_transport: str | None = None
-    """NVSHMEM_REMOTE_TRANSPORT for this fabric; None where NVSHMEM cannot cross nodes."""
 
 
 def _host_path(name: str, path: str) -> dict:
@@ -68,9 +66,8 @@ def _rdma_verbs(spec: LongContextJobSpec, roce: bool) -> FabricProfile:
                                        else DEFAULT_ROCE_GID_INDEX)
     annotations = {"k8s.v1.cni.cncf.io/networks": ",".join(net.networks)} if net.networks else {}
     return FabricProfile(
-        env=env, annotations=annotations, capabilities=("IPC_LOCK",),
-        resources={net.rdma_resource or DEFAULT_RDMA_RESOURCE: str(net.rdma_resource_count)},
-        nvshmem_transport="ibrc")
+        env=env, annotations=annotations,
+        resources={net.rdma_resource or DEFAULT_RDMA_RESOURCE: str(net.rdma_resource_count)})
 
 
 def infiniband(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
@@ -87,9 +84,7 @@ def efa(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
         env={"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
              "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_SOCKET_IFNAME": spec.network.socket_interface},
         resources={"vpc.amazonaws.com/efa": str(spec.network.efa_devices_per_node),
-                   "hugepages-2Mi": EFA_HUGEPAGES},
-        capabilities=("IPC_LOCK",),
-        nvshmem_transport="libfabric")
+                   "hugepages-2Mi": EFA_HUGEPAGES})
 
 
 def gcp_tcpx(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
@@ -188,12 +183,10 @@ def gcp_rdma(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
              "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64"},
         annotations={"networking.gke.io/default-interface": "eth0",
                      "networking.gke.io/interfaces": _gke_interfaces(nets)},
-        capabilities=("IPC_LOCK",),
         volumes=(_host_path("nvidia", "/home/kubernetes/bin/nvidia"),
                  _host_path("gib", "/home/kubernetes/bin/gib")),
         trainer_mounts=({"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-                        {"name": "gib", "mountPath": "/usr/local/gib"}),
-        nvshmem_transport="ibrc")
+                        {"name": "gib", "mountPath": "/usr/local/gib"}))
 
 
 PROFILES: dict[str, Callable[[LongContextJobSpec, OperatorConfig], FabricProfile]] = {

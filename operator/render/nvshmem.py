@@ -6,17 +6,22 @@ XLA uses NVSHMEM for collective-permutes (the ring's K/V rotation) when
 
 from __future__ import annotations
 
+from longctx_trainer.hardware import FABRICS
+
 from ..api.spec import LongContextJobSpec
 from .fabrics import FabricProfile
 
 XLA_FLAG = "--xla_gpu_experimental_enable_nvshmem=true"
+# NVSHMEM_REMOTE_TRANSPORT over each kind of RDMA; without RDMA NVSHMEM cannot leave a node.
+REMOTE_TRANSPORTS = {"verbs": "ibrc", "libfabric": "libfabric"}
 
 
 def nvshmem_env(spec: LongContextJobSpec, fabric: FabricProfile) -> dict[str, str]:
     nccl = fabric.env
+    rdma = FABRICS[spec.network.fabric].rdma
     multi_node = spec.resources.nodes > 1
     env = {
-        "NVSHMEM_REMOTE_TRANSPORT": (fabric.nvshmem_transport or "none") if multi_node else "none",
+        "NVSHMEM_REMOTE_TRANSPORT": REMOTE_TRANSPORTS[rdma] if multi_node and rdma else "none",
         "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": nccl.get("NCCL_SOCKET_IFNAME",
                                                       spec.network.socket_interface).split(",")[0],
         "NVSHMEM_SYMMETRIC_SIZE": spec.communication.nvshmem_symmetric_size,

@@ -6,12 +6,8 @@ from longctx_trainer.config import (CheckpointConfig, DataConfig, MetricsConfig,
                                     OffloadConfig, OptimizerConfig, ParallelConfig, RopeScalingConfig,
                                     TrainerConfig)
 
-from ..api.spec import LongContextJobSpec, ModelSpec
+from ..api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
 from .layout import ResolvedLayout
-
-# API spellings (camelCase) to the trainer's (snake_case).
-ATTENTION = {"ring": "ring", "allGather": "all_gather"}
-LOAD_BALANCE = {"dualChunkSwap": "dual_chunk_swap", "striped": "striped", "none": "none"}
 
 
 def model_config(model: ModelSpec) -> ModelConfig:
@@ -38,8 +34,8 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
         precision=spec.precision,
         parallelism=ParallelConfig(
             data=layout.data, context=layout.context, tensor=layout.tensor,
-            attention=ATTENTION[spec.parallelism.attention],
-            load_balance=LOAD_BALANCE[spec.parallelism.load_balance]),
+            attention=TRAINER_ATTENTION[spec.parallelism.attention],
+            load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance]),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),
         communication=spec.communication.collective_permute,
         optimizer=OptimizerConfig(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import yaml
 
 from longctx_trainer.config import dump_config
+from longctx_trainer.hardware import FABRICS, GPUS, Fabric
 
 from ..api.spec import LongContextJob, LongContextJobSpec
 from ..config import OperatorConfig
@@ -21,14 +22,6 @@ from .fabrics import FabricProfile, fabric_profile
 from .layout import ResolvedLayout
 from .trainer_config import trainer_config
 
-# GPU Feature Discovery's nvidia.com/gpu.product value of each GPU type.
-GPU_PRODUCTS = {
-    "a100-40gb": "NVIDIA-A100-SXM4-40GB",
-    "a100-80gb": "NVIDIA-A100-SXM4-80GB",
-    "h100-80gb": "NVIDIA-H100-80GB-HBM3",
-    "h200-141gb": "NVIDIA-H200",
-    "b200-180gb": "NVIDIA-B200",
-}
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 TRAINER_CONTAINER = "trainer"
@@ -71,7 +64,7 @@ def _resources(spec: LongContextJobSpec, fabric: FabricProfile) -> dict:
 def node_selector(spec: LongContextJobSpec) -> dict[str, str]:
     selector = dict(spec.scheduling.node_selector)
     if spec.resources.gpu_type != "cpu":
-        selector["nvidia.com/gpu.product"] = GPU_PRODUCTS[spec.resources.gpu_type]
+        selector["nvidia.com/gpu.product"] = GPUS[spec.resources.gpu_type].product
     return selector
 
 
@@ -124,7 +117,7 @@ def pod_security_context(config: OperatorConfig) -> dict:
             "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def container_security_context(fabric: FabricProfile) -> dict:
+def container_security_context(fabric: Fabric) -> dict:
     """No privilege escalation, every capability dropped but what the fabric needs (IPC_LOCK for
     RDMA memory registration): "restricted" on tcp, "privileged" where a capability is added."""
     capabilities: dict = {"drop": ["ALL"]}
@@ -178,7 +171,7 @@ def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLa
         "env": worker_env(name, spec, layout, generation, fabric),
         "ports": _ports(spec, layout.processes_per_node),
         "resources": _resources(spec, fabric),
-        "securityContext": container_security_context(fabric),
+        "securityContext": container_security_context(FABRICS[spec.network.fabric]),
         "volumeMounts": mounts,
     }
     pod_spec: dict = {

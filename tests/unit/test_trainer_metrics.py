@@ -74,5 +74,5 @@ def test_flops_per_token_conventions():
     dims = preset("llama3-8b")
     n = dims.non_embedding_param_count() + dims.vocab * dims.hidden
     attention = 12 * 32 * 32 * 128 * 8192
-    assert flops_per_token(dims, 8192, "full") == 6 * n + attention
-    assert flops_per_token(dims, 8192, "causal") == 6 * n + attention / 2
+    assert flops_per_token(dims, 8192).full == 6 * n + attention
+    assert flops_per_token(dims, 8192).causal == 6 * n + attention / 2

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from ..config import Attention
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .load_balance import permutation
@@ -32,8 +35,8 @@ def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring
         chunk_tokens = _within_layout_chunks(seq // context, chunk_tokens)
     options = dict(positions=positions, scale=float(q.shape[-1]) ** -0.5,
                    chunk_tokens=chunk_tokens, offload=offload)
-    if impl not in ("ring", "all_gather"):
-        raise ValueError(f"unknown attention impl {impl!r}; expected 'ring' or 'all_gather'")
+    if impl not in get_args(Attention):
+        raise ValueError(f"unknown attention impl {impl!r}; expected one of {get_args(Attention)}")
     if impl == "ring" and context > 1:
         local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
     else:  # at context 1 both are the local chunked attention (its K/V offload included)

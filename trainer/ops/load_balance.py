@@ -12,11 +12,13 @@ the work of device 0. A layout is a permutation of token positions applied once 
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 
-from ..config import sequence_split
+from ..config import LoadBalance, sequence_split
 
-SCHEMES = ("dual_chunk_swap", "striped", "none")
+SCHEMES = get_args(LoadBalance)
 
 
 def permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
