@@ -21,8 +21,7 @@ import argparse
 import os
 import time
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -33,7 +32,7 @@ from longctx_trainer.ops.attention import ACTIVATION_SPEC  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 2, 1, 64
 CONTEXT = 8
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def _inputs(seq):
@@ -46,6 +45,7 @@ def _inputs(seq):
 def _grad_fn(attention):
     def loss(q, k, v, do):
         return jnp.sum(attention(q, k, v) * do)
+
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
 
@@ -67,51 +67,66 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--max-reference-seq", type=int, default=16384,
-                        help="longest sequence whose single-device reference is run, not just compiled")
-    parser.add_argument("--chunk-tokens", type=int, default=512,
-                        help="FPDT chunk for the extra chunked-ring row")
+    parser.add_argument(
+        "--max-reference-seq",
+        type=int,
+        default=16384,
+        help="longest sequence whose single-device reference is run, not just compiled",
+    )
+    parser.add_argument("--chunk-tokens", type=int, default=512, help="FPDT chunk for the extra chunked-ring row")
     args = parser.parse_args()
 
-    mesh = jax.make_mesh((1, CONTEXT, 1), ("data", "context", "tensor"),
-                         axis_types=(AxisType.Auto,) * 3)
-    one_device = jax.make_mesh((1, 1, 1), ("data", "context", "tensor"),
-                               axis_types=(AxisType.Auto,) * 3, devices=jax.devices()[:1])
+    mesh = jax.make_mesh((1, CONTEXT, 1), ("data", "context", "tensor"), axis_types=(AxisType.Auto,) * 3)
+    one_device = jax.make_mesh(
+        (1, 1, 1), ("data", "context", "tensor"), axis_types=(AxisType.Auto,) * 3, devices=jax.devices()[:1]
+    )
     sharding = NamedSharding(mesh, ACTIVATION_SPEC)
     variants = {
         "ring": dict(impl="ring"),
         f"ring+chunk{args.chunk_tokens}": dict(impl="ring", chunk_tokens=args.chunk_tokens),
         "all_gather": dict(impl="all_gather"),
     }
-    print(f"causal attention fwd+bwd, batch 1, heads {HEADS}/{KV_HEADS}, head_dim {HEAD_DIM}, fp32, "
-          f"{len(jax.devices())} CPU devices, context {CONTEXT}, dual-chunk-swap layout")
-    header = (f"{'seq':>6} {'variant':<16} {'time s':>8} {'time/ref':>9} {'time/1dev':>10} "
-              f"{'temp MiB/dev':>13} {'temp/ref':>9}")
+    print(
+        f"causal attention fwd+bwd, batch 1, heads {HEADS}/{KV_HEADS}, head_dim {HEAD_DIM}, fp32, "
+        f"{len(jax.devices())} CPU devices, context {CONTEXT}, dual-chunk-swap layout"
+    )
+    header = (
+        f"{'seq':>6} {'variant':<16} {'time s':>8} {'time/ref':>9} {'time/1dev':>10} "
+        f"{'temp MiB/dev':>13} {'temp/ref':>9}"
+    )
     print(header)
     print("-" * len(header))
     for seq in args.seqs:
         q, k, v, do = _inputs(seq)
         run_reference = seq <= args.max_reference_seq
         ref_time, ref_temp = _measure(
-            _grad_fn(lambda q, k, v: reference_attention(q, k, v, causal=True)), (q, k, v, do),
-            args.reps, run_reference)
+            _grad_fn(lambda q, k, v: reference_attention(q, k, v, causal=True)), (q, k, v, do), args.reps, run_reference
+        )
         rows = [("reference", ref_time, ref_temp)]
-        same_kernel = lambda q, k, v: context_parallel_attention(
-            q, k, v, mesh=one_device, causal=True, load_balance="none",
-            chunk_tokens=seq // (2 * CONTEXT))
+
+        def same_kernel(q, k, v, chunk=seq // (2 * CONTEXT)):
+            return context_parallel_attention(
+                q, k, v, mesh=one_device, causal=True, load_balance="none", chunk_tokens=chunk
+            )
+
         rows.append(("one-device", *_measure(_grad_fn(same_kernel), (q, k, v, do), args.reps, True)))
         one_device_time = rows[-1][1]
         sharded = [jax.device_put(x, sharding) for x in (q, k, v, do)]
         for name, options in variants.items():
-            attention = lambda q, k, v, o=options: context_parallel_attention(
-                q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", **o)
+
+            def attention(q, k, v, o=options):
+                return context_parallel_attention(q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", **o)
+
             rows.append((name, *_measure(_grad_fn(attention), sharded, args.reps, True)))
         for name, seconds, temp in rows:
             time_text = "not run" if seconds is None else f"{seconds:.3f}"
             ratio = "-" if seconds is None or ref_time is None else f"{seconds / ref_time:.2f}"
             ratio_1dev = "-" if seconds is None else f"{seconds / one_device_time:.2f}"
-            print(f"{seq:>6} {name:<16} {time_text:>8} {ratio:>9} {ratio_1dev:>10} "
-                  f"{temp / MIB:>13.1f} {temp / ref_temp:>9.3f}", flush=True)
+            print(
+                f"{seq:>6} {name:<16} {time_text:>8} {ratio:>9} {ratio_1dev:>10} "
+                f"{temp / MIB:>13.1f} {temp / ref_temp:>9.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

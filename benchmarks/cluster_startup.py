@@ -23,12 +23,18 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 
 def versions() -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in (SCRIPTS / "versions.env").read_text().splitlines() if "=" in line and not line.startswith("#"))
+    pairs = (
+        line.split("=", 1)
+        for line in (SCRIPTS / "versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
     return {key.removesuffix("_VERSION").lower(): value.strip() for key, value in pairs}
 
 
 def recorded_build_seconds(cache: Path) -> dict[str, int]:
-    return {name: int((cache / f"{name}-{version}" / "build-seconds").read_text()) for name, version in versions().items()}
+    return {
+        name: int((cache / f"{name}-{version}" / "build-seconds").read_text()) for name, version in versions().items()
+    }
 
 
 def cold_build_seconds() -> dict[str, int]:
@@ -62,8 +68,11 @@ def main() -> None:
     args = parser.parse_args()
 
     subprocess.run([str(SCRIPTS / "build")], check=True)  # the warm start below must not include a build
-    build = cold_build_seconds() if args.cold_build else recorded_build_seconds(
-        Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx")))
+    build = (
+        cold_build_seconds()
+        if args.cold_build
+        else recorded_build_seconds(Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx")))
+    )
 
     with tempfile.TemporaryDirectory(prefix="longctx-bench-cluster-") as state_dir:
         state = Path(state_dir)
@@ -78,13 +87,22 @@ def main() -> None:
             subprocess.run([str(SCRIPTS / "down")], env=env, check=False)
 
     rows = [(f"cold build: {name}", f"{seconds} s") for name, seconds in build.items()]
-    rows.append(("cold build: total" + (" (rebuilt now)" if args.cold_build else " (recorded in cache)"), f"{sum(build.values())} s"))
+    rows.append(
+        (
+            "cold build: total" + (" (rebuilt now)" if args.cold_build else " (recorded in cache)"),
+            f"{sum(build.values())} s",
+        )
+    )
     rows.append(("warm start (control plane + 4 nodes Ready)", f"{warm_start:.1f} s"))
     rows.append((f"{args.nodes} more simulated nodes Ready", f"{nodes_ready:.1f} s"))
     for name in COMPONENTS:
         rows.append((f"RSS {name} (idle / {args.nodes} nodes)", f"{idle_rss[name]:.0f} / {loaded_rss[name]:.0f} MiB"))
-    rows.append((f"RSS control plane total (idle / {args.nodes} nodes)",
-                 f"{sum(idle_rss.values()):.0f} / {sum(loaded_rss.values()):.0f} MiB"))
+    rows.append(
+        (
+            f"RSS control plane total (idle / {args.nodes} nodes)",
+            f"{sum(idle_rss.values()):.0f} / {sum(loaded_rss.values()):.0f} MiB",
+        )
+    )
     width = max(len(label) for label, _ in rows)
     print(f"{'measure'.ljust(width)}  value")
     for label, value in rows:

@@ -30,8 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 def last_step(progress_file: Path) -> int | None:
     if not progress_file.exists():
         return None
-    steps = [e["step"] for e in map(parse_event, progress_file.read_text().splitlines())
-             if e is not None and e.get("event") == "step"]
+    steps = [
+        e["step"]
+        for e in map(parse_event, progress_file.read_text().splitlines())
+        if e is not None and e.get("event") == "step"
+    ]
     return steps[-1] if steps else None
 
 
@@ -48,8 +51,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         job_file, run_dir = Path(scratch) / "job.yaml", Path(scratch) / "run"
         job_file.write_text(yaml.safe_dump(job))
-        run = subprocess.Popen([sys.executable, "-m", "longctx_operator.cli", "run", str(job_file),
-                                "--run-dir", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = subprocess.Popen(
+            [sys.executable, "-m", "longctx_operator.cli", "run", str(job_file), "--run-dir", str(run_dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         reads, estimates, finished = [], [], None
         while run.poll() is None:
             time.sleep(args.interval)
@@ -71,8 +77,10 @@ def main() -> int:
     for quarter in (0.25, 0.5, 0.75, 0.9):
         now, step, predicted = min(estimates, key=lambda e: abs(e[1] / total - quarter))
         real = finished - now
-        print(f"{step:>8} {100 * step / total:>5.0f}% {predicted:>14.1f}s {real:>9.1f}s "
-              f"{100 * (predicted - real) / real:>+7.0f}%")
+        print(
+            f"{step:>8} {100 * step / total:>5.0f}% {predicted:>14.1f}s {real:>9.1f}s "
+            f"{100 * (predicted - real) / real:>+7.0f}%"
+        )
     return 0
 
 

@@ -45,26 +45,41 @@ def cluster_path() -> str:
 
 class Cluster:
     def __init__(self, kubeconfig: Path):
-        self.env = os.environ | {"KUBECONFIG": str(kubeconfig), "PATH": cluster_path() + os.pathsep + os.environ["PATH"]}
+        self.env = os.environ | {
+            "KUBECONFIG": str(kubeconfig),
+            "PATH": cluster_path() + os.pathsep + os.environ["PATH"],
+        }
         self.kubeconfig = kubeconfig
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
-        return subprocess.run(["kubectl", *args], input=input, env=self.env, capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run(
+            ["kubectl", *args], input=input, env=self.env, capture_output=True, text=True, check=True
+        ).stdout
 
 
 def job(name: str, pods: int) -> dict:
-    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
-            "metadata": {"name": name, "annotations": {
-                "longctx.io/pod-annotations": json.dumps({"longctx.io/keep-running": "true"})}},
-            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "steps": 10,
-                     "resources": {"nodes": pods, "gpusPerNode": 8, "gpuType": "h100-80gb"}}}
+    return {
+        "apiVersion": "longctx.io/v1alpha1",
+        "kind": "LongContextJob",
+        "metadata": {
+            "name": name,
+            "annotations": {"longctx.io/pod-annotations": json.dumps({"longctx.io/keep-running": "true"})},
+        },
+        "spec": {
+            "model": {"preset": "tiny"},
+            "sequenceLength": 4096,
+            "steps": 10,
+            "resources": {"nodes": pods, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+        },
+    }
 
 
 def operator_metrics(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         lines = r.read().decode().splitlines()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("longctx_operator_")}
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("longctx_operator_")
+    }
 
 
 def api_requests(metrics: dict[str, float]) -> float:
@@ -115,8 +130,9 @@ class Timeline:
         import kubernetes
 
         custom = kubernetes.client.CustomObjectsApi(self.api)
-        for event in kubernetes.watch.Watch().stream(custom.list_namespaced_custom_object, "longctx.io",
-                                                     "v1alpha1", self.namespace, "longcontextjobs"):
+        for event in kubernetes.watch.Watch().stream(
+            custom.list_namespaced_custom_object, "longctx.io", "v1alpha1", self.namespace, "longcontextjobs"
+        ):
             with self.lock:
                 self._mark(event["object"]["metadata"]["name"], "applied")
 
@@ -165,8 +181,14 @@ class Timeline:
                 raise TimeoutError(f"only {len(done)} of {len(names)} jobs Running after {timeout}s")
             time.sleep(0.1)
         with self.lock:
-            return {n: {stage: self.times[n][stage] - self.times[n]["applied"] for stage in self.STAGES
-                        if stage in self.times[n]} for n in names}
+            return {
+                n: {
+                    stage: self.times[n][stage] - self.times[n]["applied"]
+                    for stage in self.STAGES
+                    if stage in self.times[n]
+                }
+                for n in names
+            }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -189,8 +211,12 @@ def main() -> int:
     else:
         state = Path(tempfile.mkdtemp(prefix="longctx-scale-"))
         t = time.monotonic()
-        subprocess.run([str(SCRIPTS / "up"), "--nodes", str(args.nodes)], check=True, stdout=subprocess.DEVNULL,
-                       env=os.environ | {"LONGCTX_CLUSTER_DIR": str(state)})
+        subprocess.run(
+            [str(SCRIPTS / "up"), "--nodes", str(args.nodes)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=os.environ | {"LONGCTX_CLUSTER_DIR": str(state)},
+        )
         print(f"cluster with {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
         kubeconfig = state / "kubeconfig"
     cluster = Cluster(kubeconfig)
@@ -213,12 +239,29 @@ def main() -> int:
         # KWOK's stage annotation (longctx.io/keep-running) must reach the pods.
         config.write_text(json.dumps({"allowedPodAnnotations": ["longctx.io/*"]}))
         operator = subprocess.Popen(
-            [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces", "--config", str(config),
-             "--metrics-port", str(port), "--health-port", "0"], env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "longctx_operator.cli",
+                "operator",
+                "--all-namespaces",
+                "--config",
+                str(config),
+                "--metrics-port",
+                str(port),
+                "--health-port",
+                "0",
+            ],
+            env=cluster.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         timeline = Timeline(kubeconfig, namespace, args.pods)
         warm = timeline.apply(cluster, ["warmup"], args.timeout)["warmup"]
-        print(f"warm-up job (operator just started): all {args.pods} pods Running after {warm['running']:.2f}s",
-              flush=True)
+        print(
+            f"warm-up job (operator just started): all {args.pods} pods Running after {warm['running']:.2f}s",
+            flush=True,
+        )
         before = api_requests(operator_metrics(port))
         cpu_before = cpu_seconds(operator.pid)
         names = [f"scale-{i:03d}" for i in range(args.jobs)]
@@ -227,19 +270,30 @@ def main() -> int:
         requests = api_requests(operator_metrics(port)) - before
         cpu = cpu_seconds(operator.pid) - cpu_before
         reconciles = operator_metrics(port)
-        print(f"{args.jobs} concurrent jobs x {args.pods} pods on {args.nodes} nodes (kubectl created them in "
-              f"{timeline.apply_seconds:.1f}s), seconds from each job's creation:")
-        for stage, label in (("job", "Job created by the operator"), ("created", "all pods created"),
-                             ("scheduled", "all pods bound"), ("running", "all pods Running")):
+        print(
+            f"{args.jobs} concurrent jobs x {args.pods} pods on {args.nodes} nodes (kubectl created them in "
+            f"{timeline.apply_seconds:.1f}s), seconds from each job's creation:"
+        )
+        for stage, label in (
+            ("job", "Job created by the operator"),
+            ("created", "all pods created"),
+            ("scheduled", "all pods bound"),
+            ("running", "all pods Running"),
+        ):
             values = [s[stage] for s in stages.values() if stage in s]
-            print(f"  {label:28s} p50 {percentile(values, 0.5):6.2f}  p95 {percentile(values, 0.95):6.2f}  "
-                  f"max {max(values):6.2f}")
+            print(
+                f"  {label:28s} p50 {percentile(values, 0.5):6.2f}  p95 {percentile(values, 0.95):6.2f}  "
+                f"max {max(values):6.2f}"
+            )
         print(f"  operator API requests per job: {requests / args.jobs:.1f}")
         count = sum(v for k, v in reconciles.items() if k.startswith("longctx_operator_reconciles_total"))
-        mean = reconciles["longctx_operator_reconcile_duration_seconds_sum"] / max(1, reconciles[
-            "longctx_operator_reconcile_duration_seconds_count"])
-        print(f"  operator: {count:.0f} reconciliations in all (mean {mean * 1000:.0f} ms), "
-              f"{cpu:.1f} CPU seconds for the batch")
+        mean = reconciles["longctx_operator_reconcile_duration_seconds_sum"] / max(
+            1, reconciles["longctx_operator_reconcile_duration_seconds_count"]
+        )
+        print(
+            f"  operator: {count:.0f} reconciliations in all (mean {mean * 1000:.0f} ms), "
+            f"{cpu:.1f} CPU seconds for the batch"
+        )
         print(f"  operator peak RSS: {peak_rss_mib(operator.pid):.0f} MiB")
         return 0
     finally:

@@ -22,31 +22,40 @@ import sys
 
 import jax
 
-from longctx_trainer.config import (ModelConfig, OffloadConfig, OptimizerConfig, ParallelConfig,
-                                    TrainerConfig)
-from longctx_trainer.peak import peak_flops
+from longctx_trainer.config import ModelConfig, OffloadConfig, OptimizerConfig, ParallelConfig, TrainerConfig
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.peak import peak_flops
 from longctx_trainer.train import train
 
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
 
 
-def _config(model: ModelConfig, seq: int, offload: bool, steps: int, chunk: int,
-            precision: str) -> TrainerConfig:
+def _config(model: ModelConfig, seq: int, offload: bool, steps: int, chunk: int, precision: str) -> TrainerConfig:
     return TrainerConfig(
-        model=model, sequence_length=seq, global_batch_tokens=seq, steps=steps,
-        precision=precision, remat=True, parallelism=ParallelConfig(),
+        model=model,
+        sequence_length=seq,
+        global_batch_tokens=seq,
+        steps=steps,
+        precision=precision,
+        remat=True,
+        parallelism=ParallelConfig(),
         offload=OffloadConfig(enabled=offload, chunk_tokens=min(chunk, seq) if offload else None),
-        optimizer=OptimizerConfig(warmup_steps=1))
+        optimizer=OptimizerConfig(warmup_steps=1),
+    )
 
 
 def measure(config: TrainerConfig, peak: float) -> dict | None:
     """Median tokens/s and MFU of the steps after the first, or None when out of memory."""
     events: list[dict] = []
     try:
-        train(config, make_mesh(config.parallelism, jax.devices()[:1]), emit=events.append,
-              metrics=TrainMetrics("benchmark", 0), peak_flops_per_device=peak)
+        train(
+            config,
+            make_mesh(config.parallelism, jax.devices()[:1]),
+            emit=events.append,
+            metrics=TrainMetrics("benchmark", 0),
+            peak_flops_per_device=peak,
+        )
     except jax.errors.JaxRuntimeError as error:
         if not any(marker in str(error) for marker in OOM_MARKERS):
             raise
@@ -55,12 +64,15 @@ def measure(config: TrainerConfig, peak: float) -> dict | None:
         jax.clear_caches()
         gc.collect()
     steps = [e for e in events if e["event"] == "step"][1:]
-    return {"tokens_per_second": statistics.median(e["tokens_per_second"] for e in steps),
-            "mfu": statistics.median(e["mfu"] for e in steps)}
+    return {
+        "tokens_per_second": statistics.median(e["tokens_per_second"] for e in steps),
+        "mfu": statistics.median(e["mfu"] for e in steps),
+    }
 
 
-def longest(model: ModelConfig, first: int, limit: int, offload: bool, chunk: int,
-            precision: str, peak: float) -> int | None:
+def longest(
+    model: ModelConfig, first: int, limit: int, offload: bool, chunk: int, precision: str, peak: float
+) -> int | None:
     """Longest power-of-two multiple of `first` (up to `limit`) whose training steps fit."""
     best, seq = None, first
     while seq <= limit:
@@ -71,14 +83,13 @@ def longest(model: ModelConfig, first: int, limit: int, offload: bool, chunk: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cpu-smoke", action="store_true",
-                        help="tiny model and short sequences on CPU (checks the code path)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--cpu-smoke", action="store_true", help="tiny model and short sequences on CPU (checks the code path)"
+    )
     parser.add_argument("--seqs", type=int, nargs="+")
     parser.add_argument("--steps", type=int, default=4, help="steps per measurement (>= 2)")
-    parser.add_argument("--chunk-tokens", type=int, default=16384,
-                        help="FPDT chunk size when offloading")
+    parser.add_argument("--chunk-tokens", type=int, default=16384, help="FPDT chunk size when offloading")
     parser.add_argument("--max-seq", type=int, help="stop the longest-sequence search here")
     args = parser.parse_args(argv)
 
@@ -87,29 +98,34 @@ def main(argv: list[str] | None = None) -> None:
         seqs, chunk, limit = args.seqs or [256, 512], min(args.chunk_tokens, 128), args.max_seq or 1024
     else:
         if jax.default_backend() != "gpu":
-            sys.exit(f"benchmarks/train_gpu.py needs a GPU (JAX backend is "
-                     f"{jax.default_backend()!r}); use --cpu-smoke to exercise the code on CPU.")
+            sys.exit(
+                f"benchmarks/train_gpu.py needs a GPU (JAX backend is "
+                f"{jax.default_backend()!r}); use --cpu-smoke to exercise the code on CPU."
+            )
         model, precision = ModelConfig.from_preset("1b"), "bf16"
         seqs = args.seqs or [8192, 16384, 32768, 65536, 131072]
         chunk, limit = args.chunk_tokens, args.max_seq or 1 << 20
 
     device = jax.devices()[0]
     peak = peak_flops(device)
-    print(f"device: {device.device_kind} ({jax.default_backend()}), peak {peak / 1e12:.1f} "
-          f"TFLOP/s; model {model.preset}, {precision}, {args.steps} steps per point")
+    print(
+        f"device: {device.device_kind} ({jax.default_backend()}), peak {peak / 1e12:.1f} "
+        f"TFLOP/s; model {model.preset}, {precision}, {args.steps} steps per point"
+    )
     print(f"{'sequence':>9} {'offload':>8} {'tokens/s':>12} {'MFU':>7}")
     for seq in seqs:
         for offload in (False, True):
             result = measure(_config(model, seq, offload, args.steps, chunk, precision), peak)
-            cells = ("OOM", "") if result is None else (
-                f"{result['tokens_per_second']:.0f}", f"{result['mfu']:.3f}")
-            print(f"{seq:>9} {'on' if offload else 'off':>8} {cells[0]:>12} {cells[1]:>7}",
-                  flush=True)
+            cells = ("OOM", "") if result is None else (f"{result['tokens_per_second']:.0f}", f"{result['mfu']:.3f}")
+            print(f"{seq:>9} {'on' if offload else 'off':>8} {cells[0]:>12} {cells[1]:>7}", flush=True)
     for offload in (False, True):
         best = longest(model, seqs[0], limit, offload, chunk, precision, peak)
-        print(f"longest sequence that trains, offload {'on' if offload else 'off'}: "
-              f"{best if best else f'none (even {seqs[0]} runs out of memory)'}"
-              f"{' (search limit)' if best == limit else ''}", flush=True)
+        print(
+            f"longest sequence that trains, offload {'on' if offload else 'off'}: "
+            f"{best if best else f'none (even {seqs[0]} runs out of memory)'}"
+            f"{' (search limit)' if best == limit else ''}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

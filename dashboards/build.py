@@ -68,8 +68,7 @@ TRAINING = (
         "Tokens per second of each job. Every rank counts the job's global tokens, so the job's "
         "rate is that of its fastest-reporting rank (max), not the sum over ranks.",
         "short",
-        (Query(f"max by (namespace, job_name) (rate(longctx_train_tokens_total{{{JOB}}}[{RATE}]))",
-               "{{job_name}}"),),
+        (Query(f"max by (namespace, job_name) (rate(longctx_train_tokens_total{{{JOB}}}[{RATE}]))", "{{job_name}}"),),
     ),
     PanelSpec(
         "Tokens/s per rank (stragglers)",
@@ -82,8 +81,10 @@ TRAINING = (
         "Step time p50 / p95",
         "Quantiles of the training step duration over all ranks of each job.",
         "s",
-        (Query(step_quantile(0.5, "namespace, job_name"), "{{job_name}} p50"),
-         Query(step_quantile(0.95, "namespace, job_name"), "{{job_name}} p95")),
+        (
+            Query(step_quantile(0.5, "namespace, job_name"), "{{job_name}} p50"),
+            Query(step_quantile(0.95, "namespace, job_name"), "{{job_name}} p95"),
+        ),
     ),
     PanelSpec(
         "Step time p95 per rank",
@@ -102,8 +103,12 @@ TRAINING = (
         "MFU under both conventions: causal (6N plus the causal half of attention) and full "
         "(the 12*L*H*Q*T attention term counted without the causal discount).",
         "percentunit",
-        (Query(f"avg by (namespace, job_name, convention) (longctx_train_mfu_ratio{{{JOB}}})",
-               "{{job_name}} {{convention}}"),),
+        (
+            Query(
+                f"avg by (namespace, job_name, convention) (longctx_train_mfu_ratio{{{JOB}}})",
+                "{{job_name}} {{convention}}",
+            ),
+        ),
     ),
 )
 
@@ -112,9 +117,9 @@ LIFECYCLE = (
         "Gang restarts",
         "Restarts of the whole worker gang by the operator (each resumes from the last checkpoint).",
         "none",
-        (Query(f"max by (namespace, job_name) (longctx_operator_gang_restarts_total{{{JOB}}})",
-               "{{job_name}}"),),
-        kind="stat", width=6,
+        (Query(f"max by (namespace, job_name) (longctx_operator_gang_restarts_total{{{JOB}}})", "{{job_name}}"),),
+        kind="stat",
+        width=6,
     ),
     PanelSpec(
         "Jobs by phase (operator-wide)",
@@ -127,17 +132,26 @@ LIFECYCLE = (
         "Time since last checkpoint",
         "Age of the newest completed checkpoint of each job; a restart loses at most this much work.",
         "s",
-        (Query(f"time() - max by (namespace, job_name) "
-               f"(longctx_train_last_checkpoint_timestamp_seconds{{{JOB}}} > 0)", "{{job_name}}"),),
-        kind="stat", width=6,
+        (
+            Query(
+                f"time() - max by (namespace, job_name) (longctx_train_last_checkpoint_timestamp_seconds{{{JOB}}} > 0)",
+                "{{job_name}}",
+            ),
+        ),
+        kind="stat",
+        width=6,
     ),
     PanelSpec(
         "Checkpoint save time p95",
         "95th percentile of the time to write one checkpoint.",
         "s",
-        (Query(f"histogram_quantile(0.95, sum by (le, namespace, job_name) "
-               f"(rate(longctx_train_checkpoint_duration_seconds_bucket{{{JOB}}}[{RATE}])))",
-               "{{job_name}}"),),
+        (
+            Query(
+                f"histogram_quantile(0.95, sum by (le, namespace, job_name) "
+                f"(rate(longctx_train_checkpoint_duration_seconds_bucket{{{JOB}}}[{RATE}])))",
+                "{{job_name}}",
+            ),
+        ),
         width=6,
     ),
     PanelSpec(
@@ -150,31 +164,64 @@ LIFECYCLE = (
         "Admission wait p95",
         "Time jobs waited for enough free GPUs before their gang was admitted.",
         "s",
-        (Query(f"histogram_quantile(0.95, sum by (le) "
-               f"(rate(longctx_operator_admission_wait_seconds_bucket[{RATE}])))", "p95"),),
+        (
+            Query(
+                f"histogram_quantile(0.95, sum by (le) (rate(longctx_operator_admission_wait_seconds_bucket[{RATE}])))",
+                "p95",
+            ),
+        ),
     ),
 )
 
 GPUS = (
-    PanelSpec("GPU utilisation", "DCGM_FI_DEV_GPU_UTIL of the selected jobs' GPUs.", "percent",
-              (Query(on_trainer_pods("DCGM_FI_DEV_GPU_UTIL"), "{{pod}} gpu {{gpu}}"),), width=8),
-    PanelSpec("Tensor core activity", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: fraction of cycles the tensor "
-              "pipes were busy, the closest hardware counterpart of MFU.", "percentunit",
-              (Query(on_trainer_pods("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), "{{pod}} gpu {{gpu}}"),),
-              width=8),
-    PanelSpec("GPU memory used", "DCGM_FI_DEV_FB_USED (framebuffer MiB in use).", "mbytes",
-              (Query(on_trainer_pods("DCGM_FI_DEV_FB_USED"), "{{pod}} gpu {{gpu}}"),), width=8),
-    PanelSpec("GPU power", "DCGM_FI_DEV_POWER_USAGE.", "watt",
-              (Query(on_trainer_pods("DCGM_FI_DEV_POWER_USAGE"), "{{pod}} gpu {{gpu}}"),), width=8),
-    PanelSpec("NVLink traffic", "DCGM_FI_PROF_NVLINK_TX_BYTES and _RX_BYTES per GPU (bytes/s); "
-              "context-parallel ring traffic shows here.", "Bps",
-              (Query(on_trainer_pods("DCGM_FI_PROF_NVLINK_TX_BYTES"), "{{pod}} gpu {{gpu}} tx"),
-               Query(on_trainer_pods("DCGM_FI_PROF_NVLINK_RX_BYTES"), "{{pod}} gpu {{gpu}} rx")),
-              width=8),
-    PanelSpec("Last XID error", "DCGM_FI_DEV_XID_ERRORS: code of the last XID error per GPU "
-              "(0 = none); any non-zero code deserves a look at the node.", "none",
-              (Query(on_trainer_pods("DCGM_FI_DEV_XID_ERRORS", aggregate="max"), "{{pod}} gpu {{gpu}}"),),
-              kind="stat", width=8),
+    PanelSpec(
+        "GPU utilisation",
+        "DCGM_FI_DEV_GPU_UTIL of the selected jobs' GPUs.",
+        "percent",
+        (Query(on_trainer_pods("DCGM_FI_DEV_GPU_UTIL"), "{{pod}} gpu {{gpu}}"),),
+        width=8,
+    ),
+    PanelSpec(
+        "Tensor core activity",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: fraction of cycles the tensor "
+        "pipes were busy, the closest hardware counterpart of MFU.",
+        "percentunit",
+        (Query(on_trainer_pods("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), "{{pod}} gpu {{gpu}}"),),
+        width=8,
+    ),
+    PanelSpec(
+        "GPU memory used",
+        "DCGM_FI_DEV_FB_USED (framebuffer MiB in use).",
+        "mbytes",
+        (Query(on_trainer_pods("DCGM_FI_DEV_FB_USED"), "{{pod}} gpu {{gpu}}"),),
+        width=8,
+    ),
+    PanelSpec(
+        "GPU power",
+        "DCGM_FI_DEV_POWER_USAGE.",
+        "watt",
+        (Query(on_trainer_pods("DCGM_FI_DEV_POWER_USAGE"), "{{pod}} gpu {{gpu}}"),),
+        width=8,
+    ),
+    PanelSpec(
+        "NVLink traffic",
+        "DCGM_FI_PROF_NVLINK_TX_BYTES and _RX_BYTES per GPU (bytes/s); context-parallel ring traffic shows here.",
+        "Bps",
+        (
+            Query(on_trainer_pods("DCGM_FI_PROF_NVLINK_TX_BYTES"), "{{pod}} gpu {{gpu}} tx"),
+            Query(on_trainer_pods("DCGM_FI_PROF_NVLINK_RX_BYTES"), "{{pod}} gpu {{gpu}} rx"),
+        ),
+        width=8,
+    ),
+    PanelSpec(
+        "Last XID error",
+        "DCGM_FI_DEV_XID_ERRORS: code of the last XID error per GPU "
+        "(0 = none); any non-zero code deserves a look at the node.",
+        "none",
+        (Query(on_trainer_pods("DCGM_FI_DEV_XID_ERRORS", aggregate="max"), "{{pod}} gpu {{gpu}}"),),
+        kind="stat",
+        width=8,
+    ),
 )
 
 ROWS = (("Training", TRAINING), ("Lifecycle and checkpoints", LIFECYCLE), ("GPUs (DCGM)", GPUS))
@@ -182,36 +229,69 @@ ROWS = (("Training", TRAINING), ("Lifecycle and checkpoints", LIFECYCLE), ("GPUs
 
 def panel(spec: PanelSpec, panel_id: int):
     builder = stat.Panel() if spec.kind == "stat" else timeseries.Panel()
-    builder = (builder.id(panel_id).title(spec.title).description(spec.description)
-               .unit(spec.unit).datasource(DATASOURCE).span(spec.width).height(8))
-    for ref_id, query in zip("ABCDEFGH", spec.queries):
+    builder = (
+        builder.id(panel_id)
+        .title(spec.title)
+        .description(spec.description)
+        .unit(spec.unit)
+        .datasource(DATASOURCE)
+        .span(spec.width)
+        .height(8)
+    )
+    for ref_id, query in zip("ABCDEFGH", spec.queries, strict=False):
         builder = builder.with_target(
-            prometheus.Dataquery().expr(query.expr).legend_format(query.legend).ref_id(ref_id)
-            .datasource(DATASOURCE).range())
+            prometheus.Dataquery()
+            .expr(query.expr)
+            .legend_format(query.legend)
+            .ref_id(ref_id)
+            .datasource(DATASOURCE)
+            .range()
+        )
     return builder
 
 
 def variables() -> list:
     """Data source, namespace and job pickers. "All" is the regex .* so that series without a
     namespace label (a local run scraped by a plain Prometheus) and jobs newer than the list match."""
-    datasource = (dash.DatasourceVariable("datasource").label("Data source").type("prometheus"))
-    namespace = (dash.QueryVariable("namespace").label("Namespace").datasource(DATASOURCE)
-                 .query("label_values(longctx_train_build_info, namespace)")
-                 .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(model.VariableSort.ALPHABETICAL_ASC)
-                 .multi(True).include_all(True).all_value(".*"))
-    job = (dash.QueryVariable("job").label("Job").datasource(DATASOURCE)
-           .query('label_values(longctx_train_build_info{namespace=~"$namespace"}, job_name)')
-           .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(model.VariableSort.ALPHABETICAL_ASC)
-           .multi(True).include_all(True).all_value(".*"))
+    datasource = dash.DatasourceVariable("datasource").label("Data source").type("prometheus")
+    namespace = (
+        dash.QueryVariable("namespace")
+        .label("Namespace")
+        .datasource(DATASOURCE)
+        .query("label_values(longctx_train_build_info, namespace)")
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
+    job = (
+        dash.QueryVariable("job")
+        .label("Job")
+        .datasource(DATASOURCE)
+        .query('label_values(longctx_train_build_info{namespace=~"$namespace"}, job_name)')
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
     return [datasource, namespace, job]
 
 
 def build_dashboard() -> dict:
-    board = (dash.Dashboard("longctx: long-context training").uid("longctx-training")
-             .description("Throughput, stragglers, loss, MFU, restarts, checkpoints and GPUs of LongContextJobs.")
-             .tags(["longctx", "training", "jax"]).editable().time("now-6h", "now").refresh("30s")
-             .tooltip(model.DashboardCursorSync.CROSSHAIR).timezone("browser")
-             .variables(variables()))
+    board = (
+        dash.Dashboard("longctx: long-context training")
+        .uid("longctx-training")
+        .description("Throughput, stragglers, loss, MFU, restarts, checkpoints and GPUs of LongContextJobs.")
+        .tags(["longctx", "training", "jax"])
+        .editable()
+        .time("now-6h", "now")
+        .refresh("30s")
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .timezone("browser")
+        .variables(variables())
+    )
     panel_id = 0
     for title, specs in ROWS:
         panel_id += 1

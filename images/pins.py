@@ -18,8 +18,10 @@ from packaging.utils import canonicalize_name
 
 IMAGES = Path(__file__).resolve().parent
 TARGETS = {"operator": (), "trainer": ("trainer",)}
-HEADER = ("# Exact versions for the {image} image: the dependency closure of longctx{extras} as\n"
-          "# installed in the project's tested virtualenv. Written by images/pins.py; do not edit.\n")
+HEADER = (
+    "# Exact versions for the {image} image: the dependency closure of longctx{extras} as\n"
+    "# installed in the project's tested virtualenv. Written by images/pins.py; do not edit.\n"
+)
 
 
 def closure(name: str, extras: tuple[str, ...] = ()) -> dict[str, str]:

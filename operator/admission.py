@@ -60,8 +60,9 @@ def tolerates(tolerations: list[dict], taint: dict) -> bool:
 
 
 def node_ready(node: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in node.get("status", {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions") or []
+    )
 
 
 def node_matches(node: dict, request: GangRequest) -> bool:
@@ -70,8 +71,11 @@ def node_matches(node: dict, request: GangRequest) -> bool:
         return False
     if node.get("spec", {}).get("unschedulable") or not node_ready(node):
         return False
-    return all(tolerates(request.tolerations, taint) for taint in node.get("spec", {}).get("taints") or []
-               if taint.get("effect") in BLOCKING_EFFECTS)
+    return all(
+        tolerates(request.tolerations, taint)
+        for taint in node.get("spec", {}).get("taints") or []
+        if taint.get("effect") in BLOCKING_EFFECTS
+    )
 
 
 def free_gpus(nodes: list[dict], pods: list[dict]) -> dict[str, int]:
@@ -81,14 +85,16 @@ def free_gpus(nodes: list[dict], pods: list[dict]) -> dict[str, int]:
         node = pod.get("spec", {}).get("nodeName")
         if node and holds_resources(pod):
             used[node] = used.get(node, 0) + pod_gpus(pod)
-    return {n["metadata"]["name"]: _quantity((n.get("status", {}).get("allocatable") or {}).get(GPU)) - used.get(n["metadata"]["name"], 0)
-            for n in nodes}
+    return {
+        n["metadata"]["name"]: _quantity((n.get("status", {}).get("allocatable") or {}).get(GPU))
+        - used.get(n["metadata"]["name"], 0)
+        for n in nodes
+    }
 
 
 def waiting_gpu_pods(pods: list[dict]) -> int:
     """GPU pods not bound to a node yet: each will take a node, so they count against free ones."""
-    return sum(1 for p in pods if not p.get("spec", {}).get("nodeName") and holds_resources(p)
-               and pod_gpus(p) > 0)
+    return sum(1 for p in pods if not p.get("spec", {}).get("nodeName") and holds_resources(p) and pod_gpus(p) > 0)
 
 
 def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserved_nodes: int = 0) -> Admission:
@@ -102,13 +108,17 @@ def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserv
     waiting = waiting_gpu_pods(pods) + reserved_nodes
     available = max(0, candidates - waiting)
     if available >= request.pods:
-        return Admission(True, "GangFits",
-                         f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each")
+        return Admission(
+            True, "GangFits", f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each"
+        )
     selector = ",".join(f"{k}={v}" for k, v in sorted(request.node_selector.items())) or "any"
-    return Admission(False, "InsufficientGPUs",
-                     f"the gang needs {request.pods} nodes with {request.gpus_per_pod} free {GPU} "
-                     f"(node selector {selector}); {available} available of {len(matching)} matching "
-                     f"nodes ({waiting} taken by GPU pods waiting to be scheduled)")
+    return Admission(
+        False,
+        "InsufficientGPUs",
+        f"the gang needs {request.pods} nodes with {request.gpus_per_pod} free {GPU} "
+        f"(node selector {selector}); {available} available of {len(matching)} matching "
+        f"nodes ({waiting} taken by GPU pods waiting to be scheduled)",
+    )
 
 
 @dataclass

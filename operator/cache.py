@@ -23,30 +23,43 @@ def _resource_version(obj: dict) -> int:
 def trim_pod(pod: dict) -> dict:
     meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
     return {
-        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels", "annotations",
-                                              "deletionTimestamp", "creationTimestamp")},
-        "spec": {"nodeName": spec.get("nodeName"),
-                 "containers": [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                                for c in spec.get("containers") or []]},
-        "status": {k: status.get(k) for k in ("phase", "conditions", "containerStatuses", "podIP",
-                                              "reason", "message")},
+        "metadata": {
+            k: meta.get(k)
+            for k in ("name", "namespace", "uid", "labels", "annotations", "deletionTimestamp", "creationTimestamp")
+        },
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [
+                {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec.get("containers") or []
+            ],
+        },
+        "status": {
+            k: status.get(k) for k in ("phase", "conditions", "containerStatuses", "podIP", "reason", "message")
+        },
     }
 
 
 def trim_node(node: dict) -> dict:
     meta, spec, status = node.get("metadata", {}), node.get("spec", {}), node.get("status", {})
-    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
-            "spec": {"taints": spec.get("taints") or [], "unschedulable": spec.get("unschedulable")},
-            "status": {"allocatable": status.get("allocatable") or {},
-                       "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
+    return {
+        "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
+        "spec": {"taints": spec.get("taints") or [], "unschedulable": spec.get("unschedulable")},
+        "status": {
+            "allocatable": status.get("allocatable") or {},
+            "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
+        },
+    }
 
 
 def trim_job(job: dict) -> dict:
     meta = job.get("metadata", {})
-    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels",
-                                                  "deletionTimestamp", "creationTimestamp")},
-            "spec": {k: job.get("spec", {}).get(k) for k in ("completions", "parallelism", "suspend")},
-            "status": job.get("status") or {}}
+    return {
+        "metadata": {
+            k: meta.get(k) for k in ("name", "namespace", "uid", "labels", "deletionTimestamp", "creationTimestamp")
+        },
+        "spec": {k: job.get("spec", {}).get(k) for k in ("completions", "parallelism", "suspend")},
+        "status": job.get("status") or {},
+    }
 
 
 def _put_owned(store: dict, obj: dict, deleted: bool, trim) -> Key | None:
@@ -89,6 +102,10 @@ class Cache:
 
     def generation_pods(self, key: Key, generation: int) -> list[dict]:
         namespace, name = key
-        return [p for (ns, _), p in self.pods.items() if ns == namespace
-                and (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name
-                and (p["metadata"].get("labels") or {}).get(GENERATION_LABEL) == str(generation)]
+        return [
+            p
+            for (ns, _), p in self.pods.items()
+            if ns == namespace
+            and (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name
+            and (p["metadata"].get("labels") or {}).get(GENERATION_LABEL) == str(generation)
+        ]

@@ -12,9 +12,8 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
-
 
 from .api.validate import InvalidJob, parse_job, problems
 
@@ -76,40 +75,56 @@ def _job_from(path: str):
     try:
         return parse_job(_load_manifest(path))
     except InvalidJob as e:
-        raise UsageError(f"{path}: {e.problems[0]}"
-                         + (f" (and {len(e.problems) - 1} more problems; run longctx validate)"
-                            if len(e.problems) > 1 else "")) from None
+        raise UsageError(
+            f"{path}: {e.problems[0]}"
+            + (f" (and {len(e.problems) - 1} more problems; run longctx validate)" if len(e.problems) > 1 else "")
+        ) from None
 
 
 # Each plan flag and the spec field it sets, so a flag's error names the flag.
-_PLAN_FLAGS = {"spec.model.preset": "--model", "spec.sequenceLength": "--sequence-length",
-               "spec.globalBatchTokens": "--global-batch-tokens", "spec.resources.nodes": "--gpus",
-               "spec.resources.gpusPerNode": "--gpus-per-node", "spec.resources.gpuType": "--gpu",
-               "spec.network.fabric": "--fabric", "spec.precision": "--precision",
-               "spec.parallelism.attention": "--attention", "spec.offload.enabled": "--offload",
-               "spec.offload.chunkTokens": "--chunk-tokens", "spec.resources.memory": "--memory"}
+_PLAN_FLAGS = {
+    "spec.model.preset": "--model",
+    "spec.sequenceLength": "--sequence-length",
+    "spec.globalBatchTokens": "--global-batch-tokens",
+    "spec.resources.nodes": "--gpus",
+    "spec.resources.gpusPerNode": "--gpus-per-node",
+    "spec.resources.gpuType": "--gpu",
+    "spec.network.fabric": "--fabric",
+    "spec.precision": "--precision",
+    "spec.parallelism.attention": "--attention",
+    "spec.offload.enabled": "--offload",
+    "spec.offload.chunkTokens": "--chunk-tokens",
+    "spec.resources.memory": "--memory",
+}
 
 
 def _spec_from_flags(args) -> dict:
     """The LongContextJob the plan flags describe: it goes through validation like a file."""
     if args.gpus_per_node < 1 or args.gpus < args.gpus_per_node or args.gpus % args.gpus_per_node:
         raise UsageError(f"--gpus {args.gpus} must be a positive multiple of --gpus-per-node {args.gpus_per_node}")
-    spec: dict = {"model": {"preset": args.model}, "sequenceLength": args.sequence_length,
-                  "resources": {"nodes": args.gpus // args.gpus_per_node, "gpusPerNode": args.gpus_per_node},
-                  "offload": {}}
-    optional = {("globalBatchTokens",): args.global_batch_tokens, ("resources", "gpuType"): args.gpu,
-                ("network", "fabric"): args.fabric, ("precision",): args.precision,
-                ("parallelism", "attention"): args.attention,
-                ("offload", "enabled"): args.offload, ("offload", "chunkTokens"): args.chunk_tokens,
-                ("resources", "memory"): args.memory}
+    spec: dict = {
+        "model": {"preset": args.model},
+        "sequenceLength": args.sequence_length,
+        "resources": {"nodes": args.gpus // args.gpus_per_node, "gpusPerNode": args.gpus_per_node},
+        "offload": {},
+    }
+    optional = {
+        ("globalBatchTokens",): args.global_batch_tokens,
+        ("resources", "gpuType"): args.gpu,
+        ("network", "fabric"): args.fabric,
+        ("precision",): args.precision,
+        ("parallelism", "attention"): args.attention,
+        ("offload", "enabled"): args.offload,
+        ("offload", "chunkTokens"): args.chunk_tokens,
+        ("resources", "memory"): args.memory,
+    }
     for path, value in optional.items():
         if value is not None:
             parent = spec
             for key in path[:-1]:
                 parent = parent.setdefault(key, {})
             parent[path[-1]] = value
-    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "plan"},
-            "spec": spec}
+    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "plan"}, "spec": spec}
 
 
 def _plan_request_from_flags(args):
@@ -124,8 +139,10 @@ def _plan_request_from_flags(args):
         first = found[0]
         flag = next((f for field, f in _PLAN_FLAGS.items() if first.field.startswith(field)), None)
         if first.field == "spec.resources.nodes":  # --gpus sets the node count: say it in those terms
-            raise UsageError(f"--gpus {args.gpus}: {args.gpus // args.gpus_per_node} nodes of {args.gpus_per_node} "
-                             f"GPUs; the number of nodes {first.message[0].lower()}{first.message[1:]}")
+            raise UsageError(
+                f"--gpus {args.gpus}: {args.gpus // args.gpus_per_node} nodes of {args.gpus_per_node} "
+                f"GPUs; the number of nodes {first.message[0].lower()}{first.message[1:]}"
+            )
         raise UsageError(f"{flag}: {first.message}" if flag else str(first))
     request = plan_request(parse_job(_spec_from_flags(args)).spec)
     return dataclasses.replace(request, data=args.data, context=args.context, tensor=args.tensor)
@@ -195,13 +212,12 @@ def _positive_int(text: str) -> int:
 
 
 def cmd_render(args) -> int:
-    from .planner import PlanError
-    from .render import render_workload, render_yaml
-    from .resolve import resolve_layout
-
     from pydantic import ValidationError
 
     from .api.spec import DNS_LABEL_PATTERN
+    from .planner import PlanError
+    from .render import render_workload, render_yaml
+    from .resolve import resolve_layout
 
     job = _job_from(args.file)
     _warn(args.file, job)
@@ -231,8 +247,10 @@ def cmd_run(args) -> int:
 
     job = with_inputs_from(_job_from(args.file), Path(args.file).resolve().parent)
     run_dir = Path(args.run_dir or f".runs/{job.metadata.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    print(f"longctx: running {job.metadata.name} locally: {job.spec.resources.nodes} workers, "
-          f"logs in {run_dir}", file=sys.stderr)
+    print(
+        f"longctx: running {job.metadata.name} locally: {job.spec.resources.nodes} workers, logs in {run_dir}",
+        file=sys.stderr,
+    )
     try:
         code = run(job, run_dir.resolve())
     except PlanError as e:
@@ -256,8 +274,17 @@ def cmd_export(args) -> int:
     config = run_dir / CONFIG_FILE
     if not config.is_file():
         raise UsageError(f"{run_dir}: no {CONFIG_FILE}; expected the --run-dir of a `longctx run`")
-    command = [sys.executable, "-m", "longctx_trainer.export", "--config", str(config.resolve()),
-               "--output", str(Path(args.output).resolve()), "--dtype", args.dtype]
+    command = [
+        sys.executable,
+        "-m",
+        "longctx_trainer.export",
+        "--config",
+        str(config.resolve()),
+        "--output",
+        str(Path(args.output).resolve()),
+        "--dtype",
+        args.dtype,
+    ]
     if args.step is not None:
         command += ["--step", str(args.step)]
     if args.token_ids_from:
@@ -311,8 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")
     p.add_argument("--context", type=int, help="pin context parallelism")
     p.add_argument("--tensor", type=int, help="pin tensor parallelism")
-    p.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
-                   help="force host offload on or off (default: only when needed)")
+    p.add_argument(
+        "--offload",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="force host offload on or off (default: only when needed)",
+    )
     p.add_argument("--chunk-tokens", type=int)
     p.add_argument("--memory", help="memory limit per pod, e.g. 1800Gi: offload must fit in it")
     p.add_argument("--output", "-o", default="text", choices=["text", "json"])
@@ -328,8 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="train a job locally: its workers as local processes")
     p.add_argument("file", help="manifest path")
-    p.add_argument("--run-dir", help="directory for logs, config and relative checkpoint paths "
-                                     "(default .runs/NAME-TIMESTAMP; reuse one to resume)")
+    p.add_argument(
+        "--run-dir",
+        help="directory for logs, config and relative checkpoint paths "
+        "(default .runs/NAME-TIMESTAMP; reuse one to resume)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("export", help="write a local run's checkpoint as a Hugging Face Llama model")
@@ -337,17 +371,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", required=True, help="directory for config.json and *.safetensors")
     p.add_argument("--step", type=_positive_int, help="checkpoint step (default: the latest)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--token-ids-from", metavar="DIR",
-                   help="Hugging Face checkpoint whose bos/eos/pad ids to keep (default: the job's initFrom)")
+    p.add_argument(
+        "--token-ids-from",
+        metavar="DIR",
+        help="Hugging Face checkpoint whose bos/eos/pad ids to keep (default: the job's initFrom)",
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("tokenize", help="text files -> a token file for data.kind tokens (Hugging Face tokenizer)")
     from longctx_trainer.tokenize import add_arguments as tokenize_arguments
+
     tokenize_arguments(p)
     p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     from .main import add_arguments
+
     add_arguments(p)
     p.set_defaults(func=cmd_operator)
 

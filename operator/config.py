@@ -23,8 +23,9 @@ Namespace = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0
 
 
 class OperatorConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True,
-                              extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid", use_attribute_docstrings=True
+    )
 
     trainer_image: Image = DEFAULT_TRAINER_IMAGE
     """Image of jobs that do not set spec.image."""
@@ -56,7 +57,7 @@ class OperatorConfig(BaseModel):
     is read at its pod IP."""
 
     @classmethod
-    def load(cls, path: str | Path | None) -> "OperatorConfig":
+    def load(cls, path: str | Path | None) -> OperatorConfig:
         """The file's configuration, or the defaults when `path` is None. Raises OSError,
         yaml.YAMLError or pydantic.ValidationError."""
         if path is None:
@@ -68,4 +69,5 @@ class OperatorConfig(BaseModel):
 
     def metrics_url_allowed(self, url: str) -> bool:
         return url.startswith(("http://", "https://")) and any(
-            url.startswith(prefix) for prefix in self.metrics_url_prefixes)
+            url.startswith(prefix) for prefix in self.metrics_url_prefixes
+        )

@@ -67,6 +67,7 @@ def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         memo.reconciler.pod_event(event["object"], _deleted(event))
 
     if config.read_nodes:
+
         @kopf.on.event("v1", "nodes", registry=registry)
         async def node_event(event, memo: kopf.Memo, **_) -> None:
             memo.reconciler.node_event(event["object"], _deleted(event))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -55,8 +55,14 @@ def load_client() -> CountingApiClient:
 
 def owner_reference(owner: dict) -> dict:
     meta = owner["metadata"]
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"], "uid": meta["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _json(response) -> dict:
@@ -72,12 +78,17 @@ class Kube:
     def _calls(self, kind: str):
         """(create, read, patch) of a kind the renderer makes; any other kind is refused."""
         calls = {
-            "Service": (self.core.create_namespaced_service, self.core.read_namespaced_service,
-                        self.core.patch_namespaced_service),
-            "ConfigMap": (self.core.create_namespaced_config_map, self.core.read_namespaced_config_map,
-                          self.core.patch_namespaced_config_map),
-            "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job,
-                    self.batch.patch_namespaced_job),
+            "Service": (
+                self.core.create_namespaced_service,
+                self.core.read_namespaced_service,
+                self.core.patch_namespaced_service,
+            ),
+            "ConfigMap": (
+                self.core.create_namespaced_config_map,
+                self.core.read_namespaced_config_map,
+                self.core.patch_namespaced_config_map,
+            ),
+            "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job, self.batch.patch_namespaced_job),
         }
         if kind not in calls:
             raise ValueError(f"the operator does not create {kind!r} objects")
@@ -98,10 +109,14 @@ class Kube:
             if e.status != 409:
                 raise
         existing = _json(read(name, namespace, _preload_content=False))
-        if not any(ref.get("uid") == owner["metadata"]["uid"] and ref.get("controller")
-                   for ref in existing["metadata"].get("ownerReferences") or []):
-            raise NotOwned(f"{obj['kind']} {name} already exists and is not owned by LongContextJob "
-                           f"{owner['metadata']['name']}: rename the job or remove that {obj['kind']}")
+        if not any(
+            ref.get("uid") == owner["metadata"]["uid"] and ref.get("controller")
+            for ref in existing["metadata"].get("ownerReferences") or []
+        ):
+            raise NotOwned(
+                f"{obj['kind']} {name} already exists and is not owned by LongContextJob "
+                f"{owner['metadata']['name']}: rename the job or remove that {obj['kind']}"
+            )
         if obj["kind"] == "ConfigMap":
             patch(name, namespace, {"data": obj.get("data", {})}, _preload_content=False)
         return False
@@ -110,27 +125,40 @@ class Kube:
         """Deletes a generation's Job; foreground propagation keeps it until its pods are gone, so
         "Job absent" means the gang's GPUs are free."""
         try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground",
-                                             _preload_content=False)
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground", _preload_content=False)
         except ApiException as e:
             if e.status != 404:
                 raise
 
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         """Merge-patches status fields (None removes one); returns the updated object."""
-        return _json(self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _preload_content=False))
+        return _json(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _preload_content=False
+            )
+        )
 
     def post_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
         meta = owner["metadata"]
-        now = timestamp(datetime.now(timezone.utc))
+        now = timestamp(datetime.now(UTC))
         event = {
             "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta["uid"],
-                               "resourceVersion": meta.get("resourceVersion")},
-            "type": type_, "reason": reason, "message": message[:1024], "count": 1,
-            "firstTimestamp": now, "lastTimestamp": now, "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT, "reportingInstance": os.environ.get("HOSTNAME", COMPONENT),
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": os.environ.get("HOSTNAME", COMPONENT),
         }
         self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False)

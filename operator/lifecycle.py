@@ -15,17 +15,17 @@ next generation, which resumes from the last checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
+from . import names
 from .admission import Admission
 from .api.advice import advice
 from .api.spec import LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .observe import WorkloadObservation, parse_time
 from .planner import Plan, PlanError
-from . import names
 from .render.layout import ResolvedLayout
 from .resolve import resolve_layout
 
@@ -67,22 +67,27 @@ class Decision:
 
 
 def timestamp(now: datetime) -> str:
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan | None) -> LayoutStatus:
     return LayoutStatus(
-        data=layout.data, context=layout.context, tensor=layout.tensor,
+        data=layout.data,
+        context=layout.context,
+        tensor=layout.tensor,
         processes_per_node=layout.processes_per_node,
-        processes=spec.resources.nodes * layout.processes_per_node, offload=layout.offload,
+        processes=spec.resources.nodes * layout.processes_per_node,
+        offload=layout.offload,
         chunk_tokens=layout.chunk_tokens,
         memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
-        estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None)
+        estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None,
+    )
 
 
 def resolved(layout: LayoutStatus) -> ResolvedLayout:
-    return ResolvedLayout(layout.data, layout.context, layout.tensor, layout.processes_per_node,
-                          layout.offload, layout.chunk_tokens)
+    return ResolvedLayout(
+        layout.data, layout.context, layout.tensor, layout.processes_per_node, layout.offload, layout.chunk_tokens
+    )
 
 
 @dataclass
@@ -105,17 +110,25 @@ class _Next:
         if old and old.status == value and old.reason == reason and old.message == message:
             return
         changed = old is None or old.status != value
-        new = Condition(type=kind, status=value, reason=reason, message=message or None,
-                        last_transition_time=timestamp(self.now) if changed else old.last_transition_time,
-                        observed_generation=self.spec_generation)
+        new = Condition(
+            type=kind,
+            status=value,
+            reason=reason,
+            message=message or None,
+            last_transition_time=timestamp(self.now) if changed else old.last_transition_time,
+            observed_generation=self.spec_generation,
+        )
         self.set(conditions=[c for c in self.status.conditions if c.type != kind] + [new])
         if changed:
             warning = (status and kind in WARNING_WHEN_TRUE) or (not status and kind in WARNING_WHEN_FALSE)
             event = Event("Warning" if warning else "Normal", reason, message or f"{kind} {value}")
             # Conditions that change together for one reason (Running, Rendezvous and Succeeded
             # on completion) are one transition: one Event, the last condition's message.
-            self.events = [e for e in self.events if (e.type, e.reason) != (event.type, event.reason)
-                           or e not in self.condition_events]
+            self.events = [
+                e
+                for e in self.events
+                if (e.type, e.reason) != (event.type, event.reason) or e not in self.condition_events
+            ]
             self.events.append(event)
             self.condition_events.append(event)
 
@@ -148,10 +161,14 @@ def _plan(n: _Next, spec: LongContextJobSpec) -> bool:
         return False
     status = layout_status(spec, layout, plan)
     n.set(layout=status)
-    n.condition("LayoutPlanned", True, "Planned",
-                f"data {layout.data} x context {layout.context} x tensor {layout.tensor}, "
-                f"{status.processes} processes" + (f", offload chunks of {layout.chunk_tokens} tokens"
-                                                   if layout.offload and layout.chunk_tokens else ""))
+    n.condition(
+        "LayoutPlanned",
+        True,
+        "Planned",
+        f"data {layout.data} x context {layout.context} x tensor {layout.tensor}, "
+        f"{status.processes} processes"
+        + (f", offload chunks of {layout.chunk_tokens} tokens" if layout.offload and layout.chunk_tokens else ""),
+    )
     n.events.extend(Event("Warning", a.reason, a.message) for a in advice(spec))
     return True
 
@@ -169,8 +186,12 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: st
     n.set(current_workload=None)
     n.clear("Rendezvous", reason, message)
     if n.status.restarts >= spec.restart_policy.max_restarts:
-        return _fail(n, reason, f"{message} (after {n.status.restarts} gang restarts, "
-                                f"restartPolicy.maxRestarts is {spec.restart_policy.max_restarts})")
+        return _fail(
+            n,
+            reason,
+            f"{message} (after {n.status.restarts} gang restarts, "
+            f"restartPolicy.maxRestarts is {spec.restart_policy.max_restarts})",
+        )
     n.set(phase="Restarting", reason=reason, message=message, restarts=n.status.restarts + 1)
     n.clear("Running", reason, message)
     n.restart_clock("Restarting")
@@ -182,8 +203,10 @@ def _evicted(n: _Next, generation: int) -> Decision:
     """Kueue suspended an admitted Job (preemption by a higher-priority workload, or eviction):
     JAX cannot run a partial gang, so the whole generation is deleted and the next one is queued
     again, resuming from the last checkpoint. Not a failure: no restart is counted."""
-    message = (f"Kueue suspended Job {n.status.current_workload} (preempted or evicted); the gang is "
-               "stopped and requeued, and resumes from its last checkpoint when Kueue admits it again")
+    message = (
+        f"Kueue suspended Job {n.status.current_workload} (preempted or evicted); the gang is "
+        "stopped and requeued, and resumes from its last checkpoint when Kueue admits it again"
+    )
     n.actions.append(DeleteWorkload(generation))
     n.set(phase="Pending", reason="EvictedByKueue", message=message, current_workload=None, workers=None)
     n.clear("Running", "EvictedByKueue", message)
@@ -192,8 +215,14 @@ def _evicted(n: _Next, generation: int) -> Decision:
     return n.decision(requeue_after=DELETE_WAIT_SECONDS)
 
 
-def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callable[[], Admission],
-                planned: bool, pod_annotations_error: str | None) -> Decision:
+def _admit_next(
+    n: _Next,
+    spec: LongContextJobSpec,
+    job_name: str,
+    admit: Callable[[], Admission],
+    planned: bool,
+    pod_annotations_error: str | None,
+) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
         return _fail(n, "PlanFailed", next(c.message for c in n.status.conditions if c.type == "LayoutPlanned"))
@@ -212,14 +241,24 @@ def _admit_next(n: _Next, spec: LongContextJobSpec, job_name: str, admit: Callab
             return n.decision(requeue_after=ADMISSION_RETRY_SECONDS)
         admitted = ("Admitted", True, verdict.reason, verdict.message)
     elif mode == "kueue":
-        admitted = ("Admitted", False, "QueuedInKueue",
-                    f"Job created suspended in LocalQueue {spec.scheduling.queue_name}; Kueue admits it")
+        admitted = (
+            "Admitted",
+            False,
+            "QueuedInKueue",
+            f"Job created suspended in LocalQueue {spec.scheduling.queue_name}; Kueue admits it",
+        )
     else:
         admitted = ("Admitted", True, "AdmissionDisabled", "scheduling.admission is none")
     generation = (n.status.workload_generation or 0) + 1
     workload = names.workload_name(job_name, generation)
-    n.set(phase="Admitted" if admitted[1] else "Pending", reason=admitted[2], message=admitted[3],
-          workload_generation=generation, current_workload=workload, workers=None)
+    n.set(
+        phase="Admitted" if admitted[1] else "Pending",
+        reason=admitted[2],
+        message=admitted[3],
+        workload_generation=generation,
+        current_workload=workload,
+        workers=None,
+    )
     n.condition(*admitted)
     n.restart_clock("WorkloadCreated")  # a new generation's create has its own history and clock
     n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
@@ -238,9 +277,14 @@ def _create_refused(n: _Next, spec: LongContextJobSpec, generation: int, error: 
     n.condition("WorkloadCreated", False, "WorkloadCreateFailed", error)
     left = _startup_left(n, spec, n.condition_since("WorkloadCreated", "False") or n.now)
     if left < 0:
-        return _gang_failed(n, spec, generation, "StartupTimeout",
-                            f"startup timeout: the workload was not created within "
-                            f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds): {error}")
+        return _gang_failed(
+            n,
+            spec,
+            generation,
+            "StartupTimeout",
+            f"startup timeout: the workload was not created within "
+            f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds): {error}",
+        )
     n.set(reason="WorkloadCreateFailed", message=error)
     n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
     return n.decision(requeue_after=max(0.5, left + 0.5))
@@ -256,11 +300,18 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
     if any(c.type == "WorkloadCreated" for c in n.status.conditions):
         n.condition("WorkloadCreated", True, "Created", f"Job {n.status.current_workload} created")
-    n.set(workers=WorkersStatus(total=observed.total, ready=observed.ready, failed=observed.failed,
-                                succeeded=observed.succeeded))
+    n.set(
+        workers=WorkersStatus(
+            total=observed.total, ready=observed.ready, failed=observed.failed, succeeded=observed.succeeded
+        )
+    )
     if observed.complete:
-        n.set(phase="Succeeded", reason="Completed", message=f"all {observed.total} ranks completed",
-              completion_time=timestamp(n.now))
+        n.set(
+            phase="Succeeded",
+            reason="Completed",
+            message=f"all {observed.total} ranks completed",
+            completion_time=timestamp(n.now),
+        )
         n.clear("Running", "Completed", f"generation {generation} completed")
         n.clear("Rendezvous", "Completed", f"generation {generation} completed")
         n.condition("Succeeded", True, "Completed", f"all {observed.total} ranks completed")
@@ -277,8 +328,12 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         if n.status.phase == "Pending":
             n.set(phase="Admitted", reason="AdmittedByKueue", message="Kueue unsuspended the Job")
     if observed.all_running:
-        n.set(phase="Running", reason="AllRanksRunning", message=f"{observed.total} ranks Running",
-              start_time=n.status.start_time or timestamp(n.now))
+        n.set(
+            phase="Running",
+            reason="AllRanksRunning",
+            message=f"{observed.total} ranks Running",
+            start_time=n.status.start_time or timestamp(n.now),
+        )
         n.condition("Running", True, "AllRanksRunning", f"{observed.total} ranks Running")
         if observed.all_ready:
             n.condition("Rendezvous", True, "AllRanksReady", f"all {observed.total} ranks Ready")
@@ -291,17 +346,29 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
     times = [t for t in (observed.created, n.condition_since("Admitted")) if t is not None]
     left = _startup_left(n, spec, max(times) if times else n.now)
     if left < 0:
-        return _gang_failed(n, spec, generation, "StartupTimeout",
-                            f"startup timeout: {observed.running} of {observed.total} ranks Running after "
-                            f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds)")
+        return _gang_failed(
+            n,
+            spec,
+            generation,
+            "StartupTimeout",
+            f"startup timeout: {observed.running} of {observed.total} ranks Running after "
+            f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds)",
+        )
     if observed.running and n.status.phase != "Starting":
         n.set(phase="Starting", reason="RanksStarting", message=f"{observed.running} of {observed.total} ranks Running")
     return n.decision(requeue_after=max(0.5, left + 0.5))
 
 
-def decide(job_name: str, spec: LongContextJobSpec, spec_generation: int, status: LongContextJobStatus,
-           observed: WorkloadObservation, now: datetime, admit: Callable[[], Admission],
-           pod_annotations_error: str | None = None) -> Decision:
+def decide(
+    job_name: str,
+    spec: LongContextJobSpec,
+    spec_generation: int,
+    status: LongContextJobStatus,
+    observed: WorkloadObservation,
+    now: datetime,
+    admit: Callable[[], Admission],
+    pod_annotations_error: str | None = None,
+) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
     the pod annotations the job asks for are refused (annotations.py); no generation is created

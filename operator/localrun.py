@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 from longctx_trainer import podenv
 from longctx_trainer.launch import first_failure
@@ -43,6 +44,7 @@ PROGRESS_FILE = "worker-0.progress.jsonl"
 """Rank 0's full output in the run directory: its JSON progress events at full precision (the
 live line rounds them) among the libraries' own messages; read them with parse_event."""
 
+
 @dataclass(frozen=True)
 class LocalWorker:
     index: int
@@ -62,8 +64,12 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
     if "--config" in command:
         command[command.index("--config") + 1] = str(config_path)
     # Rank 0's DNS name and port become this host's loopback and a free port.
-    local = {podenv.COORDINATOR_ADDRESS: f"127.0.0.1:{coordinator_port}", podenv.MASTER_ADDR: "127.0.0.1",
-             podenv.MASTER_PORT: str(coordinator_port), podenv.CONFIG: str(config_path)}
+    local = {
+        podenv.COORDINATOR_ADDRESS: f"127.0.0.1:{coordinator_port}",
+        podenv.MASTER_ADDR: "127.0.0.1",
+        podenv.MASTER_PORT: str(coordinator_port),
+        podenv.CONFIG: str(config_path),
+    }
     local |= {torchrun: local[torch] for torchrun, torch in podenv.TORCHRUN.items() if torch in local}
     workers = []
     for index in range(workload["spec"]["completions"]):
@@ -97,8 +103,11 @@ def parse_event(line: str) -> dict | None:
 
 
 def progress_line(event: dict, steps: int) -> str:
-    parts = [f"step {event['step']}/{steps}", f"loss {event['loss']:.4f}",
-             f"{event['tokens_per_second']:,.0f} tokens/s"]
+    parts = [
+        f"step {event['step']}/{steps}",
+        f"loss {event['loss']:.4f}",
+        f"{event['tokens_per_second']:,.0f} tokens/s",
+    ]
     if event.get("mfu") is not None:
         parts.append(f"MFU {100 * event['mfu']:.2f}%")
     return "  ".join(parts)
@@ -118,10 +127,17 @@ class LocalRun:
             log = self.run_dir / f"worker-{worker.index}.log"
             self.logs.append(log)
             stdout = subprocess.PIPE if worker.index == 0 else log.open("w")
-            self.procs.append(subprocess.Popen(
-                worker.command, env={**os.environ, **worker.env}, stdout=stdout,
-                stderr=log.open("w" if worker.index == 0 else "a"), text=True,
-                cwd=self.run_dir, start_new_session=True))
+            self.procs.append(
+                subprocess.Popen(
+                    worker.command,
+                    env={**os.environ, **worker.env},
+                    stdout=stdout,
+                    stderr=log.open("w" if worker.index == 0 else "a"),
+                    text=True,
+                    cwd=self.run_dir,
+                    start_new_session=True,
+                )
+            )
 
     def stop(self) -> None:
         for p in self.procs:
@@ -148,8 +164,10 @@ class LocalRun:
                 elif event.get("event") == "checkpoint":
                     show(f"checkpoint at step {event['step']} ({event['seconds']:.1f} s)")
                 elif event.get("event") == "init":
-                    show(f"weights from {event['from']} ({event['seconds']:.1f} s)"
-                         + "".join(f"; training with {note}" for note in event["notes"]))
+                    show(
+                        f"weights from {event['from']} ({event['seconds']:.1f} s)"
+                        + "".join(f"; training with {note}" for note in event["notes"])
+                    )
 
     def wait(self) -> int:
         """Follow progress until all workers exit; returns 0, or the first failure's exit code."""
@@ -183,6 +201,7 @@ class WorkerFailed(Exception):
 def with_inputs_from(job: LongContextJob, folder: Path) -> LongContextJob:
     """The job with relative input paths (spec.data.path, spec.initFrom.path) made absolute
     against `folder`, the manifest's own; URLs and absolute paths stay as written."""
+
     def absolute(path: str | None) -> str | None:
         if path is None or "://" in path or Path(path).is_absolute():
             return path

@@ -6,20 +6,24 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from .api.status import Phase
 
-RECONCILES = Counter("longctx_operator_reconciles", "Reconciliations of LongContextJobs by result.",
-                     ["result"])
-RECONCILE_DURATION = Histogram("longctx_operator_reconcile_duration_seconds",
-                               "Wall time of one reconciliation (decision and API calls).",
-                               buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+RECONCILES = Counter("longctx_operator_reconciles", "Reconciliations of LongContextJobs by result.", ["result"])
+RECONCILE_DURATION = Histogram(
+    "longctx_operator_reconcile_duration_seconds",
+    "Wall time of one reconciliation (decision and API calls).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 JOBS = Gauge("longctx_operator_jobs", "LongContextJobs seen by this operator, by phase.", ["phase"])
-GANG_RESTARTS = Counter("longctx_operator_gang_restarts",
-                        "Gang restarts (a generation deleted after a failure), per LongContextJob.",
-                        ["namespace", "job_name"])
-ADMISSION_WAIT = Histogram("longctx_operator_admission_wait_seconds",
-                           "Time from a generation becoming due to its admission.",
-                           buckets=(.1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600))
-API_REQUESTS = Counter("longctx_operator_api_requests", "Kubernetes API requests of the reconciler, by verb.",
-                       ["verb"])
+GANG_RESTARTS = Counter(
+    "longctx_operator_gang_restarts",
+    "Gang restarts (a generation deleted after a failure), per LongContextJob.",
+    ["namespace", "job_name"],
+)
+ADMISSION_WAIT = Histogram(
+    "longctx_operator_admission_wait_seconds",
+    "Time from a generation becoming due to its admission.",
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
+API_REQUESTS = Counter("longctx_operator_api_requests", "Kubernetes API requests of the reconciler, by verb.", ["verb"])
 PHASES = Phase.__args__
 
 

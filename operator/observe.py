@@ -7,7 +7,7 @@ lifecycle can be tested without a cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .names import COMPLETION_INDEX_LABEL
 
@@ -16,7 +16,7 @@ def parse_time(value: str | None) -> datetime | None:
     """An RFC 3339 timestamp as the API server writes it (e.g. 2026-01-02T03:04:05Z)."""
     if not value:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,9 @@ MISSING = WorkloadObservation(exists=False)
 
 def pod_rank(pod: dict) -> int | None:
     meta = pod.get("metadata", {})
-    index = (meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) \
-        or (meta.get("annotations") or {}).get(COMPLETION_INDEX_LABEL)
+    index = (meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) or (meta.get("annotations") or {}).get(
+        COMPLETION_INDEX_LABEL
+    )
     return int(index) if index is not None and str(index).isdigit() else None
 
 
@@ -82,8 +83,10 @@ def exit_reason(pod: dict) -> str:
     for c in pod.get("status", {}).get("containerStatuses") or []:
         term = (c.get("state") or {}).get("terminated")
         if term and term.get("exitCode", 0) != 0:
-            parts.append(f"container {c.get('name')} terminated: {term.get('reason') or 'Error'}, "
-                         f"exit code {term.get('exitCode')}")
+            parts.append(
+                f"container {c.get('name')} terminated: {term.get('reason') or 'Error'}, "
+                f"exit code {term.get('exitCode')}"
+            )
     if parts:
         return "; ".join(parts)
     status = pod.get("status", {})
@@ -98,8 +101,10 @@ def observe_workload(job: dict | None, pods: list[dict]) -> WorkloadObservation:
     meta = job.get("metadata", {})
     live = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
     phases = [p.get("status", {}).get("phase") for p in live]
-    failed = sorted((p for p in live if p.get("status", {}).get("phase") == "Failed"),
-                    key=lambda p: (pod_rank(p) is None, pod_rank(p) or 0))
+    failed = sorted(
+        (p for p in live if p.get("status", {}).get("phase") == "Failed"),
+        key=lambda p: (pod_rank(p) is None, pod_rank(p) or 0),
+    )
     failure = None
     if failed:
         first = failed[0]
@@ -108,8 +113,15 @@ def observe_workload(job: dict | None, pods: list[dict]) -> WorkloadObservation:
         failure = RankFailure(None, None, f"Job failed: {cond.get('reason')}: {cond.get('message', '')}".rstrip(": "))
     ready = sum(1 for p in live if p.get("status", {}).get("phase") == "Running" and _condition(p, "Ready"))
     return WorkloadObservation(
-        exists=True, deleting=bool(meta.get("deletionTimestamp")), suspended=bool(spec.get("suspend")),
+        exists=True,
+        deleting=bool(meta.get("deletionTimestamp")),
+        suspended=bool(spec.get("suspend")),
         created=parse_time(meta.get("creationTimestamp")),
         total=int(spec.get("completions") or spec.get("parallelism") or 0),
-        running=phases.count("Running"), ready=ready, succeeded=phases.count("Succeeded"),
-        failed=len(failed), complete=_condition(job, "Complete") is not None, failure=failure)
+        running=phases.count("Running"),
+        ready=ready,
+        succeeded=phases.count("Succeeded"),
+        failed=len(failed),
+        complete=_condition(job, "Complete") is not None,
+        failure=failure,
+    )

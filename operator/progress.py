@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -75,9 +75,14 @@ def parse_progress(text: str, updated_at: str) -> ProgressStatus | None:
         value = number(name)
         return int(value) if value is not None and abs(value) < 2**63 else None
 
-    return ProgressStatus(step=integer(STEP), tokens_per_second=number(TOKENS_PER_SECOND), mfu=number(MFU),
-                          loss=number(LOSS), last_checkpoint_step=integer(LAST_CHECKPOINT),
-                          updated_at=updated_at)
+    return ProgressStatus(
+        step=integer(STEP),
+        tokens_per_second=number(TOKENS_PER_SECOND),
+        mfu=number(MFU),
+        loss=number(LOSS),
+        last_checkpoint_step=integer(LAST_CHECKPOINT),
+        updated_at=updated_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -88,15 +93,22 @@ class MetricsSource:
     """Why the job's own URL annotation was not used."""
 
 
-def metrics_source(annotations: dict[str, str], rank0_pod_ip: str | None, port: int,
-                   config: OperatorConfig) -> MetricsSource:
+def metrics_source(
+    annotations: dict[str, str], rank0_pod_ip: str | None, port: int, config: OperatorConfig
+) -> MetricsSource:
     """Rank 0's exporter: the annotation's URL when the admin allows it, else
     http://<rank-0 pod IP>:<spec.metrics.port>/metrics."""
     requested = annotations.get(METRICS_URL_ANNOTATION)
     if requested and config.metrics_url_allowed(requested):
         return MetricsSource(requested)
-    refused = (f"annotation {METRICS_URL_ANNOTATION} is not under the operator's metricsUrlPrefixes; "
-               f"reading rank 0 at its pod IP") if requested else None
+    refused = (
+        (
+            f"annotation {METRICS_URL_ANNOTATION} is not under the operator's metricsUrlPrefixes; "
+            f"reading rank 0 at its pod IP"
+        )
+        if requested
+        else None
+    )
     if not rank0_pod_ip:
         return MetricsSource(None, refused)
     host = f"[{rank0_pod_ip}]" if ":" in rank0_pod_ip else rank0_pod_ip
@@ -144,8 +156,9 @@ class Completion:
     eta_seconds: float | None
 
 
-def completion(reads: list[tuple[float, int]], total_steps: int,
-               window_seconds: float = RATE_WINDOW_SECONDS) -> Completion:
+def completion(
+    reads: list[tuple[float, int]], total_steps: int, window_seconds: float = RATE_WINDOW_SECONDS
+) -> Completion:
     """Percent done and seconds left from (time, step) reads of rank 0, oldest first. The rate is
     taken over the reads of the last `window_seconds` after the last restart (a step lower than
     the one before: the gang resumed from a checkpoint); no estimate until the step has moved."""
@@ -153,7 +166,7 @@ def completion(reads: list[tuple[float, int]], total_steps: int,
         return Completion(None, None)
     now, step = reads[-1]
     percent = round(min(100.0, 100.0 * step / total_steps), 1)
-    since_restart = reads[max((i for i in range(1, len(reads)) if reads[i][1] < reads[i - 1][1]), default=0):]
+    since_restart = reads[max((i for i in range(1, len(reads)) if reads[i][1] < reads[i - 1][1]), default=0) :]
     recent = [(t, s) for t, s in since_restart if t >= now - window_seconds]
     (t0, s0) = recent[0]
     if step >= total_steps:
@@ -202,7 +215,7 @@ class ProgressPoller:
         update = {"percent_complete": done.percent}
         if done.eta_seconds is not None:
             update["eta"] = duration_text(done.eta_seconds)
-            finish = datetime.now(timezone.utc) + timedelta(seconds=done.eta_seconds)
+            finish = datetime.now(UTC) + timedelta(seconds=done.eta_seconds)
             update["estimated_completion_time"] = timestamp(finish)
         return progress.model_copy(update=update)
 
@@ -211,11 +224,14 @@ class ProgressPoller:
 
     def rank0_url(self, key, obj: dict) -> str | None:
         status = obj.get("status") or {}
-        rank0 = next((p for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0)
-                      if pod_rank(p) == 0), None)
+        rank0 = next(
+            (p for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0) if pod_rank(p) == 0),
+            None,
+        )
         port = ((obj.get("spec") or {}).get("metrics") or {}).get("port", 9400)
-        source = metrics_source(obj["metadata"].get("annotations") or {},
-                                rank0["status"].get("podIP") if rank0 else None, port, self.config)
+        source = metrics_source(
+            obj["metadata"].get("annotations") or {}, rank0["status"].get("podIP") if rank0 else None, port, self.config
+        )
         if source.refused:
             log.warning("%s/%s: %s", *key, source.refused)
         return source.url
@@ -229,14 +245,15 @@ class ProgressPoller:
             return
         try:
             text = await asyncio.get_running_loop().run_in_executor(self._threads, fetch_metrics, url)
-            progress = parse_progress(text, timestamp(datetime.now(timezone.utc)))
+            progress = parse_progress(text, timestamp(datetime.now(UTC)))
         except MetricsUnreadable as e:
             log.debug("%s/%s: metrics at %s unreadable: %s", *key, url, e)
             return
         if progress is not None:
             progress = self._with_completion(key, obj, progress)
-            updated = await self.call(self.kube.patch_status, *key,
-                                      {"progress": progress.model_dump(by_alias=True, exclude_none=True)})
+            updated = await self.call(
+                self.kube.patch_status, *key, {"progress": progress.model_dump(by_alias=True, exclude_none=True)}
+            )
             self.cache.put_job(updated, deleted=False)
 
     async def run(self) -> None:
@@ -244,6 +261,6 @@ class ProgressPoller:
             await asyncio.sleep(self.config.progress_interval_seconds)
             keys = [k for k, o in self.cache.jobs_of.items() if (o.get("status") or {}).get("phase") == "Running"]
             results = await asyncio.gather(*(self.scrape(k) for k in keys), return_exceptions=True)
-            for key, result in zip(keys, results):
+            for key, result in zip(keys, results, strict=False):
                 if isinstance(result, Exception):
                     log.warning("%s/%s: progress not updated: %s", *key, result)

@@ -14,7 +14,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -135,8 +135,11 @@ class Reconciler:
         """Re-checks the jobs waiting for builtin admission (GPUs may have been freed)."""
         for key, obj in self.cache.jobs_of.items():
             status = obj.get("status") or {}
-            if status.get("phase") in (None, "Pending") and not status.get("currentWorkload") \
-                    and not self._state(key).failures:
+            if (
+                status.get("phase") in (None, "Pending")
+                and not status.get("currentWorkload")
+                and not self._state(key).failures
+            ):
                 self.queue.add(key)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -176,14 +179,23 @@ class Reconciler:
 
     def _admission(self, key: Key, job: LongContextJob) -> Admission:
         if not self.nodes_visible:
-            return Admission(False, "NodesNotReadable", "builtin admission counts free GPUs on nodes, which this "
-                             "operator may not read (namespace-scoped RBAC): use scheduling.admission kueue or none")
+            return Admission(
+                False,
+                "NodesNotReadable",
+                "builtin admission counts free GPUs on nodes, which this "
+                "operator may not read (namespace-scoped RBAC): use scheduling.admission kueue or none",
+            )
         spec = job.spec
         gpus = spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else 0
-        request = GangRequest(pods=spec.resources.nodes, gpus_per_pod=gpus, node_selector=node_selector(spec),
-                              tolerations=tolerations(spec))
+        request = GangRequest(
+            pods=spec.resources.nodes,
+            gpus_per_pod=gpus,
+            node_selector=node_selector(spec),
+            tolerations=tolerations(spec),
+        )
         reserved = self.reservations.held_by_others(
-            key, lambda other, generation: len(self.cache.generation_pods(other, generation)))
+            key, lambda other, generation: len(self.cache.generation_pods(other, generation))
+        )
         return admit_gang(request, list(self.cache.nodes.values()), list(self.cache.pods.values()), reserved)
 
     async def reconcile(self, key: Key) -> float | None:
@@ -204,10 +216,18 @@ class Reconciler:
                 observed = observe_workload(workload, self.cache.generation_pods(key, generation))
             elif self._state(key).create_error is not None:
                 observed = WorkloadObservation(exists=False, create_error=self._state(key).create_error)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         annotations = pod_annotations(obj["metadata"].get("annotations") or {}, self.config)
-        decision = decide(key[1], job.spec, obj["metadata"].get("generation", 1), status, observed, now,
-                          lambda: self._admission(key, job), annotations.error)
+        decision = decide(
+            key[1],
+            job.spec,
+            obj["metadata"].get("generation", 1),
+            status,
+            observed,
+            now,
+            lambda: self._admission(key, job),
+            annotations.error,
+        )
         self._account(key, job, status, decision)
         await self._apply(key, obj, job, status, decision, annotations.values)
         metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
@@ -228,8 +248,15 @@ class Reconciler:
                 state.waiting_since = None
                 metrics.ADMISSION_WAIT.observe(waited)
 
-    async def _apply(self, key: Key, obj: dict, job: LongContextJob, old: LongContextJobStatus,
-                     decision: Decision, extra_pod_annotations: dict[str, str]) -> None:
+    async def _apply(
+        self,
+        key: Key,
+        obj: dict,
+        job: LongContextJob,
+        old: LongContextJobStatus,
+        decision: Decision,
+        extra_pod_annotations: dict[str, str],
+    ) -> None:
         namespace, name = key
         patch = status_patch(obj.get("status") or {}, decision.status)
         if decision.status != old:
@@ -244,8 +271,10 @@ class Reconciler:
                 add_pod_annotations(workload.job, extra_pod_annotations)
                 try:
                     await self._call(self.kube.create_owned, workload.service, obj)  # stable across generations
-                    await asyncio.gather(self._call(self.kube.create_owned, workload.config_map, obj),
-                                         self._call(self.kube.create_owned, workload.job, obj))
+                    await asyncio.gather(
+                        self._call(self.kube.create_owned, workload.config_map, obj),
+                        self._call(self.kube.create_owned, workload.job, obj),
+                    )
                 except (ApiException, NotOwned) as e:
                     self._state(key).create_error = refusal(e)  # the next decision reports it
                     raise  # retried by the worker, with backoff

@@ -13,14 +13,23 @@ from .render.trainer_config import model_config
 def plan_request(spec: LongContextJobSpec) -> PlanRequest:
     p = spec.parallelism
     return PlanRequest(
-        model=model_config(spec.model).dims(), sequence_length=spec.sequence_length,
-        global_batch_tokens=spec.batch_tokens, nodes=spec.resources.nodes,
-        gpus_per_node=spec.resources.gpus_per_node, gpu=spec.resources.gpu_type,
-        fabric=spec.network.fabric, precision=spec.precision,
-        data=p.data, context=p.context, tensor=p.tensor,
-        attention=TRAINER_ATTENTION[p.attention], load_balance=TRAINER_LOAD_BALANCE[p.load_balance],
-        offload=spec.offload.enabled, chunk_tokens=spec.offload.chunk_tokens,
-        host_memory_bytes=parse_quantity(spec.resources.memory) if spec.resources.memory else None)
+        model=model_config(spec.model).dims(),
+        sequence_length=spec.sequence_length,
+        global_batch_tokens=spec.batch_tokens,
+        nodes=spec.resources.nodes,
+        gpus_per_node=spec.resources.gpus_per_node,
+        gpu=spec.resources.gpu_type,
+        fabric=spec.network.fabric,
+        precision=spec.precision,
+        data=p.data,
+        context=p.context,
+        tensor=p.tensor,
+        attention=TRAINER_ATTENTION[p.attention],
+        load_balance=TRAINER_LOAD_BALANCE[p.load_balance],
+        offload=spec.offload.enabled,
+        chunk_tokens=spec.offload.chunk_tokens,
+        host_memory_bytes=parse_quantity(spec.resources.memory) if spec.resources.memory else None,
+    )
 
 
 def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:
@@ -28,9 +37,11 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
     ppn = spec.processes_per_node()
     if spec.resources.gpu_type == "cpu":
         p = spec.parallelism  # CPU jobs are manual (a rule): the planner models GPUs only
-        return ResolvedLayout(p.data, p.context, p.tensor, ppn, bool(spec.offload.enabled),
-                              spec.offload.chunk_tokens), None
+        return ResolvedLayout(
+            p.data, p.context, p.tensor, ppn, bool(spec.offload.enabled), spec.offload.chunk_tokens
+        ), None
     chosen = plan(plan_request(spec))
-    layout = ResolvedLayout(chosen.layout.data, chosen.layout.context, chosen.layout.tensor, ppn,
-                            chosen.offload, chosen.chunk_tokens)
+    layout = ResolvedLayout(
+        chosen.layout.data, chosen.layout.context, chosen.layout.tensor, ppn, chosen.offload, chosen.chunk_tokens
+    )
     return layout, chosen

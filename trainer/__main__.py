@@ -22,11 +22,11 @@ from .checkpoint import Checkpoints
 from .config import TrainerConfig, load_config
 from .data import Batches
 from .distributed import ProcessEnv, initialize
-from .peak import peak_flops
 from .mesh import make_mesh
 from .metrics import TrainMetrics
 from .model import ModelOptions
 from .ops.block import attention_kernel
+from .peak import peak_flops
 from .train import StepFunctions, train
 from .weights import WeightsError
 
@@ -43,8 +43,10 @@ def dump_gradients(fns: StepFunctions, config: TrainerConfig, path: Path) -> Non
     """
     state = fns.init(jax.random.key(config.seed))
     loss, grads = fns.loss_and_grads(state["params"], *Batches(config, fns.mesh).for_step(0))
-    flat = {jax.tree_util.keystr(k): multihost_utils.process_allgather(g, tiled=True)
-            for k, g in jax.tree.flatten_with_path(grads)[0]}
+    flat = {
+        jax.tree_util.keystr(k): multihost_utils.process_allgather(g, tiled=True)
+        for k, g in jax.tree.flatten_with_path(grads)[0]
+    }
     loss = np.asarray(loss)  # replicated: readable on every process
     if jax.process_index() == 0:
         np.savez(path, loss=loss, **flat)
@@ -53,8 +55,9 @@ def dump_gradients(fns: StepFunctions, config: TrainerConfig, path: Path) -> Non
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m longctx_trainer", description=__doc__)
     parser.add_argument("--config", required=True, type=Path, help="TrainerConfig YAML file")
-    parser.add_argument("--dump-gradients", type=Path, metavar="NPZ",
-                        help="also write step 0's loss and gradients to this file")
+    parser.add_argument(
+        "--dump-gradients", type=Path, metavar="NPZ", help="also write step 0's loss and gradients to this file"
+    )
     args = parser.parse_args(argv)
 
     try:  # a bad config, env or layout ends with its message, not a traceback
@@ -79,8 +82,15 @@ def main(argv: list[str] | None = None) -> None:
     kernel, why = attention_kernel(options.compute_dtype, config.model.hidden // config.model.heads)
     emit({"event": "attention_kernel", "kernel": kernel, "why": why})
     try:
-        train(config, mesh, emit=emit, metrics=metrics, checkpoints=checkpoints,
-              peak_flops_per_device=peak_flops(jax.local_devices()[0]), fns=fns)
+        train(
+            config,
+            mesh,
+            emit=emit,
+            metrics=metrics,
+            checkpoints=checkpoints,
+            peak_flops_per_device=peak_flops(jax.local_devices()[0]),
+            fns=fns,
+        )
     except WeightsError as error:
         raise SystemExit(f"longctx_trainer: init_from: {error}") from None
     finally:

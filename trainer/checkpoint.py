@@ -25,7 +25,8 @@ class Checkpoints:
         self.manager = ocp.CheckpointManager(
             checkpoint_location(config.path),
             options=ocp.CheckpointManagerOptions(
-                max_to_keep=config.keep, enable_async_checkpointing=False, create=True),
+                max_to_keep=config.keep, enable_async_checkpointing=False, create=True
+            ),
             item_names=("state", "meta"),
         )
 
@@ -36,16 +37,17 @@ class Checkpoints:
         return step % self.interval == 0 or step == final_step
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+        self.manager.save(
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        )
         self.manager.wait_until_finished()
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """Restore into the shapes, dtypes and shardings of `abstract_state` (ShapeDtypeStructs)."""
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
+        )
         return restored["state"], restored["meta"]
 
     def close(self) -> None:
         self.manager.close()
-

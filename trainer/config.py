@@ -45,7 +45,7 @@ class RopeScalingConfig(_Strict):
     original_context: int = Field(8192, gt=0)
 
     @model_validator(mode="after")
-    def _check_band(self) -> "RopeScalingConfig":
+    def _check_band(self) -> RopeScalingConfig:
         if self.high_freq_factor <= self.low_freq_factor:
             raise ValueError("rope_scaling.high_freq_factor must be above low_freq_factor")
         return self
@@ -66,7 +66,7 @@ class ModelConfig(_Strict):
     rope_scaling: RopeScalingConfig | None = None
 
     @model_validator(mode="after")
-    def _check_heads(self) -> "ModelConfig":
+    def _check_heads(self) -> ModelConfig:
         if self.hidden % self.heads:
             raise ValueError("hidden must be divisible by heads")
         if self.heads % self.kv_heads:
@@ -74,13 +74,15 @@ class ModelConfig(_Strict):
         return self
 
     @classmethod
-    def from_preset(cls, name: str) -> "ModelConfig":
+    def from_preset(cls, name: str) -> ModelConfig:
         return cls(preset=name, **asdict(PRESETS[name]))
 
     def dims(self) -> ModelDims:
         scaling = self.rope_scaling
-        return ModelDims(**self.model_dump(exclude={"preset", "rope_scaling"}),
-                         rope_scaling=RopeScaling(**scaling.model_dump()) if scaling else None)
+        return ModelDims(
+            **self.model_dump(exclude={"preset", "rope_scaling"}),
+            rope_scaling=RopeScaling(**scaling.model_dump()) if scaling else None,
+        )
 
 
 class ParallelConfig(_Strict):
@@ -98,7 +100,8 @@ class ParallelConfig(_Strict):
 class OffloadConfig(_Strict):
     enabled: bool = False
     chunk_tokens: int | None = Field(
-        None, gt=0, description="Tokens per sequence chunk on each device; None = no chunking.")
+        None, gt=0, description="Tokens per sequence chunk on each device; None = no chunking."
+    )
 
 
 class OptimizerConfig(_Strict):
@@ -107,8 +110,8 @@ class OptimizerConfig(_Strict):
     weight_decay: float = Field(0.1, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     schedule: Schedule = Field(
-        "cosine", description="After the linear warm-up: cosine decay to 10% by the last step, "
-                              "or constant.")
+        "cosine", description="After the linear warm-up: cosine decay to 10% by the last step, or constant."
+    )
     beta1: float = Field(0.9, gt=0, lt=1)
     beta2: float = Field(0.95, gt=0, lt=1)
 
@@ -119,7 +122,7 @@ class DataConfig(_Strict):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _path_needed(self) -> "DataConfig":
+    def _path_needed(self) -> DataConfig:
         if self.kind != "synthetic" and not self.path:
             raise ValueError(f"data.path is required for data.kind={self.kind}")
         return self
@@ -154,18 +157,19 @@ class TrainerConfig(_Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     metrics: MetricsConfig = MetricsConfig()
     init_from: str | None = Field(
-        None, description="Hugging Face Llama checkpoint directory (config.json, *.safetensors) "
-                          "whose weights start a run that has no checkpoint of its own yet; "
-                          "None = random initialisation.")
+        None,
+        description="Hugging Face Llama checkpoint directory (config.json, *.safetensors) "
+        "whose weights start a run that has no checkpoint of its own yet; "
+        "None = random initialisation.",
+    )
 
     @model_validator(mode="after")
-    def _check_layout(self) -> "TrainerConfig":
+    def _check_layout(self) -> TrainerConfig:
         p = self.parallelism
         if self.global_batch_tokens % self.sequence_length:
             raise ValueError("global_batch_tokens must be a multiple of sequence_length")
         if self.batch_size % p.data:
-            raise ValueError(
-                f"batch of {self.batch_size} sequences does not divide over data={p.data}")
+            raise ValueError(f"batch of {self.batch_size} sequences does not divide over data={p.data}")
         if self.model.heads % p.tensor or self.model.kv_heads % p.tensor:
             raise ValueError("parallelism.tensor must divide model heads and kv_heads")
         split = sequence_split(p.load_balance, p.context)

@@ -46,8 +46,9 @@ class CorpusWindows:
         self.stream, self.window, self.seed = stream, sequence_length + 1, seed
         self.count = (len(stream) - 1) // sequence_length
         if self.count < 1:
-            raise ValueError(f"corpus of {len(stream)} tokens is shorter than one sequence of "
-                             f"{sequence_length} + 1 tokens")
+            raise ValueError(
+                f"corpus of {len(stream)} tokens is shorter than one sequence of {sequence_length} + 1 tokens"
+            )
         self._epoch, self._order = -1, np.empty(0, np.int64)
 
     def sample(self, index: int) -> np.ndarray:
@@ -56,7 +57,7 @@ class CorpusWindows:
             self._epoch = epoch
             self._order = np.random.default_rng((self.seed, epoch)).permutation(self.count)
         start = int(self._order[slot]) * (self.window - 1)
-        return np.asarray(self.stream[start:start + self.window], dtype=np.int32)
+        return np.asarray(self.stream[start : start + self.window], dtype=np.int32)
 
 
 def token_file(path: str | Path, vocab: int) -> np.ndarray:
@@ -73,8 +74,7 @@ def text_bytes(path: str | Path) -> np.ndarray:
     path = Path(path)
     if path.is_file():
         return np.memmap(path, dtype=np.uint8, mode="r")
-    texts = [b for b in (p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file())
-             if b"\x00" not in b]
+    texts = [b for b in (p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()) if b"\x00" not in b]
     if not texts:
         raise ValueError(f"no text files under {path}")
     return np.frombuffer(b"".join(texts), dtype=np.uint8)
@@ -86,8 +86,7 @@ def make_source(data: DataConfig, vocab: int, sequence_length: int) -> TokenSour
     if data.kind == "tokens":
         return CorpusWindows(token_file(data.path, vocab), sequence_length, data.seed)
     if vocab < BYTE_VOCAB:
-        raise ValueError(f"byte-level text needs a vocabulary of at least {BYTE_VOCAB}, "
-                         f"the model has {vocab}")
+        raise ValueError(f"byte-level text needs a vocabulary of at least {BYTE_VOCAB}, the model has {vocab}")
     return CorpusWindows(text_bytes(data.path), sequence_length, data.seed)
 
 
@@ -102,14 +101,11 @@ class Batches:
     def for_step(self, step: int) -> tuple[jax.Array, jax.Array]:
         windows: dict[int, np.ndarray] = {}  # shared by the callbacks of this step's shards
         shape = (self.batch_size, self.seq)
-        inputs = jax.make_array_from_callback(
-            shape, self.sharding, lambda index: self.piece(step, index, 0, windows))
-        targets = jax.make_array_from_callback(
-            shape, self.sharding, lambda index: self.piece(step, index, 1, windows))
+        inputs = jax.make_array_from_callback(shape, self.sharding, lambda index: self.piece(step, index, 0, windows))
+        targets = jax.make_array_from_callback(shape, self.sharding, lambda index: self.piece(step, index, 1, windows))
         return inputs, targets
 
-    def piece(self, step: int, index: tuple[slice, slice], shift: int,
-              windows: dict[int, np.ndarray]) -> np.ndarray:
+    def piece(self, step: int, index: tuple[slice, slice], shift: int, windows: dict[int, np.ndarray]) -> np.ndarray:
         """Rows and columns `index` of step's inputs (shift 0) or targets (shift 1).
 
         Reads only the samples of those rows: a process builds just its devices' shards.
@@ -119,7 +115,7 @@ class Batches:
         for row in range(self.batch_size)[index[0]]:
             if row not in windows:
                 windows[row] = self.source.sample(first + row)
-            rows.append(windows[row][shift:shift + self.seq][index[1]])
+            rows.append(windows[row][shift : shift + self.seq][index[1]])
         return np.stack(rows)
 
     def position(self, step: int) -> int:

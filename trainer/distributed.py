@@ -27,18 +27,16 @@ class ProcessEnv:
     local_device_ids: tuple[int, ...] | None
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "ProcessEnv":
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> ProcessEnv:
         num_processes = int(environ.get(podenv.NUM_PROCESSES, "1"))
         process_id = int(environ.get(podenv.PROCESS_ID, "0"))
         coordinator = environ.get(podenv.COORDINATOR_ADDRESS) or None
         ids = environ.get(podenv.LOCAL_DEVICE_IDS, "").strip()
         local_ids = tuple(int(i) for i in ids.split(",") if i.strip()) if ids else None
         if num_processes < 1 or not 0 <= process_id < num_processes:
-            raise ValueError(
-                f"JAX_PROCESS_ID={process_id} is not in [0, JAX_NUM_PROCESSES={num_processes})")
+            raise ValueError(f"JAX_PROCESS_ID={process_id} is not in [0, JAX_NUM_PROCESSES={num_processes})")
         if num_processes > 1 and not coordinator:
-            raise ValueError("JAX_COORDINATOR_ADDRESS (host:port) is required when "
-                             "JAX_NUM_PROCESSES > 1")
+            raise ValueError("JAX_COORDINATOR_ADDRESS (host:port) is required when JAX_NUM_PROCESSES > 1")
         return cls(coordinator, num_processes, process_id, local_ids)
 
 
@@ -61,4 +59,5 @@ def initialize(env: ProcessEnv, communication: str = "nccl") -> None:
             raise SystemExit(
                 "communication=nvshmem needs exactly one GPU per process; this process sees "
                 f"{len(local)} {local[0].platform} device(s). Set processesPerNode = gpusPerNode "
-                "(or JAX_LOCAL_DEVICE_IDS / CUDA_VISIBLE_DEVICES to a single GPU).")
+                "(or JAX_LOCAL_DEVICE_IDS / CUDA_VISIBLE_DEVICES to a single GPU)."
+            )

@@ -25,13 +25,20 @@ from .mesh import make_mesh
 from .train import StepFunctions
 from .weights import EXPORT_DTYPES, TOKEN_FIELDS, require_empty, save_hf_checkpoint
 
+
 class ExportError(ValueError):
     pass
 
 
-def export_checkpoint(config: TrainerConfig, output: str | Path, *, step: int | None = None,
-                      dtype: str = "bfloat16", max_shard_bytes: int = 5 * 2**30,
-                      token_ids_from: str | Path | None = None) -> tuple[int, list[Path]]:
+def export_checkpoint(
+    config: TrainerConfig,
+    output: str | Path,
+    *,
+    step: int | None = None,
+    dtype: str = "bfloat16",
+    max_shard_bytes: int = 5 * 2**30,
+    token_ids_from: str | Path | None = None,
+) -> tuple[int, list[Path]]:
     """Writes checkpoint `step` (default: the latest) of the job configured by `config`; returns the
     step and the safetensors files written. The bos/eos/pad token ids come from the config.json in
     `token_ids_from` (default: the job's init_from)."""
@@ -40,8 +47,7 @@ def export_checkpoint(config: TrainerConfig, output: str | Path, *, step: int | 
     # Everything that can be refused is checked before the restore, which takes minutes for a large model.
     require_empty(output)
     token_ids = _token_ids(token_ids_from or config.init_from)
-    single = config.model_copy(update={"parallelism": ParallelConfig(load_balance="none"),
-                                       "offload": OffloadConfig()})
+    single = config.model_copy(update={"parallelism": ParallelConfig(load_balance="none"), "offload": OffloadConfig()})
     fns = StepFunctions(single, make_mesh(single.parallelism, jax.devices("cpu")[:1]))
     checkpoints = Checkpoints(config.checkpoint)
     try:
@@ -50,15 +56,23 @@ def export_checkpoint(config: TrainerConfig, output: str | Path, *, step: int | 
             raise ExportError(f"no checkpoint in {config.checkpoint.path}")
         step = max(steps) if step is None else step
         if step not in steps:
-            raise ExportError(f"no checkpoint of step {step} in {config.checkpoint.path}; "
-                              f"there are {', '.join(map(str, sorted(steps)))}")
+            raise ExportError(
+                f"no checkpoint of step {step} in {config.checkpoint.path}; "
+                f"there are {', '.join(map(str, sorted(steps)))}"
+            )
         state, _ = checkpoints.restore(step, fns.abstract_state())
     finally:
         checkpoints.close()
     params = jax.tree.map(np.asarray, state["params"])
-    files = save_hf_checkpoint(params, config.model.dims(), output, dtype=dtype,
-                               max_positions=config.sequence_length, max_shard_bytes=max_shard_bytes,
-                               token_ids=token_ids)
+    files = save_hf_checkpoint(
+        params,
+        config.model.dims(),
+        output,
+        dtype=dtype,
+        max_positions=config.sequence_length,
+        max_shard_bytes=max_shard_bytes,
+        token_ids=token_ids,
+    )
     return step, files
 
 
@@ -70,8 +84,10 @@ def _token_ids(source: str | Path | None) -> dict:
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError):
-        raise ExportError(f"the token ids come from {path}, which cannot be read: mount the weights the "
-                          f"job started from there, or name another checkpoint with --token-ids-from") from None
+        raise ExportError(
+            f"the token ids come from {path}, which cannot be read: mount the weights the "
+            f"job started from there, or name another checkpoint with --token-ids-from"
+        ) from None
     return {k: config[k] for k in TOKEN_FIELDS if k in config}
 
 
@@ -81,12 +97,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", required=True, type=Path, help="directory for the Hugging Face files")
     parser.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
     parser.add_argument("--dtype", default="bfloat16", choices=list(EXPORT_DTYPES))
-    parser.add_argument("--token-ids-from", type=Path, metavar="DIR",
-                        help="Hugging Face checkpoint whose bos/eos/pad ids to keep (default: the job's init_from)")
+    parser.add_argument(
+        "--token-ids-from",
+        type=Path,
+        metavar="DIR",
+        help="Hugging Face checkpoint whose bos/eos/pad ids to keep (default: the job's init_from)",
+    )
     args = parser.parse_args(argv)
     try:
-        step, files = export_checkpoint(load_config(args.config), args.output, step=args.step, dtype=args.dtype,
-                                        token_ids_from=args.token_ids_from)
+        step, files = export_checkpoint(
+            load_config(args.config), args.output, step=args.step, dtype=args.dtype, token_ids_from=args.token_ids_from
+        )
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer.export: {error}") from None
     print(f"step {step} -> {args.output} ({len(files)} safetensors file{'s' if len(files) > 1 else ''}, {args.dtype})")

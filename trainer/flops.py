@@ -45,5 +45,6 @@ def flops_per_token(model: ModelDims, sequence_length: int) -> FlopsPerToken:
     # H*Q = heads * head_dim = hidden (GQA shares K/V heads but every query head still does
     # its own QK^T and AV products).
     attention_full = 12 * model.layers * model.heads * model.head_dim * sequence_length
-    return FlopsPerToken(dense=6 * matmul_params(model), attention_causal=attention_full // 2,
-                         attention_full=attention_full)
+    return FlopsPerToken(
+        dense=6 * matmul_params(model), attention_causal=attention_full // 2, attention_full=attention_full
+    )

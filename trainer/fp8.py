@@ -84,8 +84,11 @@ def _bwd(spec, residuals, g):
     gq = quantize_dequantize(g, E5M2, state["grad"]["scale"], g.dtype)
     _, vjp = jax.vjp(lambda a, b: jnp.einsum(spec, a, b, preferred_element_type=F32).astype(g.dtype), xq, wq)
     dx, dw = vjp(gq)
-    updated = {"x": observed(state["x"], x, E4M3), "w": observed(state["w"], w, E4M3),
-               "grad": observed(state["grad"], g, E5M2)}
+    updated = {
+        "x": observed(state["x"], x, E4M3),
+        "w": observed(state["w"], w, E4M3),
+        "grad": observed(state["grad"], g, E5M2),
+    }
     return dx.astype(x.dtype), dw.astype(w.dtype), updated
 
 

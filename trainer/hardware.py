@@ -75,21 +75,71 @@ _PCIE5_X16 = 64 * GB
 GPUS: dict[str, Gpu] = {
     # NVIDIA A100 datasheet (SXM): 312 TFLOPS bf16 dense, no FP8, 1,555 GB/s (40GB) / 2,039 GB/s
     # (80GB) HBM2e, NVLink 3 600 GB/s bidirectional, PCIe Gen4.
-    "a100-40gb": Gpu("a100-40gb", "NVIDIA-A100-SXM4-40GB", "A100", 312 * TERA, None, 40 * GIB,
-                     1555 * GB, "PCIe Gen4 x16", _PCIE4_X16, 300 * GB),
-    "a100-80gb": Gpu("a100-80gb", "NVIDIA-A100-SXM4-80GB", "A100", 312 * TERA, None, 80 * GIB,
-                     2039 * GB, "PCIe Gen4 x16", _PCIE4_X16, 300 * GB),
+    "a100-40gb": Gpu(
+        "a100-40gb",
+        "NVIDIA-A100-SXM4-40GB",
+        "A100",
+        312 * TERA,
+        None,
+        40 * GIB,
+        1555 * GB,
+        "PCIe Gen4 x16",
+        _PCIE4_X16,
+        300 * GB,
+    ),
+    "a100-80gb": Gpu(
+        "a100-80gb",
+        "NVIDIA-A100-SXM4-80GB",
+        "A100",
+        312 * TERA,
+        None,
+        80 * GIB,
+        2039 * GB,
+        "PCIe Gen4 x16",
+        _PCIE4_X16,
+        300 * GB,
+    ),
     # NVIDIA H100 datasheet (SXM5): 989 TFLOPS bf16 dense (1,979 with sparsity), 1,979 TFLOPS FP8
     # dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s bidirectional, PCIe Gen5.
-    "h100-80gb": Gpu("h100-80gb", "NVIDIA-H100-80GB-HBM3", "H100", 989 * TERA, 1979 * TERA,
-                     80 * GIB, 3350 * GB, "PCIe Gen5 x16", _PCIE5_X16, 450 * GB),
+    "h100-80gb": Gpu(
+        "h100-80gb",
+        "NVIDIA-H100-80GB-HBM3",
+        "H100",
+        989 * TERA,
+        1979 * TERA,
+        80 * GIB,
+        3350 * GB,
+        "PCIe Gen5 x16",
+        _PCIE5_X16,
+        450 * GB,
+    ),
     # NVIDIA H200 datasheet (SXM): same compute as H100, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s.
-    "h200-141gb": Gpu("h200-141gb", "NVIDIA-H200", "H200", 989 * TERA, 1979 * TERA, 141 * GIB,
-                      4800 * GB, "PCIe Gen5 x16", _PCIE5_X16, 450 * GB),
+    "h200-141gb": Gpu(
+        "h200-141gb",
+        "NVIDIA-H200",
+        "H200",
+        989 * TERA,
+        1979 * TERA,
+        141 * GIB,
+        4800 * GB,
+        "PCIe Gen5 x16",
+        _PCIE5_X16,
+        450 * GB,
+    ),
     # NVIDIA HGX B200 spec sheet: 2.25 PFLOPS bf16 and 4.5 PFLOPS FP8 dense per GPU, 180 GB HBM3e
     # at 8 TB/s, NVLink 5 1.8 TB/s bidirectional, PCIe Gen5 to the host CPU.
-    "b200-180gb": Gpu("b200-180gb", "NVIDIA-B200", "B200", 2250 * TERA, 4500 * TERA, 180 * GIB,
-                      8000 * GB, "PCIe Gen5 x16", _PCIE5_X16, 900 * GB),
+    "b200-180gb": Gpu(
+        "b200-180gb",
+        "NVIDIA-B200",
+        "B200",
+        2250 * TERA,
+        4500 * TERA,
+        180 * GIB,
+        8000 * GB,
+        "PCIe Gen5 x16",
+        _PCIE5_X16,
+        900 * GB,
+    ),
 }
 
 
@@ -134,20 +184,37 @@ FABRICS: dict[str, Fabric] = {
     # A single 100 GbE NIC per node shared by 8 GPUs, kernel TCP sockets.
     "tcp": Fabric("tcp", "TCP sockets, 100 GbE per node", _gbit(100 / 8), 0.6),
     # DGX H100 reference: one ConnectX-7 NDR 400 Gb/s InfiniBand HCA per GPU.
-    "infiniband": Fabric("infiniband", "InfiniBand NDR, 400 Gb/s per GPU", _gbit(400), 0.8,
-                         rdma="verbs"),
+    "infiniband": Fabric("infiniband", "InfiniBand NDR, 400 Gb/s per GPU", _gbit(400), 0.8, rdma="verbs"),
     # RoCEv2 with one 400 GbE ConnectX-7 (or BlueField-3) per GPU, e.g. Spectrum-X.
     "roce": Fabric("roce", "RoCEv2, 400 GbE per GPU", _gbit(400), 0.75, rdma="verbs"),
     # AWS p5.48xlarge: 3,200 Gbps EFA v2 per instance for 8 H100.
     "efa": Fabric("efa", "AWS EFA, 3200 Gbps per 8 GPUs", _gbit(3200 / 8), 0.7, rdma="libfabric"),
     # GCP A3 High: 4 x 200 Gbps NICs with GPUDirect-TCPX for 8 H100.
-    "gcp-tcpx": Fabric("gcp-tcpx", "GCP A3 High GPUDirect-TCPX, 800 Gbps per 8 GPUs",
-                       _gbit(800 / 8), 0.7, gpu_nic_networks=4, gpu_types=("h100-80gb",)),
+    "gcp-tcpx": Fabric(
+        "gcp-tcpx",
+        "GCP A3 High GPUDirect-TCPX, 800 Gbps per 8 GPUs",
+        _gbit(800 / 8),
+        0.7,
+        gpu_nic_networks=4,
+        gpu_types=("h100-80gb",),
+    ),
     # GCP A3 Mega: 8 x 200 Gbps NICs with GPUDirect-TCPXO for 8 H100.
-    "gcp-tcpxo": Fabric("gcp-tcpxo", "GCP A3 Mega GPUDirect-TCPXO, 1600 Gbps per 8 GPUs",
-                        _gbit(1600 / 8), 0.7, gpu_nic_networks=8, gpu_types=("h100-80gb",)),
+    "gcp-tcpxo": Fabric(
+        "gcp-tcpxo",
+        "GCP A3 Mega GPUDirect-TCPXO, 1600 Gbps per 8 GPUs",
+        _gbit(1600 / 8),
+        0.7,
+        gpu_nic_networks=8,
+        gpu_types=("h100-80gb",),
+    ),
     # GCP A3 Ultra (H200) and A4 (B200): 8 x 400 Gbps ConnectX-7 RoCE NICs (GPUDirect RDMA).
-    "gcp-rdma": Fabric("gcp-rdma", "GCP A3 Ultra GPUDirect-RDMA, 3200 Gbps per 8 GPUs",
-                       _gbit(3200 / 8), 0.8, rdma="verbs", gpu_nic_networks=8,
-                       gpu_types=("h200-141gb", "b200-180gb")),
+    "gcp-rdma": Fabric(
+        "gcp-rdma",
+        "GCP A3 Ultra GPUDirect-RDMA, 3200 Gbps per 8 GPUs",
+        _gbit(3200 / 8),
+        0.8,
+        rdma="verbs",
+        gpu_nic_networks=8,
+        gpu_types=("h200-141gb", "b200-180gb"),
+    ),
 }

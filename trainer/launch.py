@@ -28,11 +28,13 @@ def process_env(environ: Mapping[str, str], local: int) -> dict[str, str]:
     pod_index = int(environ[podenv.COMPLETION_INDEX])
     per_process = int(environ.get(podenv.DEVICES_PER_PROCESS, "1"))
     first = local * per_process
-    return {**environ,
-            podenv.PROCESS_ID: str(pod_index * per_pod + local),
-            podenv.LOCAL_DEVICE_IDS: ",".join(str(d) for d in range(first, first + per_process)),
-            # Offset by the pod's own base (set by `longctx run`, where pods share one host).
-            podenv.LOCAL_PROCESS_ID: str(int(environ.get(podenv.LOCAL_PROCESS_ID, "0")) + local)}
+    return {
+        **environ,
+        podenv.PROCESS_ID: str(pod_index * per_pod + local),
+        podenv.LOCAL_DEVICE_IDS: ",".join(str(d) for d in range(first, first + per_process)),
+        # Offset by the pod's own base (set by `longctx run`, where pods share one host).
+        podenv.LOCAL_PROCESS_ID: str(int(environ.get(podenv.LOCAL_PROCESS_ID, "0")) + local),
+    }
 
 
 def first_failure(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> tuple[int, int] | None:
@@ -69,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     per_pod = int(os.environ.get(podenv.PROCESSES_PER_POD, "1"))
     if per_pod == 1:
         os.execv(sys.executable, TRAINER + args)
-    procs = [subprocess.Popen(TRAINER + args, env=process_env(os.environ, local))
-             for local in range(per_pod)]
+    procs = [subprocess.Popen(TRAINER + args, env=process_env(os.environ, local)) for local in range(per_pod)]
 
     def forward(signum, frame):
         for p in procs:

@@ -27,6 +27,11 @@ def make_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = N
     if len(devices) != parallel.devices:
         raise ValueError(
             f"layout data={parallel.data} x context={parallel.context} x tensor={parallel.tensor} "
-            f"needs {parallel.devices} devices, but {len(devices)} are available")
-    return jax.make_mesh((parallel.data, parallel.context, parallel.tensor), AXES,
-                         axis_types=(AxisType.Auto,) * len(AXES), devices=devices)
+            f"needs {parallel.devices} devices, but {len(devices)} are available"
+        )
+    return jax.make_mesh(
+        (parallel.data, parallel.context, parallel.tensor),
+        AXES,
+        axis_types=(AxisType.Auto,) * len(AXES),
+        devices=devices,
+    )

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from .config import TrainerConfig
 
-STEP_BUCKETS = (.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
 def package_version() -> str:
@@ -33,23 +33,35 @@ class TrainMetrics:
         self.tokens = make(Counter, "longctx_train_tokens", "Tokens trained on.")
         self.steps = make(Counter, "longctx_train_steps", "Optimizer steps taken by this process.")
         self.step = make(Gauge, "longctx_train_step", "Current absolute training step.")
-        self.tokens_per_second = make(Gauge, "longctx_train_tokens_per_second",
-                                      "Global tokens per second of the last step.")
-        self.step_duration = make(Histogram, "longctx_train_step_duration_seconds",
-                                  "Wall time of one training step.", buckets=STEP_BUCKETS)
+        self.tokens_per_second = make(
+            Gauge, "longctx_train_tokens_per_second", "Global tokens per second of the last step."
+        )
+        self.step_duration = make(
+            Histogram, "longctx_train_step_duration_seconds", "Wall time of one training step.", buckets=STEP_BUCKETS
+        )
         self.loss = make(Gauge, "longctx_train_loss", "Training loss of the last step.")
-        self.mfu = make(Gauge, "longctx_train_mfu_ratio",
-                        "Model FLOPs utilisation; convention causal = 6N + 6LHQT, "
-                        "full = 6N + 12LHQT FLOPs per token.", ("convention",))
-        self.checkpoint_duration = make(Histogram, "longctx_train_checkpoint_duration_seconds",
-                                        "Wall time of one checkpoint save.", buckets=STEP_BUCKETS)
-        self.last_checkpoint_step = make(Gauge, "longctx_train_last_checkpoint_step",
-                                         "Step of the latest checkpoint.")
-        self.last_checkpoint_time = make(Gauge, "longctx_train_last_checkpoint_timestamp_seconds",
-                                         "Unix time of the latest checkpoint.")
-        self.build_info = make(Gauge, "longctx_train_build_info", "Trainer build and layout.",
-                               ("version", "model", "data", "context", "tensor", "attention",
-                                "sequence_length", "backend"))
+        self.mfu = make(
+            Gauge,
+            "longctx_train_mfu_ratio",
+            "Model FLOPs utilisation; convention causal = 6N + 6LHQT, full = 6N + 12LHQT FLOPs per token.",
+            ("convention",),
+        )
+        self.checkpoint_duration = make(
+            Histogram,
+            "longctx_train_checkpoint_duration_seconds",
+            "Wall time of one checkpoint save.",
+            buckets=STEP_BUCKETS,
+        )
+        self.last_checkpoint_step = make(Gauge, "longctx_train_last_checkpoint_step", "Step of the latest checkpoint.")
+        self.last_checkpoint_time = make(
+            Gauge, "longctx_train_last_checkpoint_timestamp_seconds", "Unix time of the latest checkpoint."
+        )
+        self.build_info = make(
+            Gauge,
+            "longctx_train_build_info",
+            "Trainer build and layout.",
+            ("version", "model", "data", "context", "tensor", "attention", "sequence_length", "backend"),
+        )
         self._labels = {"job_name": job, "rank": str(rank)}
 
     def serve(self, port: int) -> None:
@@ -58,12 +70,18 @@ class TrainMetrics:
     def describe(self, config: TrainerConfig, backend: str) -> None:
         p = config.parallelism
         self.build_info.labels(
-            **self._labels, version=package_version(), model=config.model.preset or "custom",
-            data=str(p.data), context=str(p.context), tensor=str(p.tensor), attention=p.attention,
-            sequence_length=str(config.sequence_length), backend=backend).set(1)
+            **self._labels,
+            version=package_version(),
+            model=config.model.preset or "custom",
+            data=str(p.data),
+            context=str(p.context),
+            tensor=str(p.tensor),
+            attention=p.attention,
+            sequence_length=str(config.sequence_length),
+            backend=backend,
+        ).set(1)
 
-    def observe_step(self, step: int, tokens: int, seconds: float, loss: float,
-                     mfu: dict[str, float]) -> None:
+    def observe_step(self, step: int, tokens: int, seconds: float, loss: float, mfu: dict[str, float]) -> None:
         """Record one finished step; `step` is the absolute step count after it."""
         self.tokens.labels(**self._labels).inc(tokens)
         self.steps.labels(**self._labels).inc()

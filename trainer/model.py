@@ -17,7 +17,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from .config import TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
@@ -66,7 +67,7 @@ class ModelOptions:
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
 
     @classmethod
-    def from_config(cls, config: TrainerConfig) -> "ModelOptions":
+    def from_config(cls, config: TrainerConfig) -> ModelOptions:
         return cls(
             compute_dtype=jnp.bfloat16 if config.precision == "bf16" else jnp.float32,
             remat=config.remat,
@@ -99,7 +100,7 @@ def param_shapes(dims: ModelDims) -> dict:
 def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
     """Drop the mesh axes of any dim they do not divide (that dim is then replicated)."""
     fitted = []
-    for axes, size in zip(spec, shape):
+    for axes, size in zip(spec, shape, strict=False):
         names = () if axes is None else (axes if isinstance(axes, tuple) else (axes,))
         ways = math.prod(mesh.shape[n] for n in names)
         fitted.append(axes if names and size % ways == 0 else None)
@@ -124,7 +125,7 @@ def init_params(dims: ModelDims, key: jax.Array) -> dict:
     keys = jax.random.split(key, len(flat))
     out_scale = 1.0 / math.sqrt(2 * dims.layers)
     leaves = []
-    for (path, shape), k in zip(flat, keys):
+    for (path, shape), k in zip(flat, keys, strict=False):
         name = path[-1].key
         if name.endswith("norm"):
             leaves.append(jnp.ones(shape, jnp.float32))
@@ -154,8 +155,7 @@ def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = 
     if scaling is None:
         return freqs
     turns = scaling.original_context * freqs / (2 * math.pi)  # periods within the original context
-    keep = jnp.clip((turns - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor),
-                    0.0, 1.0)
+    keep = jnp.clip((turns - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor), 0.0, 1.0)
     return keep * freqs + (1 - keep) * freqs / scaling.factor
 
 
@@ -176,9 +176,17 @@ def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOption
     k = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wk"].astype(dt)), mesh, HEADS)
     v = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wv"].astype(dt)), mesh, HEADS)
     q, k = (rope(t, positions, dims.rope_theta, dims.rope_scaling) for t in (q, k))
-    a = context_parallel_attention(q, k, v, mesh=mesh, causal=True, impl=options.attention,
-                                   load_balance=options.load_balance,
-                                   chunk_tokens=options.chunk_tokens, offload=options.offload)
+    a = context_parallel_attention(
+        q,
+        k,
+        v,
+        mesh=mesh,
+        causal=True,
+        impl=options.attention,
+        load_balance=options.load_balance,
+        chunk_tokens=options.chunk_tokens,
+        offload=options.offload,
+    )
     a = _constrain(a, mesh, HEADS)
     x = _constrain(x + jnp.einsum("bsnd,ndh->bsh", a, p["wo"].astype(dt)), mesh, ACTIVATION)
     h = rms_norm(x, p["mlp_norm"])
@@ -198,13 +206,17 @@ def remat_policy(options: ModelOptions, mesh: Mesh):
     """
     if options.offload and host_offload_available(mesh.devices.flat[0].platform):
         return jax.checkpoint_policies.save_and_offload_only_these_names(
-            names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
-            offload_src="device", offload_dst="pinned_host")
+            names_which_can_be_saved=[],
+            names_which_can_be_offloaded=[LAYER_INPUT],
+            offload_src="device",
+            offload_dst="pinned_host",
+        )
     return jax.checkpoint_policies.nothing_saveable
 
 
-def final_hidden(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims,
-                 mesh: Mesh, options: ModelOptions) -> tuple[jax.Array, jax.Array]:
+def final_hidden(
+    params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims, mesh: Mesh, options: ModelOptions
+) -> tuple[jax.Array, jax.Array]:
     """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order."""
     perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
     tokens = _constrain(tokens[:, perm], mesh, TOKENS)
@@ -220,8 +232,9 @@ def final_hidden(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: M
     return rms_norm(x, params["final_norm"]), targets
 
 
-def chunked_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array, *, mesh: Mesh,
-                          chunk_tokens: int) -> jax.Array:
+def chunked_cross_entropy(
+    x: jax.Array, head: jax.Array, targets: jax.Array, *, mesh: Mesh, chunk_tokens: int
+) -> jax.Array:
     """Mean cross-entropy of logits x @ head (fp32), never materialising all logits at once.
 
     Full logits are [batch, seq, vocab] in fp32 (64 GB at 128K tokens and a 128K vocabulary), so
@@ -244,15 +257,16 @@ def chunked_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array, *, 
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.sum(jnp.take_along_axis(logp, t_chunk[..., None], axis=-1))
 
-    total, _ = jax.lax.scan(lambda acc, xt: (acc + chunk_loss(*xt), None),
-                            jnp.zeros((), jnp.float32), (xs, ts))
+    total, _ = jax.lax.scan(lambda acc, xt: (acc + chunk_loss(*xt), None), jnp.zeros((), jnp.float32), (xs, ts))
     return total / (batch * seq)
 
 
-def loss_fn(params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims, mesh: Mesh,
-            options: ModelOptions) -> jax.Array:
+def loss_fn(
+    params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims, mesh: Mesh, options: ModelOptions
+) -> jax.Array:
     """Mean next-token cross-entropy (fp32) over all tokens of the batch."""
     x, targets = final_hidden(params, tokens, targets, dims=dims, mesh=mesh, options=options)
     head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
-    return chunked_cross_entropy(x, head.astype(options.compute_dtype), targets, mesh=mesh,
-                                 chunk_tokens=options.loss_chunk_tokens)
+    return chunked_cross_entropy(
+        x, head.astype(options.compute_dtype), targets, mesh=mesh, chunk_tokens=options.loss_chunk_tokens
+    )

@@ -45,13 +45,36 @@ LOCAL_RANK = "LOCAL_RANK"
 NODE_RANK = "NODE_RANK"
 NNODES = "NNODES"
 LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
-TORCHRUN = {"PET_NNODES": NNODES, "PET_NPROC_PER_NODE": LOCAL_WORLD_SIZE, "PET_NODE_RANK": NODE_RANK,
-            "PET_MASTER_ADDR": MASTER_ADDR, "PET_MASTER_PORT": MASTER_PORT}
+TORCHRUN = {
+    "PET_NNODES": NNODES,
+    "PET_NPROC_PER_NODE": LOCAL_WORLD_SIZE,
+    "PET_NODE_RANK": NODE_RANK,
+    "PET_MASTER_ADDR": MASTER_ADDR,
+    "PET_MASTER_PORT": MASTER_PORT,
+}
 """torchrun's variable -> the torch.distributed name holding the same value."""
 
-RESERVED = frozenset({COORDINATOR_ADDRESS, NUM_PROCESSES, PROCESS_ID, LOCAL_DEVICE_IDS, PLATFORMS,
-                      XLA_FLAGS, GPU_MEMORY_FRACTION, COMPLETION_INDEX, MASTER_ADDR, MASTER_PORT,
-                      WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK, NNODES, LOCAL_WORLD_SIZE, *TORCHRUN})
+RESERVED = frozenset(
+    {
+        COORDINATOR_ADDRESS,
+        NUM_PROCESSES,
+        PROCESS_ID,
+        LOCAL_DEVICE_IDS,
+        PLATFORMS,
+        XLA_FLAGS,
+        GPU_MEMORY_FRACTION,
+        COMPLETION_INDEX,
+        MASTER_ADDR,
+        MASTER_PORT,
+        WORLD_SIZE,
+        RANK,
+        LOCAL_RANK,
+        NODE_RANK,
+        NNODES,
+        LOCAL_WORLD_SIZE,
+        *TORCHRUN,
+    }
+)
 """Names a job's `spec.env` may not set: they decide which process is which, or which devices and
 how much of their memory it takes; a wrong value hangs or corrupts the whole gang."""
 RESERVED_PREFIX = "LONGCTX_"

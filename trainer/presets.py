@@ -64,21 +64,40 @@ class ModelDims:
 
 PRESETS: dict[str, ModelDims] = {
     # Small enough to train on CPU in tests; byte-level vocabulary.
-    "tiny": ModelDims(layers=2, hidden=128, heads=8, kv_heads=2, ffn=384, vocab=256,
-                      tie_embeddings=True, rope_theta=10000.0),
-    "125m": ModelDims(layers=12, hidden=768, heads=12, kv_heads=4, ffn=2048, vocab=32000,
-                      tie_embeddings=True, rope_theta=10000.0),
+    "tiny": ModelDims(
+        layers=2, hidden=128, heads=8, kv_heads=2, ffn=384, vocab=256, tie_embeddings=True, rope_theta=10000.0
+    ),
+    "125m": ModelDims(
+        layers=12, hidden=768, heads=12, kv_heads=4, ffn=2048, vocab=32000, tie_embeddings=True, rope_theta=10000.0
+    ),
     # Llama 3.2 1B and 3B (tied embeddings, RoPE scaled x32 as published).
-    "1b": ModelDims(layers=16, hidden=2048, heads=32, kv_heads=8, ffn=8192, vocab=128256,
-                    tie_embeddings=True, rope_scaling=RopeScaling(factor=32.0)),
-    "3b": ModelDims(layers=28, hidden=3072, heads=24, kv_heads=8, ffn=8192, vocab=128256,
-                    tie_embeddings=True, rope_scaling=RopeScaling(factor=32.0)),
+    "1b": ModelDims(
+        layers=16,
+        hidden=2048,
+        heads=32,
+        kv_heads=8,
+        ffn=8192,
+        vocab=128256,
+        tie_embeddings=True,
+        rope_scaling=RopeScaling(factor=32.0),
+    ),
+    "3b": ModelDims(
+        layers=28,
+        hidden=3072,
+        heads=24,
+        kv_heads=8,
+        ffn=8192,
+        vocab=128256,
+        tie_embeddings=True,
+        rope_scaling=RopeScaling(factor=32.0),
+    ),
     # Llama 3 8B and 70B as first published (plain RoPE; Llama 3.1's versions add
     # ropeScaling {factor: 8}), and Llama 3.1 405B (which only exists scaled).
     "llama3-8b": ModelDims(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256),
     "llama3-70b": ModelDims(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256),
-    "llama3-405b": ModelDims(layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
-                             vocab=128256, rope_scaling=RopeScaling(factor=8.0)),
+    "llama3-405b": ModelDims(
+        layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248, vocab=128256, rope_scaling=RopeScaling(factor=8.0)
+    ),
 }
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 # End-of-document tokens of common tokenizers: Llama 3, Llama 2 / Mistral, GPT-2 style.
 END_OF_TEXT = ("<|end_of_text|>", "</s>", "<|endoftext|>")
@@ -88,8 +88,14 @@ def _model_vocab(tokenizer_path: Path) -> int | None:
         return None
 
 
-def tokenize_files(tokenizer_path: str | Path, inputs: list[Path], output: Path, *, vocab: int | None = None,
-                   end_of_text: str | None = None) -> Written:
+def tokenize_files(
+    tokenizer_path: str | Path,
+    inputs: list[Path],
+    output: Path,
+    *,
+    vocab: int | None = None,
+    end_of_text: str | None = None,
+) -> Written:
     """`vocab` (the model's, which sets the width the trainer reads) defaults to the checkpoint's
     config.json beside the tokenizer, else to the tokenizer's own size."""
     try:
@@ -102,8 +108,10 @@ def tokenize_files(tokenizer_path: str | Path, inputs: list[Path], output: Path,
     names = (end_of_text,) if end_of_text else END_OF_TEXT
     eos = next((i for i in map(tokenizer.token_to_id, names) if i is not None), None)
     if eos is None:
-        raise TokenizeError(f"the tokenizer has no end-of-text token {' or '.join(map(repr, names))}; "
-                            "name its document separator with --end-of-text")
+        raise TokenizeError(
+            f"the tokenizer has no end-of-text token {' or '.join(map(repr, names))}; "
+            "name its document separator with --end-of-text"
+        )
     if eos >= vocab:
         raise TokenizeError(f"the end-of-text token's id {eos} is outside the vocabulary of {vocab}")
     dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
@@ -137,15 +145,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", type=Path, help="text files or directories (every file below)")
     parser.add_argument("--tokenizer", required=True, help="tokenizer.json, or a checkpoint directory with one")
     parser.add_argument("--output", "-o", required=True, type=Path, help="the token file to write (.bin)")
-    parser.add_argument("--vocab", type=int, help="the model's vocabulary size (default: vocab_size of the "
-                                                  "checkpoint's config.json beside the tokenizer, else the tokenizer's)")
-    parser.add_argument("--end-of-text", help=f"document separator token (default: the first of {', '.join(END_OF_TEXT)})")
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        help="the model's vocabulary size (default: vocab_size of the "
+        "checkpoint's config.json beside the tokenizer, else the tokenizer's)",
+    )
+    parser.add_argument(
+        "--end-of-text", help=f"document separator token (default: the first of {', '.join(END_OF_TEXT)})"
+    )
 
 
 def run(args: argparse.Namespace, prefix: str) -> None:
     try:
-        written = tokenize_files(args.tokenizer, args.inputs, args.output, vocab=args.vocab,
-                                 end_of_text=args.end_of_text)
+        written = tokenize_files(
+            args.tokenizer, args.inputs, args.output, vocab=args.vocab, end_of_text=args.end_of_text
+        )
     except (OSError, TokenizeError) as error:
         raise SystemExit(f"{prefix}: {error}") from None
     print(f"{prefix}: {written.documents} documents, {written.tokens:,} tokens ({written.dtype}) -> {args.output}")

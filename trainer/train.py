@@ -17,7 +17,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from . import model
 from .checkpoint import Checkpoints
@@ -34,8 +35,11 @@ def learning_rate_schedule(opt: OptimizerConfig, steps: int) -> optax.Schedule:
     """Linear warm-up from 0, then cosine decay to 10% at the last step, or constant."""
     warmup = min(opt.warmup_steps, steps)
     rest = max(steps - warmup, 1)
-    after = (optax.constant_schedule(opt.learning_rate) if opt.schedule == "constant" else
-             optax.cosine_decay_schedule(opt.learning_rate, rest, alpha=0.1))
+    after = (
+        optax.constant_schedule(opt.learning_rate)
+        if opt.schedule == "constant"
+        else optax.cosine_decay_schedule(opt.learning_rate, rest, alpha=0.1)
+    )
     if warmup == 0:
         return after
     ramp = optax.linear_schedule(0.0, opt.learning_rate, warmup)
@@ -50,8 +54,13 @@ def _decay_mask(params: dict) -> dict:
 def make_optimizer(opt: OptimizerConfig, steps: int) -> optax.GradientTransformation:
     return optax.chain(
         optax.clip_by_global_norm(opt.grad_clip),
-        optax.adamw(learning_rate_schedule(opt, steps), b1=opt.beta1, b2=opt.beta2,
-                    weight_decay=opt.weight_decay, mask=_decay_mask),
+        optax.adamw(
+            learning_rate_schedule(opt, steps),
+            b1=opt.beta1,
+            b2=opt.beta2,
+            weight_decay=opt.weight_decay,
+            mask=_decay_mask,
+        ),
     )
 
 
@@ -65,32 +74,38 @@ class StepFunctions:
     def __post_init__(self):
         dims, mesh = self.config.model.dims(), self.mesh
         self.optimizer = make_optimizer(self.config.optimizer, self.config.steps)
-        self.loss = partial(model.loss_fn, dims=dims, mesh=mesh,
-                            options=model.ModelOptions.from_config(self.config))
+        self.loss = partial(model.loss_fn, dims=dims, mesh=mesh, options=model.ModelOptions.from_config(self.config))
         params = model.param_shardings(dims, mesh)
         replicated = NamedSharding(mesh, P())
         abstract_params = jax.eval_shape(partial(model.init_params, dims), jax.random.key(0))
         opt_state = optax.tree_map_params(
-            self.optimizer, lambda _, sharding: sharding,
-            jax.eval_shape(self.optimizer.init, abstract_params), params,
-            transform_non_params=lambda _: replicated)
+            self.optimizer,
+            lambda _, sharding: sharding,
+            jax.eval_shape(self.optimizer.init, abstract_params),
+            params,
+            transform_non_params=lambda _: replicated,
+        )
         self.state_shardings = {"params": params, "opt_state": opt_state, "step": replicated}
         tokens = NamedSharding(mesh, model.TOKENS)
         self._compiled = None
         self.init = jax.jit(self._init, out_shardings=self.state_shardings)
         self.init_with = jax.jit(self._init_with, out_shardings=self.state_shardings, donate_argnums=0)
-        self.step = jax.jit(self._step, in_shardings=(self.state_shardings, tokens, tokens),
-                            out_shardings=(self.state_shardings, replicated), donate_argnums=0)
-        self.loss_and_grads = jax.jit(jax.value_and_grad(self.loss),
-                                      in_shardings=(params, tokens, tokens),
-                                      out_shardings=(replicated, params))
+        self.step = jax.jit(
+            self._step,
+            in_shardings=(self.state_shardings, tokens, tokens),
+            out_shardings=(self.state_shardings, replicated),
+            donate_argnums=0,
+        )
+        self.loss_and_grads = jax.jit(
+            jax.value_and_grad(self.loss), in_shardings=(params, tokens, tokens), out_shardings=(replicated, params)
+        )
 
     def abstract_state(self) -> dict:
         """Shapes, dtypes and shardings of the train state, without computing it."""
         shapes = jax.eval_shape(self._init, jax.random.key(0))
-        return jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype,
-                                                                     sharding=sharding),
-                            shapes, self.state_shardings)
+        return jax.tree.map(
+            lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes, self.state_shardings
+        )
 
     def compiled_step(self, state: dict, inputs: jax.Array, targets: jax.Array):
         """The step compiled ahead of time (so no step's timing includes compilation), once."""
@@ -111,12 +126,14 @@ class StepFunctions:
         return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, loss
 
 
-def _restore(checkpoints: Checkpoints, step: int, abstract_state: dict, batches: Batches,
-             config: TrainerConfig) -> dict:
+def _restore(
+    checkpoints: Checkpoints, step: int, abstract_state: dict, batches: Batches, config: TrainerConfig
+) -> dict:
     state, meta = checkpoints.restore(step, abstract_state)
     if meta["data_seed"] != config.data.seed or meta["data_position"] != batches.position(step):
-        raise ValueError(f"checkpoint {step} was written for other data ({meta}); "
-                         "resume needs the same data seed and batch size")
+        raise ValueError(
+            f"checkpoint {step} was written for other data ({meta}); resume needs the same data seed and batch size"
+        )
     return state
 
 
@@ -124,22 +141,27 @@ def _initial_weights(config: TrainerConfig, fns: StepFunctions, emit: Emit) -> d
     begin = time.perf_counter()
     params, notes = load_params(config.init_from, config.model.dims(), fns.state_shardings["params"])
     state = fns.init_with(params)
-    emit({"event": "init", "from": config.init_from, "notes": notes,
-          "seconds": time.perf_counter() - begin})
+    emit({"event": "init", "from": config.init_from, "notes": notes, "seconds": time.perf_counter() - begin})
     return state
 
 
-def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetrics,
-          checkpoints: Checkpoints | None = None, peak_flops_per_device: float,
-          fns: StepFunctions | None = None) -> dict:
+def train(
+    config: TrainerConfig,
+    mesh: Mesh,
+    *,
+    emit: Emit,
+    metrics: TrainMetrics,
+    checkpoints: Checkpoints | None = None,
+    peak_flops_per_device: float,
+    fns: StepFunctions | None = None,
+) -> dict:
     """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state."""
     fns = fns or StepFunctions(config, mesh)
     batches = Batches(config, mesh)
     start = checkpoints.latest_step() if checkpoints is not None else None
     if start is None:  # from scratch: the given weights, or random ones
         start = 0
-        state = (_initial_weights(config, fns, emit) if config.init_from
-                 else fns.init(jax.random.key(config.seed)))
+        state = _initial_weights(config, fns, emit) if config.init_from else fns.init(jax.random.key(config.seed))
     else:  # restored straight into the sharded layout, never initialised first
         state = _restore(checkpoints, start, fns.abstract_state(), batches, config)
     metrics.observe_resume(start)
@@ -157,13 +179,21 @@ def train(config: TrainerConfig, mesh: Mesh, *, emit: Emit, metrics: TrainMetric
         mfu = {c: tokens_per_second * f / peak for c, f in flops.items()}
         metrics.observe_step(done, config.global_batch_tokens, seconds, loss, mfu)
         if done % config.log_every == 0 or done == config.steps:
-            emit({"event": "step", "step": done, "loss": loss,
-                  "tokens_per_second": tokens_per_second, "mfu": mfu["causal"],
-                  "step_seconds": seconds})
+            emit(
+                {
+                    "event": "step",
+                    "step": done,
+                    "loss": loss,
+                    "tokens_per_second": tokens_per_second,
+                    "mfu": mfu["causal"],
+                    "step_seconds": seconds,
+                }
+            )
         if checkpoints is not None and checkpoints.due(done, config.steps):
             begin = time.perf_counter()
-            checkpoints.save(done, state, {"step": done, "data_position": batches.position(done),
-                                           "data_seed": config.data.seed})
+            checkpoints.save(
+                done, state, {"step": done, "data_position": batches.position(done), "data_seed": config.data.seed}
+            )
             seconds = time.perf_counter() - begin
             metrics.observe_checkpoint(done, seconds)
             emit({"event": "checkpoint", "step": done, "seconds": seconds})

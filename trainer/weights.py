@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import jax
 import ml_dtypes
@@ -59,16 +59,16 @@ def _header(path: Path) -> dict[str, _Tensor]:
         prefix = f.read(8)
         length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else size
         if length > size - 8:
-            raise WeightsError(f"{path.name}: not a safetensors file (a Git LFS pointer or a truncated "
-                               f"download?)")
+            raise WeightsError(f"{path.name}: not a safetensors file (a Git LFS pointer or a truncated download?)")
         try:
             header = json.loads(f.read(length))
         except ValueError:
             raise WeightsError(f"{path.name}: its safetensors header is not JSON") from None
     if not isinstance(header, dict):
         raise WeightsError(f"{path.name}: its safetensors header is not a JSON object")
-    return {name: _tensor(path, name, entry, 8 + length, size)
-            for name, entry in header.items() if name != "__metadata__"}
+    return {
+        name: _tensor(path, name, entry, 8 + length, size) for name, entry in header.items() if name != "__metadata__"
+    }
 
 
 def _tensor(path: Path, name: str, entry, data_start: int, size: int) -> _Tensor:
@@ -80,10 +80,15 @@ def _tensor(path: Path, name: str, entry, data_start: int, size: int) -> _Tensor
         raise WeightsError(f"{path.name}: tensor {name} has a malformed header entry {entry!r}") from None
     if dtype not in _DTYPES:
         raise WeightsError(f"{path.name}: tensor {name} has dtype {dtype}; supported: {', '.join(_DTYPES)}")
-    if not 0 <= begin <= end or end - begin != math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize \
-            or data_start + end > size:
-        raise WeightsError(f"{path.name}: tensor {name} does not fit its declared shape {list(shape)} "
-                           f"or lies beyond the end of the file")
+    if (
+        not 0 <= begin <= end
+        or end - begin != math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize
+        or data_start + end > size
+    ):
+        raise WeightsError(
+            f"{path.name}: tensor {name} does not fit its declared shape {list(shape)} "
+            f"or lies beyond the end of the file"
+        )
     return _Tensor(path, dtype, shape, data_start + begin)
 
 
@@ -128,18 +133,23 @@ class SafetensorsDir:
             data = self._maps[t.file] = np.memmap(t.file, dtype=np.uint8, mode="r")
         dtype = np.dtype(_DTYPES[t.dtype])
         count = math.prod(t.shape)
-        return data[t.begin:t.begin + count * dtype.itemsize].view(dtype).reshape(t.shape)
+        return data[t.begin : t.begin + count * dtype.itemsize].view(dtype).reshape(t.shape)
 
 
 def checkpoint_dims(config: dict) -> dict:
     """The dimensions a Hugging Face LlamaConfig describes, in ModelDims' names."""
     try:
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
-        return {"layers": config["num_hidden_layers"], "hidden": hidden, "heads": heads,
-                "kv_heads": config.get("num_key_value_heads", heads),
-                "head_dim": config.get("head_dim") or hidden // heads,
-                "ffn": config["intermediate_size"], "vocab": config["vocab_size"],
-                "tie_embeddings": bool(config.get("tie_word_embeddings", False))}
+        return {
+            "layers": config["num_hidden_layers"],
+            "hidden": hidden,
+            "heads": heads,
+            "kv_heads": config.get("num_key_value_heads", heads),
+            "head_dim": config.get("head_dim") or hidden // heads,
+            "ffn": config["intermediate_size"],
+            "vocab": config["vocab_size"],
+            "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
+        }
     except KeyError as e:
         raise WeightsError(f"config.json has no {e.args[0]}: not a Llama-style checkpoint") from None
 
@@ -149,8 +159,11 @@ def differences(dims: ModelDims, config: dict) -> tuple[list[str], list[str]]:
     if config.get("model_type", "llama") != "llama":
         return [f"model_type is {config['model_type']!r}, only llama checkpoints are supported"], []
     theirs = checkpoint_dims(config)
-    fatal = [f"{name}: the job's model has {getattr(dims, name)}, the checkpoint {value}"
-             for name, value in theirs.items() if getattr(dims, name) != value]
+    fatal = [
+        f"{name}: the job's model has {getattr(dims, name)}, the checkpoint {value}"
+        for name, value in theirs.items()
+        if getattr(dims, name) != value
+    ]
     eps = config.get("rms_norm_eps", RMS_NORM_EPS)
     if not math.isclose(eps, RMS_NORM_EPS, rel_tol=1e-6):
         fatal.append(f"rms_norm_eps: the checkpoint uses {eps}, this trainer {RMS_NORM_EPS}")
@@ -187,10 +200,12 @@ def checkpoint_rope_scaling(scaling: dict | None) -> RopeScaling | None:
     """A Hugging Face rope_scaling of type llama3 as RopeScaling; None for none or another type."""
     if not scaling or (scaling.get("rope_type") or scaling.get("type")) != "llama3":
         return None
-    return RopeScaling(factor=float(scaling["factor"]),
-                       low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
-                       high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
-                       original_context=int(scaling.get("original_max_position_embeddings", 8192)))
+    return RopeScaling(
+        factor=float(scaling["factor"]),
+        low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
+        original_context=int(scaling.get("original_max_position_embeddings", 8192)),
+    )
 
 
 @dataclass(frozen=True)
@@ -214,8 +229,9 @@ def _mappings(dims: ModelDims) -> tuple[dict[str, _Mapping], dict[str, _Mapping]
         return _Mapping(tensor, lambda a: a.T, lambda a: a.T)
 
     def heads_out(tensor, n):  # [n*D, H] -> [H, n, D]
-        return _Mapping(tensor, lambda a: a.reshape(n, D, H).transpose(2, 0, 1),
-                        lambda a: a.transpose(1, 2, 0).reshape(n * D, H))
+        return _Mapping(
+            tensor, lambda a: a.reshape(n, D, H).transpose(2, 0, 1), lambda a: a.transpose(1, 2, 0).reshape(n * D, H)
+        )
 
     top = {"embed": same("model.embed_tokens.weight"), "final_norm": same("model.norm.weight")}
     if not dims.tie_embeddings:
@@ -225,9 +241,11 @@ def _mappings(dims: ModelDims) -> tuple[dict[str, _Mapping], dict[str, _Mapping]
         "wq": heads_out("self_attn.q_proj.weight", dims.heads),
         "wk": heads_out("self_attn.k_proj.weight", dims.kv_heads),
         "wv": heads_out("self_attn.v_proj.weight", dims.kv_heads),
-        "wo": _Mapping("self_attn.o_proj.weight",  # [H, heads*D] -> [heads, D, H]
-                       lambda a: a.reshape(H, dims.heads, D).transpose(1, 2, 0),
-                       lambda a: a.transpose(2, 0, 1).reshape(H, dims.heads * D)),
+        "wo": _Mapping(
+            "self_attn.o_proj.weight",  # [H, heads*D] -> [heads, D, H]
+            lambda a: a.reshape(H, dims.heads, D).transpose(1, 2, 0),
+            lambda a: a.transpose(2, 0, 1).reshape(H, dims.heads * D),
+        ),
         "mlp_norm": same("post_attention_layernorm.weight"),
         "w_gate": transposed("mlp.gate_proj.weight"),
         "w_up": transposed("mlp.up_proj.weight"),
@@ -242,6 +260,7 @@ def _layer_tensor(layer: int, mapping: _Mapping) -> str:
 
 def hf_shapes(dims: ModelDims) -> dict[str, tuple[int, ...]]:
     """Every tensor a Hugging Face Llama checkpoint of these dimensions holds, with its shape."""
+
     def hf_shape(mapping: _Mapping, shape: tuple[int, ...]) -> tuple[int, ...]:
         return mapping.to_hf(np.broadcast_to(np.float32(0), shape)).shape  # zero strides: no memory
 
@@ -260,8 +279,9 @@ def _check_tensors(weights: SafetensorsDir, dims: ModelDims) -> None:
         if found is None:
             raise WeightsError(f"{weights.directory}: the checkpoint has no tensor {name}")
         if found.shape != shape:
-            raise WeightsError(f"{weights.directory}: tensor {name} has shape {list(found.shape)}, "
-                               f"the model needs {list(shape)}")
+            raise WeightsError(
+                f"{weights.directory}: tensor {name} has shape {list(found.shape)}, the model needs {list(shape)}"
+            )
 
 
 def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tuple[dict, list[str]]:
@@ -283,19 +303,22 @@ def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tupl
 
     def build(shape, sharding, shard_of: Callable[[tuple], np.ndarray]) -> jax.Array:
         return jax.make_array_from_callback(
-            shape, sharding, lambda index: np.ascontiguousarray(shard_of(index), dtype=np.float32))
+            shape, sharding, lambda index: np.ascontiguousarray(shard_of(index), dtype=np.float32)
+        )
 
     top, stacked = _mappings(dims)
     params = {}
     for name, m in top.items():
-        params[name] = build(shapes[name], shardings[name],
-                             lambda index, m=m: m.to_ours(weights.array(m.tensor))[index])
+        params[name] = build(
+            shapes[name], shardings[name], lambda index, m=m: m.to_ours(weights.array(m.tensor))[index]
+        )
     layers = {}
     for name, m in stacked.items():
 
         def shard_of(index, m=m):
-            return np.stack([m.to_ours(weights.array(_layer_tensor(layer, m)))[index[1:]]
-                             for layer in range(dims.layers)[index[0]]])
+            return np.stack(
+                [m.to_ours(weights.array(_layer_tensor(layer, m)))[index[1:]] for layer in range(dims.layers)[index[0]]]
+            )
 
         layers[name] = build(shapes["layers"][name], shardings["layers"][name], shard_of)
     params["layers"] = layers
@@ -313,19 +336,34 @@ def hf_tensors_of(params: dict, dims: ModelDims) -> dict[str, np.ndarray]:
 
 def hf_config_of(dims: ModelDims, max_positions: int, dtype: str) -> dict:
     """config.json of a LlamaForCausalLM with these dimensions (token ids are the caller's)."""
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-              "hidden_size": dims.hidden, "intermediate_size": dims.ffn,
-              "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
-              "num_hidden_layers": dims.layers, "head_dim": dims.head_dim, "vocab_size": dims.vocab,
-              "rms_norm_eps": RMS_NORM_EPS, "rope_theta": dims.rope_theta,
-              "tie_word_embeddings": dims.tie_embeddings, "max_position_embeddings": max_positions,
-              "attention_bias": False, "mlp_bias": False, "torch_dtype": dtype}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "hidden_size": dims.hidden,
+        "intermediate_size": dims.ffn,
+        "num_attention_heads": dims.heads,
+        "num_key_value_heads": dims.kv_heads,
+        "num_hidden_layers": dims.layers,
+        "head_dim": dims.head_dim,
+        "vocab_size": dims.vocab,
+        "rms_norm_eps": RMS_NORM_EPS,
+        "rope_theta": dims.rope_theta,
+        "tie_word_embeddings": dims.tie_embeddings,
+        "max_position_embeddings": max_positions,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "torch_dtype": dtype,
+    }
     if dims.rope_scaling is not None:
         r = dims.rope_scaling
-        config["rope_scaling"] = {"rope_type": "llama3", "factor": r.factor,
-                                  "low_freq_factor": r.low_freq_factor,
-                                  "high_freq_factor": r.high_freq_factor,
-                                  "original_max_position_embeddings": r.original_context}
+        config["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": r.factor,
+            "low_freq_factor": r.low_freq_factor,
+            "high_freq_factor": r.high_freq_factor,
+            "original_max_position_embeddings": r.original_context,
+        }
     return config
 
 
@@ -361,9 +399,16 @@ def require_empty(directory: str | Path) -> None:
         raise WeightsError(f"{directory} is not an empty directory; export into a new one")
 
 
-def save_hf_checkpoint(params: dict, dims: ModelDims, directory: str | Path, *, dtype: str = "bfloat16",
-                       max_positions: int, max_shard_bytes: int = 5 * 2**30,
-                       token_ids: dict | None = None) -> list[Path]:
+def save_hf_checkpoint(
+    params: dict,
+    dims: ModelDims,
+    directory: str | Path,
+    *,
+    dtype: str = "bfloat16",
+    max_positions: int,
+    max_shard_bytes: int = 5 * 2**30,
+    token_ids: dict | None = None,
+) -> list[Path]:
     """Writes host parameters as a Hugging Face Llama checkpoint (config.json, safetensors files of
     at most `max_shard_bytes` each and, when there are several, model.safetensors.index.json) into
     a new or empty directory."""
@@ -381,13 +426,18 @@ def save_hf_checkpoint(params: dict, dims: ModelDims, directory: str | Path, *, 
             size = 0
         shards[-1][name] = array
         size += nbytes
-    names = (["model.safetensors"] if len(shards) == 1 else
-             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
-    for name, shard in zip(names, shards):
+    names = (
+        ["model.safetensors"]
+        if len(shards) == 1
+        else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    )
+    for name, shard in zip(names, shards, strict=False):
         write_safetensors(directory / name, shard, target)
     if len(shards) > 1:
-        index = {"metadata": {"total_size": sum(a.size for a in tensors.values()) * target.itemsize},
-                 "weight_map": {t: name for name, shard in zip(names, shards) for t in shard}}
+        index = {
+            "metadata": {"total_size": sum(a.size for a in tensors.values()) * target.itemsize},
+            "weight_map": {t: name for name, shard in zip(names, shards, strict=False) for t in shard},
+        }
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     config = hf_config_of(dims, max_positions, dtype) | (token_ids or {})
     (directory / "config.json").write_text(json.dumps(config, indent=2))

@@ -4,5 +4,12 @@ from .spec import LongContextJob, LongContextJobSpec
 from .status import LongContextJobStatus
 from .validate import InvalidJob, Problem, parse_job, problems
 
-__all__ = ["LongContextJob", "LongContextJobSpec", "LongContextJobStatus", "InvalidJob", "Problem",
-           "parse_job", "problems"]
+__all__ = [
+    "LongContextJob",
+    "LongContextJobSpec",
+    "LongContextJobStatus",
+    "InvalidJob",
+    "Problem",
+    "parse_job",
+    "problems",
+]

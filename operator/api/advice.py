@@ -30,11 +30,19 @@ def advice(spec: LongContextJobSpec) -> list[Advice]:
     found = []
     if not _checkpoints_survive(spec):
         nodes = spec.resources.nodes
-        where = (f"the {nodes} pods write their parts of each checkpoint to {nodes} different disks, so "
-                 f"no checkpoint is complete" if nodes > 1 else "it lives on the pod's own disk")
-        found.append(Advice(
-            "CheckpointNotPersistent", "spec.checkpoint.persistentVolumeClaim",
-            f"on Kubernetes, checkpoint.path {spec.checkpoint.path!r} is not on shared storage: {where}, and a gang "
-            f"restart starts again from step 0; mount a ReadWriteMany claim here or use an "
-            f"object-store path (gs://, s3://)"))
+        where = (
+            f"the {nodes} pods write their parts of each checkpoint to {nodes} different disks, so "
+            f"no checkpoint is complete"
+            if nodes > 1
+            else "it lives on the pod's own disk"
+        )
+        found.append(
+            Advice(
+                "CheckpointNotPersistent",
+                "spec.checkpoint.persistentVolumeClaim",
+                f"on Kubernetes, checkpoint.path {spec.checkpoint.path!r} is not on shared storage: {where}, "
+                f"and a gang restart starts again from step 0; mount a ReadWriteMany claim here or use an "
+                f"object-store path (gs://, s3://)",
+            )
+        )
     return found

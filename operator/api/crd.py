@@ -27,10 +27,13 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.resources.nodes"},
-    {"name": "CP", "type": "integer", "jsonPath": ".status.layout.context",
-     "description": "Context-parallel group size"},
-    {"name": "TP", "type": "integer", "jsonPath": ".status.layout.tensor",
-     "description": "Tensor-parallel group size"},
+    {
+        "name": "CP",
+        "type": "integer",
+        "jsonPath": ".status.layout.context",
+        "description": "Context-parallel group size",
+    },
+    {"name": "TP", "type": "integer", "jsonPath": ".status.layout.tensor", "description": "Tensor-parallel group size"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond"},
     {"name": "Done %", "type": "number", "jsonPath": ".status.progress.percentComplete"},
@@ -75,8 +78,15 @@ def _structural(node: dict, defs: dict, scope: str | None) -> dict:
         node["enum"] = [node.pop("const")]
         node.setdefault("type", "string")
     for key, value in node.items():
-        if key in _DROPPED_KEYS or key in ("default", "description", "properties", "items",
-                                           "required", "exclusiveMinimum", "exclusiveMaximum"):
+        if key in _DROPPED_KEYS or key in (
+            "default",
+            "description",
+            "properties",
+            "items",
+            "required",
+            "exclusiveMinimum",
+            "exclusiveMaximum",
+        ):
             continue
         out[key] = value
     if "exclusiveMinimum" in node:
@@ -86,7 +96,8 @@ def _structural(node: dict, defs: dict, scope: str | None) -> dict:
     if node.get("type") == "object" and "properties" in node:
         out["properties"] = {
             name: _structural(prop, defs, f"{scope}.{name}" if scope else None)
-            for name, prop in node["properties"].items()}
+            for name, prop in node["properties"].items()
+        }
         if node.get("required"):
             out["required"] = list(node["required"])
     elif node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
@@ -99,8 +110,12 @@ def _structural(node: dict, defs: dict, scope: str | None) -> dict:
         max_key = (node.get("propertyNames") or {}).get("maxLength")
         rule = f"self.all(k, k.matches(r'{key_pattern}')" + (f" && k.size() <= {max_key})" if max_key else ")")
         out.setdefault("x-kubernetes-validations", []).append(
-            {"rule": rule, "message": f"keys must match {key_pattern}"
-                                      + (f" and be at most {max_key} characters" if max_key else "")})
+            {
+                "rule": rule,
+                "message": f"keys must match {key_pattern}"
+                + (f" and be at most {max_key} characters" if max_key else ""),
+            }
+        )
     if node.get("type") == "array":
         out["items"] = _structural(node["items"], defs, None)
     if scope is not None and rules_at(scope):
@@ -140,17 +155,25 @@ def crd() -> dict:
         "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/part-of": "longctx"}},
         "spec": {
             "group": GROUP,
-            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL,
-                      "singular": SINGULAR, "shortNames": SHORT_NAMES, "categories": CATEGORIES},
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": CATEGORIES,
+            },
             "scope": "Namespaced",
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": PRINTER_COLUMNS,
-                "schema": {"openAPIV3Schema": openapi_schema()},
-            }],
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
         },
     }
 

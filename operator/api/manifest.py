@@ -34,7 +34,8 @@ class _Loader(yaml.SafeLoader):
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def __init__(self, stream):
         super().__init__(stream)
@@ -44,8 +45,9 @@ class _Loader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise yaml.MarkedYAMLError(problem=f"nested more than {MAX_DEPTH} levels deep",
-                                           problem_mark=self.peek_event().start_mark)
+                raise yaml.MarkedYAMLError(
+                    problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -66,6 +68,7 @@ def _bounded_number(constructor):
         if len(node.value) > MAX_NUMBER_CHARS:
             raise yaml.MarkedYAMLError(problem=f"number of {len(node.value)} characters", problem_mark=node.start_mark)
         return constructor(loader, node)
+
     return construct
 
 
@@ -105,7 +108,9 @@ def field_part(key: str) -> str:
 
 
 def _path(parent: str, key: Any) -> str:
-    return f"{parent}[{key}]" if isinstance(key, int) else (f"{parent}.{field_part(key)}" if parent else field_part(key))
+    return (
+        f"{parent}[{key}]" if isinstance(key, int) else (f"{parent}.{field_part(key)}" if parent else field_part(key))
+    )
 
 
 def value_problems(doc: Any) -> list[tuple[str, str]]:

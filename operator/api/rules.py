@@ -8,8 +8,9 @@ message and one field path. Integration tests feed the same malformed manifests 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from longctx_trainer import podenv
 from longctx_trainer.config import sequence_split
@@ -94,17 +95,28 @@ def _sequence_divisible(s: LongContextJobSpec) -> bool:
 
 
 def _dims_set(m: ModelSpec) -> list[bool]:
-    return [m.layers is not None, m.hidden is not None, m.heads is not None,
-            m.kv_heads is not None, m.ffn is not None, m.vocab is not None]
+    return [
+        m.layers is not None,
+        m.hidden is not None,
+        m.heads is not None,
+        m.kv_heads is not None,
+        m.ffn is not None,
+        m.vocab is not None,
+    ]
 
 
 _NVSHMEM = "self.communication.collectivePermute != 'nvshmem'"
 
+
 def _mountable(path: str) -> bool:
     """Whether a claim may be mounted at `path`: absolute, not the root, no '..' step, and neither
     on nor under a mount of the operator's own (the trainer config, /dev/shm)."""
-    return (path.startswith("/") and path != "/" and ".." not in path.split("/")
-            and not any(path == m or path.startswith(m + "/") for m in RESERVED_MOUNTS))
+    return (
+        path.startswith("/")
+        and path != "/"
+        and ".." not in path.split("/")
+        and not any(path == m or path.startswith(m + "/") for m in RESERVED_MOUNTS)
+    )
 
 
 def _cel_mountable(path: str) -> str:
@@ -112,8 +124,11 @@ def _cel_mountable(path: str) -> str:
     return f"({path}.startsWith('/') && {path} != '/' && !{path}.matches('(^|/)[.][.](/|$)') && {reserved})"
 
 
-_MOUNT_MESSAGE = ("must be an absolute path, not '/', without '..', and not on or under "
-                  + " or ".join(RESERVED_MOUNTS) + ": its claim is mounted there")
+_MOUNT_MESSAGE = (
+    "must be an absolute path, not '/', without '..', and not on or under "
+    + " or ".join(RESERVED_MOUNTS)
+    + ": its claim is mounted there"
+)
 _GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")
 _CEL_RESERVED_ENV = _cel_list(sorted(podenv.RESERVED))
 _CEL_USER_SETTABLE_ENV = _cel_list(sorted(podenv.USER_SETTABLE))
@@ -129,193 +144,337 @@ def _nested(a: str, b: str) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("", f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
-         f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod hostnames are derived from it",
-         lambda job: len(job["metadata"]["name"]) <= MAX_NAME_LENGTH),
-    Rule("", "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-         "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
-         "letter): it names the headless Service",
-         lambda job: re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"]) is not None),
-    Rule("spec.model",
-         "has(self.preset) || (" + " && ".join(f"has(self.{d})" for d in DIMENSIONS) + ")",
-         "set a preset, or all of layers, hidden, heads, kvHeads, ffn and vocab",
-         lambda m: m.preset is not None or all(_dims_set(m))),
-    Rule("spec.model",
-         "!has(self.preset) || !(" + " || ".join(
-             f"has(self.{d})" for d in DIMENSIONS + ("tieEmbeddings",)) + ")",
-         "preset and explicit dimensions are mutually exclusive",
-         lambda m: m.preset is None or not (any(_dims_set(m)) or m.tie_embeddings is not None),
-         ".preset"),
-    Rule("spec.model",
-         "!has(self.ropeScaling) || self.ropeScaling.highFreqFactor > self.ropeScaling.lowFreqFactor",
-         "ropeScaling.highFreqFactor must be above lowFreqFactor",
-         lambda m: m.rope_scaling is None or m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor,
-         ".ropeScaling.highFreqFactor"),
-    Rule("spec.model", "!has(self.hidden) || !has(self.heads) || self.hidden % self.heads == 0",
-         "heads must divide hidden",
-         lambda m: m.hidden is None or m.heads is None or m.hidden % m.heads == 0, ".heads"),
-    Rule("spec.model", "!has(self.heads) || !has(self.kvHeads) || self.heads % self.kvHeads == 0",
-         "kvHeads must divide heads",
-         lambda m: m.heads is None or m.kv_heads is None or m.heads % m.kv_heads == 0, ".kvHeads"),
-    Rule("spec.model", "self == oldSelf",
-         "model is immutable: existing checkpoints depend on it; create a new job instead", None),
-    Rule("spec.parallelism",
-         "self.mode != 'manual' || (has(self.data) && has(self.context) && has(self.tensor))",
-         "manual mode needs data, context and tensor",
-         lambda p: p.mode != "manual" or None not in (p.data, p.context, p.tensor), ".mode"),
-    Rule("spec.parallelism",
-         "self.mode != 'auto' || !(has(self.data) || has(self.context) || has(self.tensor))",
-         "data, context and tensor are chosen by the planner in auto mode; set mode: manual to pin them",
-         lambda p: p.mode != "auto" or (p.data, p.context, p.tensor) == (None, None, None), ".mode"),
-    Rule("spec",
-         "!has(self.parallelism.data) || !has(self.parallelism.context) || !has(self.parallelism.tensor)"
-         " || self.parallelism.data * self.parallelism.context * self.parallelism.tensor"
-         " == self.resources.nodes * self.resources.gpusPerNode",
-         "data * context * tensor must equal nodes * gpusPerNode",
-         lambda s: None in (s.parallelism.data, s.parallelism.context, s.parallelism.tensor)
-         or s.parallelism.data * s.parallelism.context * s.parallelism.tensor == s.gpus,
-         ".parallelism"),
-    Rule("spec",
-         "!has(self.parallelism.tensor) || self.resources.gpusPerNode % self.parallelism.tensor == 0",
-         "tensor must divide gpusPerNode: tensor parallelism stays inside a node",
-         lambda s: s.parallelism.tensor is None or s.resources.gpus_per_node % s.parallelism.tensor == 0,
-         ".parallelism.tensor"),
-    Rule("spec",
-         f"!has(self.parallelism.tensor) || !{_CEL_HEADS_KNOWN} || "
-         f"({_CEL_HEADS} % self.parallelism.tensor == 0 && {_CEL_KV} % self.parallelism.tensor == 0)",
-         "tensor must divide the model's heads and kvHeads",
-         _tensor_divides_heads, ".parallelism.tensor"),
-    Rule("spec",
-         "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance == "
-         "'dualChunkSwap' ? 2 : 1) * self.parallelism.context) == 0",
-         "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap)",
-         _sequence_divisible, ".sequenceLength"),
-    Rule("spec",
-         "!has(self.globalBatchTokens) || self.globalBatchTokens % self.sequenceLength == 0",
-         "globalBatchTokens must be a multiple of sequenceLength",
-         lambda s: s.global_batch_tokens is None or s.global_batch_tokens % s.sequence_length == 0,
-         ".globalBatchTokens"),
-    Rule("spec",
-         f"!has(self.parallelism.data) || {_CEL_BATCH} % self.parallelism.data == 0",
-         "the batch (globalBatchTokens / sequenceLength sequences) must divide over data",
-         lambda s: s.parallelism.data is None
-         or (s.batch_tokens // s.sequence_length) % s.parallelism.data == 0,
-         ".parallelism.data"),
-    Rule("spec",
-         "!has(self.parallelism.processesPerNode) || "
-         "self.resources.gpusPerNode % self.parallelism.processesPerNode == 0",
-         "processesPerNode must divide gpusPerNode",
-         lambda s: s.parallelism.processes_per_node is None
-         or s.resources.gpus_per_node % s.parallelism.processes_per_node == 0,
-         ".parallelism.processesPerNode"),
-    Rule("spec",
-         f"{_NVSHMEM} || !has(self.parallelism.processesPerNode) || "
-         "self.parallelism.processesPerNode == self.resources.gpusPerNode",
-         "nvshmem needs one GPU per process: processesPerNode must equal gpusPerNode",
-         lambda s: s.communication.collective_permute != "nvshmem"
-         or s.parallelism.processes_per_node in (None, s.resources.gpus_per_node),
-         ".parallelism.processesPerNode"),
-    Rule("spec",
-         f"{_NVSHMEM} || self.resources.nodes == 1 || self.network.fabric in {_cel_list(RDMA_FABRICS)}",
-         f"nvshmem across nodes needs an RDMA fabric ({_or(RDMA_FABRICS)})",
-         lambda s: s.communication.collective_permute != "nvshmem" or s.resources.nodes == 1
-         or s.network.fabric in RDMA_FABRICS,
-         ".communication.collectivePermute"),
-    Rule("spec", f"{_NVSHMEM} || self.resources.gpuType != 'cpu'",
-         "nvshmem needs GPUs",
-         lambda s: s.communication.collective_permute != "nvshmem" or s.resources.gpu_type != "cpu",
-         ".communication.collectivePermute"),
-    Rule("spec",
-         "!has(self.offload.chunkTokens) || !has(self.parallelism.context) || "
-         "(self.sequenceLength / self.parallelism.context) % self.offload.chunkTokens == 0",
-         "offload.chunkTokens must divide the per-device sequence shard (sequenceLength / context)",
-         lambda s: s.offload.chunk_tokens is None or s.parallelism.context is None
-         or (s.sequence_length // s.parallelism.context) % s.offload.chunk_tokens == 0,
-         ".offload.chunkTokens"),
-    Rule("spec", "self.scheduling.admission != 'kueue' || has(self.scheduling.queueName)",
-         "admission kueue needs scheduling.queueName",
-         lambda s: s.scheduling.admission != "kueue" or bool(s.scheduling.queue_name),
-         ".scheduling.queueName"),
-    Rule("spec", "self.network.fabric != 'roce' || (has(self.network.networks) && "
-                 "size(self.network.networks) > 0)",
-         "fabric roce needs network.networks (the Multus networks of the RoCE NICs)",
-         lambda s: s.network.fabric != "roce" or len(s.network.networks) > 0, ".network.networks"),
-    *(Rule("spec", f"self.network.fabric != '{fabric}' || (has(self.network.networks) && "
-                   f"size(self.network.networks) == {count})",
-           f"fabric {fabric} needs network.networks with the {count} GPU NIC network names",
-           lambda s, fabric=fabric, count=count: s.network.fabric != fabric
-           or len(s.network.networks) == count,
-           ".network.networks")
-      for fabric, count in GPU_NIC_NETWORKS.items()),
-    *(Rule("spec", f"self.network.fabric != '{fabric}' || self.resources.gpuType in {_cel_list(gpus)}",
-           f"fabric {fabric} runs on {_or(gpus)} nodes",
-           lambda s, fabric=fabric, gpus=gpus: s.network.fabric != fabric
-           or s.resources.gpu_type in gpus,
-           ".resources.gpuType")
-      for fabric, gpus in FABRIC_GPU_TYPES.items()),
-    Rule("spec", "self.network.fabric != 'efa' || has(self.network.efaDevicesPerNode)",
-         "fabric efa needs network.efaDevicesPerNode (e.g. 32 on p5.48xlarge)",
-         lambda s: s.network.fabric != "efa" or s.network.efa_devices_per_node is not None,
-         ".network.efaDevicesPerNode"),
-    Rule("spec", "!has(self.network.gidIndex) || self.network.fabric == 'roce'",
-         "network.gidIndex applies to fabric roce only",
-         lambda s: s.network.gid_index is None or s.network.fabric == "roce", ".network.gidIndex"),
-    Rule("spec", "self.resources.gpuType != 'cpu' || self.network.fabric == 'tcp'",
-         "gpuType cpu runs over fabric tcp only",
-         lambda s: s.resources.gpu_type != "cpu" or s.network.fabric == "tcp", ".network.fabric"),
-    Rule("spec", "self.resources.gpuType != 'cpu' || self.parallelism.mode == 'manual'",
-         "gpuType cpu needs parallelism.mode manual: the planner models GPUs only",
-         lambda s: s.resources.gpu_type != "cpu" or s.parallelism.mode == "manual",
-         ".parallelism.mode"),
-    Rule("spec", "self.data.kind == 'synthetic' || has(self.data.path)",
-         "data.path is required unless data.kind is synthetic",
-         lambda s: s.data.kind == "synthetic" or bool(s.data.path), ".data.path"),
-    Rule("spec", "!has(self.initFrom) || !self.initFrom.path.contains('://')",
-         "initFrom.path must be a directory in the pod: mount the checkpoint with "
-         "initFrom.persistentVolumeClaim (object-store URLs are not read)",
-         lambda s: s.init_from is None or "://" not in s.init_from.path, ".initFrom.path"),
-    Rule("spec", "!has(self.initFrom) || !has(self.initFrom.persistentVolumeClaim) || "
-                 + _cel_mountable("self.initFrom.path"),
-         "initFrom.path " + _MOUNT_MESSAGE,
-         lambda s: s.init_from is None or s.init_from.persistent_volume_claim is None
-         or _mountable(s.init_from.path), ".initFrom.path"),
-    Rule("spec", "!has(self.checkpoint.persistentVolumeClaim) || " + _cel_mountable("self.checkpoint.path"),
-         "checkpoint.path " + _MOUNT_MESSAGE,
-         lambda s: s.checkpoint.persistent_volume_claim is None or _mountable(s.checkpoint.path),
-         ".checkpoint.path"),
-    Rule("spec", "!has(self.network.rdmaResource) || !(self.network.rdmaResource == 'nvidia.com/gpu' || "
-                 + " || ".join(f"self.network.rdmaResource.startsWith('{p}')" for p in _GPU_RESOURCE_PREFIXES) + ")",
-         "network.rdmaResource may not name a GPU resource: the GPU count is resources.gpusPerNode",
-         lambda s: not _names_gpu(s.network.rdma_resource), ".network.rdmaResource"),
-    Rule("spec", f"!has(self.env) || self.env.all(e, !(e.name in {_CEL_RESERVED_ENV}) && "
-                 f"(!e.name.startsWith('{podenv.RESERVED_PREFIX}') || e.name in {_CEL_USER_SETTABLE_ENV}))",
-         "env may not set the operator's own variables (" + ", ".join(sorted(podenv.RESERVED))
-         + f", {podenv.RESERVED_PREFIX}* except " + ", ".join(sorted(podenv.USER_SETTABLE)) + ")",
-         lambda s: not any(podenv.reserved(e.name) for e in s.env), ".env"),
-    Rule("spec", "!has(self.trainer) || self.trainer.framework != 'pytorch' || has(self.trainer.command)",
-         "trainer.command is required for a pytorch trainer (e.g. [torchrun, train.py]): longctx bundles a "
-         "JAX trainer only", lambda s: s.trainer is None or s.trainer.framework != "pytorch" or bool(s.trainer.command),
-         ".trainer.command"),
-    Rule("spec", "!has(self.trainer) || self.trainer.framework != 'pytorch' || "
-                 "self.communication.collectivePermute != 'nvshmem'",
-         "communication.collectivePermute nvshmem drives XLA's collectives: JAX trainers only",
-         lambda s: s.trainer is None or s.trainer.framework != "pytorch"
-         or s.communication.collective_permute != "nvshmem", ".communication.collectivePermute"),
-    Rule("spec", "!has(self.image) || !has(self.trainer) || !has(self.trainer.image)",
-         "set the image once: spec.image or trainer.image",
-         lambda s: s.image is None or s.trainer is None or s.trainer.image is None, ".trainer.image"),
-    Rule("spec", "!has(self.initFrom) || !((self.initFrom.path + '/').startsWith(self.checkpoint.path + '/') || "
-                 "(self.checkpoint.path + '/').startsWith(self.initFrom.path + '/'))",
-         "initFrom.path and checkpoint.path must not be the same directory or one inside the other: "
-         "the weights are mounted read-only, the job's checkpoints are written",
-         lambda s: s.init_from is None or not _nested(s.init_from.path, s.checkpoint.path), ".initFrom.path"),
-    Rule("spec", "self.sequenceLength == oldSelf.sequenceLength && "
-                 "(has(self.globalBatchTokens) ? self.globalBatchTokens : self.sequenceLength) == "
-                 "(has(oldSelf.globalBatchTokens) ? oldSelf.globalBatchTokens : oldSelf.sequenceLength)",
-         "sequenceLength and globalBatchTokens are immutable: the data position in the checkpoint "
-         "depends on them", None, ".sequenceLength"),
-    Rule("spec.checkpoint", "self.path == oldSelf.path",
-         "checkpoint.path is immutable: restarts resume from it", None, ".path"),
+    Rule(
+        "",
+        f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+        f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod hostnames are derived from it",
+        lambda job: len(job["metadata"]["name"]) <= MAX_NAME_LENGTH,
+    ),
+    Rule(
+        "",
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
+        "letter): it names the headless Service",
+        lambda job: re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"]) is not None,
+    ),
+    Rule(
+        "spec.model",
+        "has(self.preset) || (" + " && ".join(f"has(self.{d})" for d in DIMENSIONS) + ")",
+        "set a preset, or all of layers, hidden, heads, kvHeads, ffn and vocab",
+        lambda m: m.preset is not None or all(_dims_set(m)),
+    ),
+    Rule(
+        "spec.model",
+        "!has(self.preset) || !(" + " || ".join(f"has(self.{d})" for d in DIMENSIONS + ("tieEmbeddings",)) + ")",
+        "preset and explicit dimensions are mutually exclusive",
+        lambda m: m.preset is None or not (any(_dims_set(m)) or m.tie_embeddings is not None),
+        ".preset",
+    ),
+    Rule(
+        "spec.model",
+        "!has(self.ropeScaling) || self.ropeScaling.highFreqFactor > self.ropeScaling.lowFreqFactor",
+        "ropeScaling.highFreqFactor must be above lowFreqFactor",
+        lambda m: m.rope_scaling is None or m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor,
+        ".ropeScaling.highFreqFactor",
+    ),
+    Rule(
+        "spec.model",
+        "!has(self.hidden) || !has(self.heads) || self.hidden % self.heads == 0",
+        "heads must divide hidden",
+        lambda m: m.hidden is None or m.heads is None or m.hidden % m.heads == 0,
+        ".heads",
+    ),
+    Rule(
+        "spec.model",
+        "!has(self.heads) || !has(self.kvHeads) || self.heads % self.kvHeads == 0",
+        "kvHeads must divide heads",
+        lambda m: m.heads is None or m.kv_heads is None or m.heads % m.kv_heads == 0,
+        ".kvHeads",
+    ),
+    Rule(
+        "spec.model",
+        "self == oldSelf",
+        "model is immutable: existing checkpoints depend on it; create a new job instead",
+        None,
+    ),
+    Rule(
+        "spec.parallelism",
+        "self.mode != 'manual' || (has(self.data) && has(self.context) && has(self.tensor))",
+        "manual mode needs data, context and tensor",
+        lambda p: p.mode != "manual" or None not in (p.data, p.context, p.tensor),
+        ".mode",
+    ),
+    Rule(
+        "spec.parallelism",
+        "self.mode != 'auto' || !(has(self.data) || has(self.context) || has(self.tensor))",
+        "data, context and tensor are chosen by the planner in auto mode; set mode: manual to pin them",
+        lambda p: p.mode != "auto" or (p.data, p.context, p.tensor) == (None, None, None),
+        ".mode",
+    ),
+    Rule(
+        "spec",
+        "!has(self.parallelism.data) || !has(self.parallelism.context) || !has(self.parallelism.tensor)"
+        " || self.parallelism.data * self.parallelism.context * self.parallelism.tensor"
+        " == self.resources.nodes * self.resources.gpusPerNode",
+        "data * context * tensor must equal nodes * gpusPerNode",
+        lambda s: (
+            None in (s.parallelism.data, s.parallelism.context, s.parallelism.tensor)
+            or s.parallelism.data * s.parallelism.context * s.parallelism.tensor == s.gpus
+        ),
+        ".parallelism",
+    ),
+    Rule(
+        "spec",
+        "!has(self.parallelism.tensor) || self.resources.gpusPerNode % self.parallelism.tensor == 0",
+        "tensor must divide gpusPerNode: tensor parallelism stays inside a node",
+        lambda s: s.parallelism.tensor is None or s.resources.gpus_per_node % s.parallelism.tensor == 0,
+        ".parallelism.tensor",
+    ),
+    Rule(
+        "spec",
+        f"!has(self.parallelism.tensor) || !{_CEL_HEADS_KNOWN} || "
+        f"({_CEL_HEADS} % self.parallelism.tensor == 0 && {_CEL_KV} % self.parallelism.tensor == 0)",
+        "tensor must divide the model's heads and kvHeads",
+        _tensor_divides_heads,
+        ".parallelism.tensor",
+    ),
+    Rule(
+        "spec",
+        "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance == "
+        "'dualChunkSwap' ? 2 : 1) * self.parallelism.context) == 0",
+        "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap)",
+        _sequence_divisible,
+        ".sequenceLength",
+    ),
+    Rule(
+        "spec",
+        "!has(self.globalBatchTokens) || self.globalBatchTokens % self.sequenceLength == 0",
+        "globalBatchTokens must be a multiple of sequenceLength",
+        lambda s: s.global_batch_tokens is None or s.global_batch_tokens % s.sequence_length == 0,
+        ".globalBatchTokens",
+    ),
+    Rule(
+        "spec",
+        f"!has(self.parallelism.data) || {_CEL_BATCH} % self.parallelism.data == 0",
+        "the batch (globalBatchTokens / sequenceLength sequences) must divide over data",
+        lambda s: s.parallelism.data is None or (s.batch_tokens // s.sequence_length) % s.parallelism.data == 0,
+        ".parallelism.data",
+    ),
+    Rule(
+        "spec",
+        "!has(self.parallelism.processesPerNode) || "
+        "self.resources.gpusPerNode % self.parallelism.processesPerNode == 0",
+        "processesPerNode must divide gpusPerNode",
+        lambda s: (
+            s.parallelism.processes_per_node is None
+            or s.resources.gpus_per_node % s.parallelism.processes_per_node == 0
+        ),
+        ".parallelism.processesPerNode",
+    ),
+    Rule(
+        "spec",
+        f"{_NVSHMEM} || !has(self.parallelism.processesPerNode) || "
+        "self.parallelism.processesPerNode == self.resources.gpusPerNode",
+        "nvshmem needs one GPU per process: processesPerNode must equal gpusPerNode",
+        lambda s: (
+            s.communication.collective_permute != "nvshmem"
+            or s.parallelism.processes_per_node in (None, s.resources.gpus_per_node)
+        ),
+        ".parallelism.processesPerNode",
+    ),
+    Rule(
+        "spec",
+        f"{_NVSHMEM} || self.resources.nodes == 1 || self.network.fabric in {_cel_list(RDMA_FABRICS)}",
+        f"nvshmem across nodes needs an RDMA fabric ({_or(RDMA_FABRICS)})",
+        lambda s: (
+            s.communication.collective_permute != "nvshmem"
+            or s.resources.nodes == 1
+            or s.network.fabric in RDMA_FABRICS
+        ),
+        ".communication.collectivePermute",
+    ),
+    Rule(
+        "spec",
+        f"{_NVSHMEM} || self.resources.gpuType != 'cpu'",
+        "nvshmem needs GPUs",
+        lambda s: s.communication.collective_permute != "nvshmem" or s.resources.gpu_type != "cpu",
+        ".communication.collectivePermute",
+    ),
+    Rule(
+        "spec",
+        "!has(self.offload.chunkTokens) || !has(self.parallelism.context) || "
+        "(self.sequenceLength / self.parallelism.context) % self.offload.chunkTokens == 0",
+        "offload.chunkTokens must divide the per-device sequence shard (sequenceLength / context)",
+        lambda s: (
+            s.offload.chunk_tokens is None
+            or s.parallelism.context is None
+            or (s.sequence_length // s.parallelism.context) % s.offload.chunk_tokens == 0
+        ),
+        ".offload.chunkTokens",
+    ),
+    Rule(
+        "spec",
+        "self.scheduling.admission != 'kueue' || has(self.scheduling.queueName)",
+        "admission kueue needs scheduling.queueName",
+        lambda s: s.scheduling.admission != "kueue" or bool(s.scheduling.queue_name),
+        ".scheduling.queueName",
+    ),
+    Rule(
+        "spec",
+        "self.network.fabric != 'roce' || (has(self.network.networks) && size(self.network.networks) > 0)",
+        "fabric roce needs network.networks (the Multus networks of the RoCE NICs)",
+        lambda s: s.network.fabric != "roce" or len(s.network.networks) > 0,
+        ".network.networks",
+    ),
+    *(
+        Rule(
+            "spec",
+            f"self.network.fabric != '{fabric}' || (has(self.network.networks) && "
+            f"size(self.network.networks) == {count})",
+            f"fabric {fabric} needs network.networks with the {count} GPU NIC network names",
+            lambda s, fabric=fabric, count=count: s.network.fabric != fabric or len(s.network.networks) == count,
+            ".network.networks",
+        )
+        for fabric, count in GPU_NIC_NETWORKS.items()
+    ),
+    *(
+        Rule(
+            "spec",
+            f"self.network.fabric != '{fabric}' || self.resources.gpuType in {_cel_list(gpus)}",
+            f"fabric {fabric} runs on {_or(gpus)} nodes",
+            lambda s, fabric=fabric, gpus=gpus: s.network.fabric != fabric or s.resources.gpu_type in gpus,
+            ".resources.gpuType",
+        )
+        for fabric, gpus in FABRIC_GPU_TYPES.items()
+    ),
+    Rule(
+        "spec",
+        "self.network.fabric != 'efa' || has(self.network.efaDevicesPerNode)",
+        "fabric efa needs network.efaDevicesPerNode (e.g. 32 on p5.48xlarge)",
+        lambda s: s.network.fabric != "efa" or s.network.efa_devices_per_node is not None,
+        ".network.efaDevicesPerNode",
+    ),
+    Rule(
+        "spec",
+        "!has(self.network.gidIndex) || self.network.fabric == 'roce'",
+        "network.gidIndex applies to fabric roce only",
+        lambda s: s.network.gid_index is None or s.network.fabric == "roce",
+        ".network.gidIndex",
+    ),
+    Rule(
+        "spec",
+        "self.resources.gpuType != 'cpu' || self.network.fabric == 'tcp'",
+        "gpuType cpu runs over fabric tcp only",
+        lambda s: s.resources.gpu_type != "cpu" or s.network.fabric == "tcp",
+        ".network.fabric",
+    ),
+    Rule(
+        "spec",
+        "self.resources.gpuType != 'cpu' || self.parallelism.mode == 'manual'",
+        "gpuType cpu needs parallelism.mode manual: the planner models GPUs only",
+        lambda s: s.resources.gpu_type != "cpu" or s.parallelism.mode == "manual",
+        ".parallelism.mode",
+    ),
+    Rule(
+        "spec",
+        "self.data.kind == 'synthetic' || has(self.data.path)",
+        "data.path is required unless data.kind is synthetic",
+        lambda s: s.data.kind == "synthetic" or bool(s.data.path),
+        ".data.path",
+    ),
+    Rule(
+        "spec",
+        "!has(self.initFrom) || !self.initFrom.path.contains('://')",
+        "initFrom.path must be a directory in the pod: mount the checkpoint with "
+        "initFrom.persistentVolumeClaim (object-store URLs are not read)",
+        lambda s: s.init_from is None or "://" not in s.init_from.path,
+        ".initFrom.path",
+    ),
+    Rule(
+        "spec",
+        "!has(self.initFrom) || !has(self.initFrom.persistentVolumeClaim) || " + _cel_mountable("self.initFrom.path"),
+        "initFrom.path " + _MOUNT_MESSAGE,
+        lambda s: s.init_from is None or s.init_from.persistent_volume_claim is None or _mountable(s.init_from.path),
+        ".initFrom.path",
+    ),
+    Rule(
+        "spec",
+        "!has(self.checkpoint.persistentVolumeClaim) || " + _cel_mountable("self.checkpoint.path"),
+        "checkpoint.path " + _MOUNT_MESSAGE,
+        lambda s: s.checkpoint.persistent_volume_claim is None or _mountable(s.checkpoint.path),
+        ".checkpoint.path",
+    ),
+    Rule(
+        "spec",
+        "!has(self.network.rdmaResource) || !(self.network.rdmaResource == 'nvidia.com/gpu' || "
+        + " || ".join(f"self.network.rdmaResource.startsWith('{p}')" for p in _GPU_RESOURCE_PREFIXES)
+        + ")",
+        "network.rdmaResource may not name a GPU resource: the GPU count is resources.gpusPerNode",
+        lambda s: not _names_gpu(s.network.rdma_resource),
+        ".network.rdmaResource",
+    ),
+    Rule(
+        "spec",
+        f"!has(self.env) || self.env.all(e, !(e.name in {_CEL_RESERVED_ENV}) && "
+        f"(!e.name.startsWith('{podenv.RESERVED_PREFIX}') || e.name in {_CEL_USER_SETTABLE_ENV}))",
+        "env may not set the operator's own variables ("
+        + ", ".join(sorted(podenv.RESERVED))
+        + f", {podenv.RESERVED_PREFIX}* except "
+        + ", ".join(sorted(podenv.USER_SETTABLE))
+        + ")",
+        lambda s: not any(podenv.reserved(e.name) for e in s.env),
+        ".env",
+    ),
+    Rule(
+        "spec",
+        "!has(self.trainer) || self.trainer.framework != 'pytorch' || has(self.trainer.command)",
+        "trainer.command is required for a pytorch trainer (e.g. [torchrun, train.py]): longctx bundles a "
+        "JAX trainer only",
+        lambda s: s.trainer is None or s.trainer.framework != "pytorch" or bool(s.trainer.command),
+        ".trainer.command",
+    ),
+    Rule(
+        "spec",
+        "!has(self.trainer) || self.trainer.framework != 'pytorch' || "
+        "self.communication.collectivePermute != 'nvshmem'",
+        "communication.collectivePermute nvshmem drives XLA's collectives: JAX trainers only",
+        lambda s: (
+            s.trainer is None or s.trainer.framework != "pytorch" or s.communication.collective_permute != "nvshmem"
+        ),
+        ".communication.collectivePermute",
+    ),
+    Rule(
+        "spec",
+        "!has(self.image) || !has(self.trainer) || !has(self.trainer.image)",
+        "set the image once: spec.image or trainer.image",
+        lambda s: s.image is None or s.trainer is None or s.trainer.image is None,
+        ".trainer.image",
+    ),
+    Rule(
+        "spec",
+        "!has(self.initFrom) || !((self.initFrom.path + '/').startsWith(self.checkpoint.path + '/') || "
+        "(self.checkpoint.path + '/').startsWith(self.initFrom.path + '/'))",
+        "initFrom.path and checkpoint.path must not be the same directory or one inside the other: "
+        "the weights are mounted read-only, the job's checkpoints are written",
+        lambda s: s.init_from is None or not _nested(s.init_from.path, s.checkpoint.path),
+        ".initFrom.path",
+    ),
+    Rule(
+        "spec",
+        "self.sequenceLength == oldSelf.sequenceLength && "
+        "(has(self.globalBatchTokens) ? self.globalBatchTokens : self.sequenceLength) == "
+        "(has(oldSelf.globalBatchTokens) ? oldSelf.globalBatchTokens : oldSelf.sequenceLength)",
+        "sequenceLength and globalBatchTokens are immutable: the data position in the checkpoint depends on them",
+        None,
+        ".sequenceLength",
+    ),
+    Rule(
+        "spec.checkpoint",
+        "self.path == oldSelf.path",
+        "checkpoint.path is immutable: restarts resume from it",
+        None,
+        ".path",
+    ),
 )
 
 

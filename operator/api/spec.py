@@ -28,10 +28,12 @@ QUALIFIED_NAME_PATTERN = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?[A-Za-z0-9]([-A-Za
 """A label key, taint key or topology key: an optional DNS-subdomain prefix and a name."""
 _DOMAIN_PART = r"([A-Za-z0-9]|[A-Za-z0-9][-A-Za-z0-9]*[A-Za-z0-9])"
 _PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
-IMAGE_PATTERN = (rf"^(({_DOMAIN_PART}(\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:]+\])(:[0-9]+)?/)?"
-                 rf"{_PATH_PART}(/{_PATH_PART})*"
-                 r"(:[A-Za-z0-9_][-A-Za-z0-9_.]{0,127})?"
-                 r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?$")
+IMAGE_PATTERN = (
+    rf"^(({_DOMAIN_PART}(\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:]+\])(:[0-9]+)?/)?"
+    rf"{_PATH_PART}(/{_PATH_PART})*"
+    r"(:[A-Za-z0-9_][-A-Za-z0-9_.]{0,127})?"
+    r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?$"
+)
 """An OCI image reference: [registry[:port]/]path[:tag][@algorithm:digest]."""
 PATH_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 """A file path or URL: anything printable (no control characters)."""
@@ -63,8 +65,14 @@ class ApiModel(BaseModel):
     1 is no string), like the API server's structural schema."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False,
-        use_attribute_docstrings=True)
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
+    )
 
 
 class RopeScalingSpec(ApiModel):
@@ -189,11 +197,13 @@ class NetworkSpec(ApiModel):
     rdma_resource_count: int = Field(1, ge=1, le=64)
     """How many of rdmaResource each pod requests."""
     networks: list[Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]] = Field(
-        default_factory=list, max_length=16)
+        default_factory=list, max_length=16
+    )
     """Secondary networks: Multus NetworkAttachmentDefinitions of the job's own namespace
     (infiniband/roce) or GKE network names (gcp-*), in NIC order."""
     hcas: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+(:[0-9]+)?$", max_length=64)]] = Field(
-        default_factory=list, max_length=32)
+        default_factory=list, max_length=32
+    )
     """HCA ports for NCCL_IB_HCA / NVSHMEM_HCA_LIST, e.g. mlx5_0:1."""
     socket_interface: str = Field("eth0", max_length=64, pattern=r"^[A-Za-z0-9_.:^=-]+$")
     """Interface for bootstrap sockets (NCCL_SOCKET_IFNAME, NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME)."""
@@ -298,8 +308,7 @@ class TrainerSpec(ApiModel):
     and torchrun's (MASTER_ADDR, WORLD_SIZE, NODE_RANK, PET_*...), one process per GPU."""
     image: str | None = Field(None, max_length=512, pattern=IMAGE_PATTERN)
     """Image holding the trainer; default spec.image, then the operator's trainer image."""
-    command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(None, min_length=1,
-                                                                                     max_length=64)
+    command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(None, min_length=1, max_length=64)
     """Container command (e.g. [torchrun]); required for pytorch. Default: the bundled trainer."""
     args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(default_factory=list, max_length=256)
     """Container arguments, passed verbatim."""

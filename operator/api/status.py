@@ -8,8 +8,7 @@ from pydantic import Field
 
 from .spec import ApiModel
 
-Phase = Literal["Pending", "Admitted", "Starting", "Running", "Restarting", "Succeeded", "Failed",
-                "Suspended"]
+Phase = Literal["Pending", "Admitted", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 
 class Condition(ApiModel):

@@ -44,7 +44,7 @@ def _problem(error: dict) -> Problem:
     loc, message = tuple(error["loc"]), _message(error)
     if "[key]" in loc:
         at = loc.index("[key]")
-        loc, message = loc[:at - 1], f"key {json.dumps(str(loc[at - 1]))}: {message}"
+        loc, message = loc[: at - 1], f"key {json.dumps(str(loc[at - 1]))}: {message}"
     return Problem(_field(loc), message)
 
 

@@ -12,7 +12,20 @@ from .report import format_table, to_json
 from .timing import StepTime
 
 __all__ = [
-    "FABRICS", "GIB", "GPUS", "Candidate", "FlopsPerToken", "Layout",
-    "MemoryBreakdown", "Plan", "PlanError", "PlanRequest", "Rejection", "StepTime",
-    "flops_per_token", "format_table", "plan", "to_json",
+    "FABRICS",
+    "GIB",
+    "GPUS",
+    "Candidate",
+    "FlopsPerToken",
+    "Layout",
+    "MemoryBreakdown",
+    "Plan",
+    "PlanError",
+    "PlanRequest",
+    "Rejection",
+    "StepTime",
+    "flops_per_token",
+    "format_table",
+    "plan",
+    "to_json",
 ]

@@ -32,16 +32,16 @@ def chunk_compute_seconds(model: ModelDims, gpu: Gpu, tensor: int, chunk: int) -
     return 4 * chunk * chunk * (model.hidden // tensor) / gpu.achievable_flops
 
 
-def chunk_transfer_seconds(model: ModelDims, gpu: Gpu, tensor: int, precision: str,
-                           chunk: int) -> float:
+def chunk_transfer_seconds(model: ModelDims, gpu: Gpu, tensor: int, precision: str, chunk: int) -> float:
     """Moving one chunk of K and V between host and device."""
     return 2 * chunk * (kv_dim(model) // tensor) * dtype_bytes(precision) / gpu.achievable_host_link
 
 
 def covering_chunk_tokens(model: ModelDims, gpu: Gpu, precision: str) -> int:
     """Smallest whole chunk whose attention compute covers its host transfer (tensor cancels)."""
-    bound = (gpu.achievable_flops * kv_dim(model) * dtype_bytes(precision)
-             / (2 * model.hidden * gpu.achievable_host_link))
+    bound = (
+        gpu.achievable_flops * kv_dim(model) * dtype_bytes(precision) / (2 * model.hidden * gpu.achievable_host_link)
+    )
     return math.ceil(bound)
 
 

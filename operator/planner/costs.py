@@ -53,8 +53,9 @@ def state_bytes_per_device(model: ModelDims, precision: str, devices: int) -> St
     def shard(bytes_per_param: int) -> int:
         return -(-n * bytes_per_param // devices)
 
-    return StateBytes(params=shard(b), master_weights=shard(master),
-                      optimizer_moments=shard(ADAM_MOMENT_BYTES), gradients=shard(FP32))
+    return StateBytes(
+        params=shard(b), master_weights=shard(master), optimizer_moments=shard(ADAM_MOMENT_BYTES), gradients=shard(FP32)
+    )
 
 
 def gathered_params_bytes(model: ModelDims, precision: str, tensor: int) -> int:
@@ -119,8 +120,16 @@ class ActivationBytes:
     host: int
 
 
-def activation_bytes(model: ModelDims, precision: str, *, tensor: int, resident_tokens: int,
-                     loss_tokens: int, recompute: bool, offload: bool) -> ActivationBytes:
+def activation_bytes(
+    model: ModelDims,
+    precision: str,
+    *,
+    tensor: int,
+    resident_tokens: int,
+    loss_tokens: int,
+    recompute: bool,
+    offload: bool,
+) -> ActivationBytes:
     """Saved activations of all layers plus one layer's working set and the loss chunk's logits.
 
     resident_tokens: tokens a device holds at once (local sequences * shard); the trainer runs
@@ -139,8 +148,9 @@ def activation_bytes(model: ModelDims, precision: str, *, tensor: int, resident_
     return ActivationBytes(device=saved_device + recompute_working + logits, host=saved_host)
 
 
-def attention_working_set_bytes(model: ModelDims, precision: str, *, tensor: int,
-                                query_tokens: int, kv_tokens: int, kv_buffers: int) -> int:
+def attention_working_set_bytes(
+    model: ModelDims, precision: str, *, tensor: int, query_tokens: int, kv_tokens: int, kv_buffers: int
+) -> int:
     """Peak extra memory of the backward pass of one block of attention.
 
     kv_buffers blocks of K and V of kv_tokens each (the one in use and the one arriving, for the

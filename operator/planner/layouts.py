@@ -36,14 +36,22 @@ def divisors(n: int) -> list[int]:
 
 def enumerate_layouts(devices: int) -> list[Layout]:
     """Every (data, context, tensor) whose product is the device count."""
-    return [Layout(data, context, devices // (data * context))
-            for data in divisors(devices)
-            for context in divisors(devices // data)]
+    return [
+        Layout(data, context, devices // (data * context))
+        for data in divisors(devices)
+        for context in divisors(devices // data)
+    ]
 
 
-def structural_rejections(layout: Layout, *, model: ModelDims, sequence_length: int,
-                          batch_sequences: int, gpus_per_node: int,
-                          load_balance: str) -> list[Rejection]:
+def structural_rejections(
+    layout: Layout,
+    *,
+    model: ModelDims,
+    sequence_length: int,
+    batch_sequences: int,
+    gpus_per_node: int,
+    load_balance: str,
+) -> list[Rejection]:
     """Reasons independent of memory and speed; empty when the layout can run at all."""
     out: list[Rejection] = []
     t = layout.tensor
@@ -51,21 +59,18 @@ def structural_rejections(layout: Layout, *, model: ModelDims, sequence_length: 
     if t > gpus_per_node:
         out.append(Rejection(tensor_field, f"tensor={t} exceeds {gpus_per_node} GPUs per node"))
     elif gpus_per_node % t:
-        out.append(Rejection(tensor_field,
-                             f"tensor={t} does not divide {gpus_per_node} GPUs per node"))
+        out.append(Rejection(tensor_field, f"tensor={t} does not divide {gpus_per_node} GPUs per node"))
     if model.heads % t:
         out.append(Rejection(tensor_field, f"tensor={t} does not divide heads={model.heads}"))
     if model.kv_heads % t:
-        out.append(Rejection(tensor_field,
-                             f"tensor={t} does not divide kv_heads={model.kv_heads}"))
+        out.append(Rejection(tensor_field, f"tensor={t} does not divide kv_heads={model.kv_heads}"))
     split = sequence_split(load_balance, layout.context)
     if sequence_length % split:
         what = f"2*context={split}" if load_balance == "dual_chunk_swap" else f"context={split}"
-        out.append(Rejection("spec.parallelism.context",
-                             f"sequence {sequence_length} not divisible by {what}"))
+        out.append(Rejection("spec.parallelism.context", f"sequence {sequence_length} not divisible by {what}"))
     if batch_sequences % layout.data:
         noun = "sequence" if batch_sequences == 1 else "sequences"
-        out.append(Rejection("spec.parallelism.data",
-                             f"batch of {batch_sequences} {noun} not divisible by "
-                             f"data={layout.data}"))
+        out.append(
+            Rejection("spec.parallelism.data", f"batch of {batch_sequences} {noun} not divisible by data={layout.data}")
+        )
     return out

@@ -7,8 +7,15 @@ from dataclasses import dataclass
 from longctx_trainer.config import Attention, Precision
 from longctx_trainer.presets import ModelDims
 
-from .costs import (activation_bytes, attention_working_set_bytes, embedding_lookup_bytes,
-                    gathered_params_bytes, kv_bytes, loss_chunk_tokens, state_bytes_per_device)
+from .costs import (
+    activation_bytes,
+    attention_working_set_bytes,
+    embedding_lookup_bytes,
+    gathered_params_bytes,
+    kv_bytes,
+    loss_chunk_tokens,
+    state_bytes_per_device,
+)
 from .layouts import Layout
 
 
@@ -40,8 +47,14 @@ class MemoryBreakdown:
         """Model state and gathered weights, plus the larger of the two transient phases: the
         lookup runs before the first layer's forward and after the first layer's backward, when
         no layer activation is saved."""
-        return (self.params + self.master_weights + self.optimizer_moments + self.gradients
-                + self.gathered_params + max(self.layers_phase, self.embedding_lookup))
+        return (
+            self.params
+            + self.master_weights
+            + self.optimizer_moments
+            + self.gradients
+            + self.gathered_params
+            + max(self.layers_phase, self.embedding_lookup)
+        )
 
     @property
     def fits(self) -> bool:
@@ -68,9 +81,15 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
     shard = inp.sequence_length // lay.context
     offload = inp.chunk_tokens is not None
     state = state_bytes_per_device(m, p, lay.devices)
-    act = activation_bytes(m, p, tensor=lay.tensor, resident_tokens=local_sequences * shard,
-                           loss_tokens=local_sequences * loss_chunk_tokens(shard),
-                           recompute=inp.recompute, offload=offload)
+    act = activation_bytes(
+        m,
+        p,
+        tensor=lay.tensor,
+        resident_tokens=local_sequences * shard,
+        loss_tokens=local_sequences * loss_chunk_tokens(shard),
+        recompute=inp.recompute,
+        offload=offload,
+    )
     if offload:  # one chunk of queries against double-buffered K/V chunks; the rest on the host
         query = kv_tokens = inp.chunk_tokens
         buffers = 2
@@ -82,12 +101,18 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         query, kv_tokens, host_kv = shard, shard, 0
         buffers = 2 if lay.context > 1 else 1
     attention = local_sequences * attention_working_set_bytes(
-        m, p, tensor=lay.tensor, query_tokens=query, kv_tokens=kv_tokens, kv_buffers=buffers)
+        m, p, tensor=lay.tensor, query_tokens=query, kv_tokens=kv_tokens, kv_buffers=buffers
+    )
     return MemoryBreakdown(
-        params=state.params, master_weights=state.master_weights,
-        optimizer_moments=state.optimizer_moments, gradients=state.gradients,
-        gathered_params=gathered_params_bytes(m, p, lay.tensor), activations=act.device,
+        params=state.params,
+        master_weights=state.master_weights,
+        optimizer_moments=state.optimizer_moments,
+        gradients=state.gradients,
+        gathered_params=gathered_params_bytes(m, p, lay.tensor),
+        activations=act.device,
         attention_working_set=attention,
         embedding_lookup=embedding_lookup_bytes(m, p, local_sequences * shard),
         host_offloaded=act.host + host_kv,
-        capacity=inp.capacity, usable=int(inp.capacity * inp.margin))
+        capacity=inp.capacity,
+        usable=int(inp.capacity * inp.margin),
+    )

@@ -10,11 +10,10 @@ from longctx_trainer.flops import FlopsPerToken, flops_per_token
 from longctx_trainer.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.presets import ModelDims
 
-from .chunking import chunk_candidates, covering_chunk_tokens, MIN_CHUNK_TOKENS
+from .chunking import MIN_CHUNK_TOKENS, chunk_candidates, covering_chunk_tokens
 from .layouts import Layout, Rejection, enumerate_layouts, structural_rejections
 from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
 from .timing import StepInputs, StepTime, step_time
-
 
 # Offloaded tensors may take this fraction of a pod's memory limit; the rest is for the Python
 # process, the runtime's own host buffers, data loading and the page cache of checkpoints.
@@ -116,27 +115,32 @@ _CHOICES = {
     "attention": ("spec.parallelism.attention", get_args(Attention)),
     "load_balance": ("spec.parallelism.loadBalance", get_args(LoadBalance)),
 }
-_AXIS_FIELDS = {"data": "spec.parallelism.data", "context": "spec.parallelism.context",
-                "tensor": "spec.parallelism.tensor"}
+_AXIS_FIELDS = {
+    "data": "spec.parallelism.data",
+    "context": "spec.parallelism.context",
+    "tensor": "spec.parallelism.tensor",
+}
 
 
 def validate_request(req: PlanRequest) -> None:
-    positives = (("sequence_length", "spec.sequenceLength"),
-                 ("global_batch_tokens", "spec.globalBatchTokens"),
-                 ("nodes", "spec.resources.nodes"),
-                 ("gpus_per_node", "spec.resources.gpusPerNode"))
+    positives = (
+        ("sequence_length", "spec.sequenceLength"),
+        ("global_batch_tokens", "spec.globalBatchTokens"),
+        ("nodes", "spec.resources.nodes"),
+        ("gpus_per_node", "spec.resources.gpusPerNode"),
+    )
     for name, path in positives:
         if getattr(req, name) < 1:
             raise PlanError(f"must be at least 1, got {getattr(req, name)}", path)
     if req.global_batch_tokens % req.sequence_length:
-        raise PlanError(f"{req.global_batch_tokens} tokens is not a whole number of sequences of "
-                        f"{req.sequence_length}", "spec.globalBatchTokens")
+        raise PlanError(
+            f"{req.global_batch_tokens} tokens is not a whole number of sequences of {req.sequence_length}",
+            "spec.globalBatchTokens",
+        )
     if req.gpu not in GPUS:
-        raise PlanError(f"unknown GPU {req.gpu!r}; known: {', '.join(GPUS)}",
-                        "spec.resources.gpuType")
+        raise PlanError(f"unknown GPU {req.gpu!r}; known: {', '.join(GPUS)}", "spec.resources.gpuType")
     if req.fabric not in FABRICS:
-        raise PlanError(f"unknown fabric {req.fabric!r}; known: {', '.join(FABRICS)}",
-                        "spec.network.fabric")
+        raise PlanError(f"unknown fabric {req.fabric!r}; known: {', '.join(FABRICS)}", "spec.network.fabric")
     for name, (path, allowed) in _CHOICES.items():
         if getattr(req, name) not in allowed:
             raise PlanError(f"{getattr(req, name)!r} is not one of {', '.join(allowed)}", path)
@@ -157,11 +161,20 @@ def validate_request(req: PlanRequest) -> None:
 
 def memory_for(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBreakdown:
     """Bytes per GPU of `layout` for this request; chunk None means no offload."""
-    return memory_breakdown(MemoryInputs(
-        model=req.model, precision=req.precision, layout=layout,
-        sequence_length=req.sequence_length, batch_sequences=req.batch_sequences,
-        recompute=req.recompute, attention=req.attention, chunk_tokens=chunk,
-        capacity=GPUS[req.gpu].hbm_bytes, margin=req.memory_margin))
+    return memory_breakdown(
+        MemoryInputs(
+            model=req.model,
+            precision=req.precision,
+            layout=layout,
+            sequence_length=req.sequence_length,
+            batch_sequences=req.batch_sequences,
+            recompute=req.recompute,
+            attention=req.attention,
+            chunk_tokens=chunk,
+            capacity=GPUS[req.gpu].hbm_bytes,
+            margin=req.memory_margin,
+        )
+    )
 
 
 def host_bytes_per_pod(req: PlanRequest, memory: MemoryBreakdown) -> float:
@@ -175,10 +188,12 @@ def _host_memory_rejection(req: PlanRequest, memory: MemoryBreakdown) -> Rejecti
     needed, usable = host_bytes_per_pod(req, memory), req.host_memory_bytes * HOST_MEMORY_MARGIN
     if needed <= usable:
         return None
-    return Rejection("spec.resources.memory",
-                     f"offloads {needed / GIB:.1f} GiB per pod to host memory > {usable / GIB:.1f} GiB "
-                     f"usable ({HOST_MEMORY_MARGIN:.0%} of resources.memory "
-                     f"{req.host_memory_bytes / GIB:.1f} GiB)")
+    return Rejection(
+        "spec.resources.memory",
+        f"offloads {needed / GIB:.1f} GiB per pod to host memory > {usable / GIB:.1f} GiB "
+        f"usable ({HOST_MEMORY_MARGIN:.0%} of resources.memory "
+        f"{req.host_memory_bytes / GIB:.1f} GiB)",
+    )
 
 
 def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
@@ -186,42 +201,68 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
     memory = memory_for(req, layout, chunk)
     offload = chunk is not None
     if not memory.fits:
-        message = (f"needs {memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB "
-                   f"usable")
+        message = f"needs {memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable"
         if offload:
             message += f" even with offload (chunk {chunk} tokens)"
-        return Candidate(layout, offload, chunk, memory,
-                         rejections=(Rejection("spec.resources.nodes", message),))
+        return Candidate(layout, offload, chunk, memory, rejections=(Rejection("spec.resources.nodes", message),))
     if offload and (rejection := _host_memory_rejection(req, memory)) is not None:
         return Candidate(layout, offload, chunk, memory, rejections=(rejection,))
     gpu = GPUS[req.gpu]
-    step = step_time(StepInputs(
-        model=req.model, gpu=gpu, fabric=FABRICS[req.fabric], layout=layout,
-        gpus_per_node=req.gpus_per_node, sequence_length=req.sequence_length,
-        global_batch_tokens=req.global_batch_tokens, precision=req.precision,
-        recompute=req.recompute, attention=req.attention, load_balance=req.load_balance,
-        chunk_tokens=chunk, host_saved_bytes=memory.host_offloaded))
+    step = step_time(
+        StepInputs(
+            model=req.model,
+            gpu=gpu,
+            fabric=FABRICS[req.fabric],
+            layout=layout,
+            gpus_per_node=req.gpus_per_node,
+            sequence_length=req.sequence_length,
+            global_batch_tokens=req.global_batch_tokens,
+            precision=req.precision,
+            recompute=req.recompute,
+            attention=req.attention,
+            load_balance=req.load_balance,
+            chunk_tokens=chunk,
+            host_saved_bytes=memory.host_offloaded,
+        )
+    )
     flops = flops_per_token(req.model, req.sequence_length)
     mfu = flops.causal * req.global_batch_tokens / (step.total * layout.devices * gpu.bf16_flops)
-    return Candidate(layout, offload, chunk, memory, step,
-                     tokens_per_second=req.global_batch_tokens / step.total, mfu=mfu)
+    return Candidate(
+        layout, offload, chunk, memory, step, tokens_per_second=req.global_batch_tokens / step.total, mfu=mfu
+    )
 
 
 def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
     shard = req.sequence_length // layout.context
     if req.chunk_tokens is not None:
         if shard % req.chunk_tokens:
-            return Candidate(layout, True, req.chunk_tokens, rejections=(Rejection(
-                "spec.offload.chunkTokens", f"chunkTokens={req.chunk_tokens} does not divide the "
-                f"per-device shard of {shard} tokens"),))
+            return Candidate(
+                layout,
+                True,
+                req.chunk_tokens,
+                rejections=(
+                    Rejection(
+                        "spec.offload.chunkTokens",
+                        f"chunkTokens={req.chunk_tokens} does not divide the per-device shard of {shard} tokens",
+                    ),
+                ),
+            )
         return _attempt(req, layout, req.chunk_tokens)
     covering = covering_chunk_tokens(req.model, GPUS[req.gpu], req.precision)
     options = chunk_candidates(shard, covering)
     if not options:
-        return Candidate(layout, True, rejections=(Rejection(
-            "spec.offload.chunkTokens", f"offload needs a power-of-two chunk of at least "
-            f"{max(covering, MIN_CHUNK_TOKENS)} tokens (so its attention covers its host "
-            f"transfer) dividing the per-device shard of {shard} tokens"),))
+        return Candidate(
+            layout,
+            True,
+            rejections=(
+                Rejection(
+                    "spec.offload.chunkTokens",
+                    f"offload needs a power-of-two chunk of at least "
+                    f"{max(covering, MIN_CHUNK_TOKENS)} tokens (so its attention covers its host "
+                    f"transfer) dividing the per-device shard of {shard} tokens",
+                ),
+            ),
+        )
     for chunk in options:  # largest first
         candidate = _attempt(req, layout, chunk)
         if candidate.fits:
@@ -232,9 +273,13 @@ def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
 def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
     """One layout: structural checks, then memory (offloading only when allowed), then speed."""
     rejections = structural_rejections(
-        layout, model=req.model, sequence_length=req.sequence_length,
-        batch_sequences=req.batch_sequences, gpus_per_node=req.gpus_per_node,
-        load_balance=req.load_balance)
+        layout,
+        model=req.model,
+        sequence_length=req.sequence_length,
+        batch_sequences=req.batch_sequences,
+        gpus_per_node=req.gpus_per_node,
+        load_balance=req.load_balance,
+    )
     if rejections:
         return Candidate(layout, rejections=tuple(rejections))
     if req.offload is True or req.chunk_tokens is not None:
@@ -256,9 +301,11 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
     if req.manual:
         layout = Layout(req.data, req.context, req.tensor)
         if layout.devices != req.devices:
-            raise PlanError(f"data*context*tensor = {layout.devices} but the job has "
-                            f"{req.devices} GPUs ({req.nodes} nodes x {req.gpus_per_node})",
-                            "spec.parallelism")
+            raise PlanError(
+                f"data*context*tensor = {layout.devices} but the job has "
+                f"{req.devices} GPUs ({req.nodes} nodes x {req.gpus_per_node})",
+                "spec.parallelism",
+            )
         chosen = next(c for c in candidates if c.layout == layout)
         if not chosen.fits:  # its last attempt (with offload, when allowed) names what to change
             raise PlanError(f"{layout}: " + "; ".join(chosen.reasons), chosen.rejections[-1].field)
@@ -274,13 +321,17 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
         if measured:
             best = min(measured, key=lambda c: c.memory.total)
             # Its last attempt (with offload, when allowed) names what to change.
-            raise PlanError(f"no layout fits on {req.devices} x {req.gpu}; the smallest, {best.layout}, "
-                            f"{best.reasons[-1]}", best.rejections[-1].field)
+            raise PlanError(
+                f"no layout fits on {req.devices} x {req.gpu}; the smallest, {best.layout}, {best.reasons[-1]}",
+                best.rejections[-1].field,
+            )
         closest = sorted(eligible, key=lambda c: len(c.rejections))[:3]
         fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
-        raise PlanError(f"none of the {len(eligible)} layouts of {req.devices} GPUs is valid, "
-                        f"e.g. " + " | ".join(f"{c.layout}: {'; '.join(c.reasons)}" for c in closest),
-                        _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes")
+        raise PlanError(
+            f"none of the {len(eligible)} layouts of {req.devices} GPUs is valid, "
+            f"e.g. " + " | ".join(f"{c.layout}: {'; '.join(c.reasons)}" for c in closest),
+            _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes",
+        )
     chosen = min(fitting, key=lambda c: (c.step_seconds, c.layout.tensor, c.layout.context))
     how = "auto" if all(getattr(req, a) is None for a in _AXIS_FIELDS) else "constrained"
     return chosen, f"fastest of {len(fitting)} fitting layouts ({how})"
@@ -292,8 +343,17 @@ def plan(req: PlanRequest) -> Plan:
     chosen, explanation = _choose(req, candidates)
     flops = flops_per_token(req.model, req.sequence_length)
     peak = chosen.step.total * chosen.layout.devices * GPUS[req.gpu].bf16_flops
-    return Plan(request=req, layout=chosen.layout, offload=chosen.offload,
-                chunk_tokens=chosen.chunk_tokens, memory=chosen.memory, flops_per_token=flops,
-                step=chosen.step, tokens_per_second=chosen.tokens_per_second, mfu=chosen.mfu,
-                mfu_full_attention=flops.full * req.global_batch_tokens / peak,
-                explanation=explanation, candidates=candidates)
+    return Plan(
+        request=req,
+        layout=chosen.layout,
+        offload=chosen.offload,
+        chunk_tokens=chosen.chunk_tokens,
+        memory=chosen.memory,
+        flops_per_token=flops,
+        step=chosen.step,
+        tokens_per_second=chosen.tokens_per_second,
+        mfu=chosen.mfu,
+        mfu_full_attention=flops.full * req.global_batch_tokens / peak,
+        explanation=explanation,
+        candidates=candidates,
+    )

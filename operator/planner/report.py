@@ -16,9 +16,14 @@ _MEMORY_ROWS = (
     ("attention_working_set", "attention working set"),
     ("embedding_lookup", "embedding lookup"),
 )
-_STEP_PARTS = (("compute", "compute"), ("ring_exposed", "ring"), ("tensor_parallel", "TP"),
-               ("zero_exposed", "ZeRO"), ("all_gather", "all-gather"),
-               ("offload_exposed", "offload"))
+_STEP_PARTS = (
+    ("compute", "compute"),
+    ("ring_exposed", "ring"),
+    ("tensor_parallel", "TP"),
+    ("zero_exposed", "ZeRO"),
+    ("all_gather", "all-gather"),
+    ("offload_exposed", "offload"),
+)
 
 
 def _gib(n: float) -> str:
@@ -34,12 +39,10 @@ def _candidate_row(c: Candidate) -> str:
     gib = _gib(c.memory.total) if c.memory is not None else "-"
     speed = f"{c.tokens_per_second:,.0f}" if c.tokens_per_second else "-"
     mfu = f"{100 * c.mfu:.1f}%" if c.mfu is not None else "-"
-    return (f"  {c.layout.data:>5} {c.layout.context:>7} {c.layout.tensor:>6} {offload:>8} "
-            f"{gib:>8} {speed:>11} {mfu:>6}")
+    return f"  {c.layout.data:>5} {c.layout.context:>7} {c.layout.tensor:>6} {offload:>8} {gib:>8} {speed:>11} {mfu:>6}"
 
 
-_HEADER = (f"  {'data':>5} {'context':>7} {'tensor':>6} {'chunk':>8} {'GiB/GPU':>8} "
-           f"{'tokens/s':>11} {'MFU':>6}")
+_HEADER = f"  {'data':>5} {'context':>7} {'tensor':>6} {'chunk':>8} {'GiB/GPU':>8} {'tokens/s':>11} {'MFU':>6}"
 
 
 def _host_per_pod(plan: Plan) -> str:
@@ -49,8 +52,10 @@ def _host_per_pod(plan: Plan) -> str:
     text = f"  ({_gib(host_bytes_per_pod(req, plan.memory))} GiB per pod"
     if req.host_memory_bytes is None:
         return text + "; set resources.memory to check it)"
-    return text + f" of {_gib(req.host_memory_bytes * HOST_MEMORY_MARGIN)} usable, " \
-                  f"{HOST_MEMORY_MARGIN:.0%} of resources.memory)"
+    return (
+        text + f" of {_gib(req.host_memory_bytes * HOST_MEMORY_MARGIN)} usable, "
+        f"{HOST_MEMORY_MARGIN:.0%} of resources.memory)"
+    )
 
 
 def format_table(plan: Plan) -> str:
@@ -76,14 +81,13 @@ def format_table(plan: Plan) -> str:
     lines += [
         f"  {'total':<26}{_gib(mem.total):>8}  of {_gib(mem.usable)} usable "
         f"({req.memory_margin:.0%} of {_gib(mem.capacity)}); peak in the {mem.peak_phase}",
-        "  (the embedding lookup is never alive with the activations and attention working set: "
-        "the larger counts)",
+        "  (the embedding lookup is never alive with the activations and attention working set: the larger counts)",
         f"  {'host offloaded':<26}{_gib(mem.host_offloaded):>8}" + _host_per_pod(plan),
         "",
         f"FLOPs per token: {plan.flops_per_token.causal:.4g} (6N + 6*L*H*Q*T, causal); "
         f"{plan.flops_per_token.full:.4g} (6N + 12*L*H*Q*T)",
-        f"Step: {plan.step_seconds:.3f} s = " + ", ".join(
-            f"{label} {getattr(plan.step, name):.3f}" for name, label in _STEP_PARTS),
+        f"Step: {plan.step_seconds:.3f} s = "
+        + ", ".join(f"{label} {getattr(plan.step, name):.3f}" for name, label in _STEP_PARTS),
         f"Estimated: {plan.tokens_per_second:,.0f} tokens/s, MFU {100 * plan.mfu:.1f}% (causal), "
         f"{100 * plan.mfu_full_attention:.1f}% (12*L*H*Q*T)",
     ]
@@ -101,10 +105,8 @@ def format_table(plan: Plan) -> str:
 def _memory_json(mem) -> dict:
     out = {name: getattr(mem, name) for name, _ in _MEMORY_ROWS}
     out = {_camel(k): v for k, v in out.items()}
-    out.update(total=mem.total, usable=mem.usable, capacity=mem.capacity,
-               hostOffloaded=mem.host_offloaded)
-    return {"bytes": out, "gib": {k: round(v / GIB, 3) for k, v in out.items()},
-            "peakPhase": mem.peak_phase}
+    out.update(total=mem.total, usable=mem.usable, capacity=mem.capacity, hostOffloaded=mem.host_offloaded)
+    return {"bytes": out, "gib": {k: round(v / GIB, 3) for k, v in out.items()}, "peakPhase": mem.peak_phase}
 
 
 def _camel(name: str) -> str:
@@ -129,17 +131,20 @@ def _candidate_json(c: Candidate) -> dict:
 def to_json(plan: Plan) -> dict:
     req, f = plan.request, plan.flops_per_token
     return {
-        "layout": {"data": plan.layout.data, "context": plan.layout.context,
-                   "tensor": plan.layout.tensor},
+        "layout": {"data": plan.layout.data, "context": plan.layout.context, "tensor": plan.layout.tensor},
         "explanation": plan.explanation,
         "attention": req.attention,
         "loadBalance": req.load_balance,
         "offload": plan.offload,
         "chunkTokens": plan.chunk_tokens,
         "memory": _memory_json(plan.memory),
-        "flopsPerToken": {"causal": f.causal, "full": f.full, "dense": f.dense,
-                          "attentionCausal": f.attention_causal,
-                          "attentionFull": f.attention_full},
+        "flopsPerToken": {
+            "causal": f.causal,
+            "full": f.full,
+            "dense": f.dense,
+            "attentionCausal": f.attention_causal,
+            "attentionFull": f.attention_full,
+        },
         "stepSeconds": plan.step_seconds,
         "step": {_camel(name): getattr(plan.step, name) for name, _ in _STEP_PARTS},
         "tokensPerSecond": plan.tokens_per_second,

@@ -32,8 +32,14 @@ class StepTime:
 
     @property
     def total(self) -> float:
-        return (self.compute + self.ring_exposed + self.tensor_parallel + self.zero_exposed
-                + self.all_gather + self.offload_exposed)
+        return (
+            self.compute
+            + self.ring_exposed
+            + self.tensor_parallel
+            + self.zero_exposed
+            + self.all_gather
+            + self.offload_exposed
+        )
 
 
 @dataclass(frozen=True)
@@ -111,8 +117,7 @@ def ring_exposed_seconds(inp: StepInputs) -> float:
     forward_comm = kv_block * dtype_bytes(inp.precision) / bandwidth
     backward_comm = kv_block * (dtype_bytes(inp.precision) + FP32) / bandwidth
     forward_block = attention_forward_seconds_per_layer(inp) / lay.context
-    exposed = (inp.forward_passes * max(0.0, forward_comm - forward_block)
-               + max(0.0, backward_comm - 2 * forward_block))
+    exposed = inp.forward_passes * max(0.0, forward_comm - forward_block) + max(0.0, backward_comm - 2 * forward_block)
     return inp.model.layers * (lay.context - 1) * exposed
 
 
@@ -144,8 +149,15 @@ def all_gather_seconds(inp: StepInputs) -> float:
     if inp.attention != "all_gather" or lay.context == 1:
         return 0.0
     bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
-    received = (2 * kv_dim(inp.model) // lay.tensor * inp.shard_tokens * (lay.context - 1)
-                * inp.local_sequences * dtype_bytes(inp.precision))
+    received = (
+        2
+        * kv_dim(inp.model)
+        // lay.tensor
+        * inp.shard_tokens
+        * (lay.context - 1)
+        * inp.local_sequences
+        * dtype_bytes(inp.precision)
+    )
     return inp.model.layers * (inp.forward_passes + 1) * received / bandwidth
 
 
@@ -159,15 +171,22 @@ def offload_exposed_seconds(inp: StepInputs, compute: float) -> float:
     saved = max(0.0, 2 * inp.host_saved_bytes / inp.gpu.achievable_host_link - compute)
     chunks = inp.shard_tokens // chunk
     fetches = max(1, lay.context * chunks * chunks // 2) * inp.local_sequences
-    per_fetch = max(0.0, chunk_transfer_seconds(inp.model, inp.gpu, lay.tensor, inp.precision, chunk)
-                    - chunk_compute_seconds(inp.model, inp.gpu, lay.tensor, chunk))
+    per_fetch = max(
+        0.0,
+        chunk_transfer_seconds(inp.model, inp.gpu, lay.tensor, inp.precision, chunk)
+        - chunk_compute_seconds(inp.model, inp.gpu, lay.tensor, chunk),
+    )
     return saved + inp.model.layers * inp.forward_passes * fetches * per_fetch
 
 
 def step_time(inp: StepInputs) -> StepTime:
     compute = compute_seconds(inp)
     zero = max(0.0, zero_seconds(inp) - compute)
-    return StepTime(compute=compute, ring_exposed=ring_exposed_seconds(inp),
-                    tensor_parallel=tensor_parallel_seconds(inp), zero_exposed=zero,
-                    all_gather=all_gather_seconds(inp),
-                    offload_exposed=offload_exposed_seconds(inp, compute))
+    return StepTime(
+        compute=compute,
+        ring_exposed=ring_exposed_seconds(inp),
+        tensor_parallel=tensor_parallel_seconds(inp),
+        zero_exposed=zero,
+        all_gather=all_gather_seconds(inp),
+        offload_exposed=offload_exposed_seconds(inp, compute),
+    )

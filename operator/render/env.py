@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from longctx_trainer import podenv
 
-from ..api.spec import LongContextJobSpec
 from .. import names
+from ..api.spec import LongContextJobSpec
 from .fabrics import FabricProfile
 from .layout import ResolvedLayout
 from .nvshmem import XLA_FLAG as NVSHMEM_XLA_FLAG
@@ -34,16 +34,22 @@ def _var(name: str, value: str) -> dict:
 
 
 def _rank_from_completion_index(name: str) -> dict:
-    return {"name": name, "valueFrom": {"fieldRef": {
-        "fieldPath": f"metadata.labels['{names.COMPLETION_INDEX_LABEL}']"}}}
+    return {
+        "name": name,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{names.COMPLETION_INDEX_LABEL}']"}},
+    }
 
 
 def layout_env(spec: LongContextJobSpec, layout: ResolvedLayout) -> list[dict]:
     """The planned layout for any trainer: the bundled one reads the same from its config file."""
-    return [_var(podenv.DATA_PARALLEL, str(layout.data)), _var(podenv.CONTEXT_PARALLEL, str(layout.context)),
-            _var(podenv.TENSOR_PARALLEL, str(layout.tensor)), _var(podenv.SEQUENCE_LENGTH, str(spec.sequence_length)),
-            _var(podenv.OFFLOAD_CHUNK_TOKENS, str(layout.chunk_tokens or 0) if layout.offload else "0"),
-            _var(podenv.CONFIG, f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}")]
+    return [
+        _var(podenv.DATA_PARALLEL, str(layout.data)),
+        _var(podenv.CONTEXT_PARALLEL, str(layout.context)),
+        _var(podenv.TENSOR_PARALLEL, str(layout.tensor)),
+        _var(podenv.SEQUENCE_LENGTH, str(spec.sequence_length)),
+        _var(podenv.OFFLOAD_CHUNK_TOKENS, str(layout.chunk_tokens or 0) if layout.offload else "0"),
+        _var(podenv.CONFIG, f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}"),
+    ]
 
 
 def torch_processes_per_pod(spec: LongContextJobSpec, layout: ResolvedLayout) -> int:
@@ -56,22 +62,29 @@ def torch_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, genera
     stable name under the headless Service is the rendezvous; with one process per pod RANK is the
     pod's completion index (no torchrun needed), with several torchrun sets RANK and LOCAL_RANK."""
     per_pod = torch_processes_per_pod(spec, layout)
-    values = {podenv.MASTER_ADDR: names.rank0_host(job, generation),
-              podenv.MASTER_PORT: str(spec.network.coordinator_port),
-              podenv.WORLD_SIZE: str(spec.resources.nodes * per_pod), podenv.NNODES: str(spec.resources.nodes),
-              podenv.LOCAL_WORLD_SIZE: str(per_pod)}
+    values = {
+        podenv.MASTER_ADDR: names.rank0_host(job, generation),
+        podenv.MASTER_PORT: str(spec.network.coordinator_port),
+        podenv.WORLD_SIZE: str(spec.resources.nodes * per_pod),
+        podenv.NNODES: str(spec.resources.nodes),
+        podenv.LOCAL_WORLD_SIZE: str(per_pod),
+    }
     env = [_var(name, value) for name, value in values.items()]
     env.append(_rank_from_completion_index(podenv.NODE_RANK))
     if per_pod == 1:
         env += [_rank_from_completion_index(podenv.RANK), _var(podenv.LOCAL_RANK, "0")]
     for torchrun_name, torch_name in podenv.TORCHRUN.items():
-        env.append(_rank_from_completion_index(torchrun_name) if torch_name == podenv.NODE_RANK
-                   else _var(torchrun_name, values[torch_name]))
+        env.append(
+            _rank_from_completion_index(torchrun_name)
+            if torch_name == podenv.NODE_RANK
+            else _var(torchrun_name, values[torch_name])
+        )
     return env
 
 
-def worker_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int,
-               fabric: FabricProfile) -> list[dict]:
+def worker_env(
+    job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
+) -> list[dict]:
     """Env of the trainer container, in a stable order.
 
     With one process per pod, JAX_PROCESS_ID is the pod's completion index. With several, the
@@ -99,8 +112,9 @@ def worker_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, gener
     return env
 
 
-def jax_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int,
-            fabric: FabricProfile) -> list[dict]:
+def jax_env(
+    job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
+) -> list[dict]:
     """JAX distributed identity, XLA flags, the fabric's and NVSHMEM's settings."""
     ppn = layout.processes_per_node
     env: list[dict] = [

@@ -8,8 +8,8 @@ what the profile returns. NVSHMEM settings are derived from a profile's NCCL env
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..api.spec import LongContextJobSpec
 from ..config import OperatorConfig
@@ -51,8 +51,7 @@ def _gpu_nic_names(networks: list[str]) -> str:
 
 
 def tcp(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
-    return FabricProfile(env={"NCCL_SOCKET_IFNAME": spec.network.socket_interface,
-                              "NCCL_IB_DISABLE": "1"})
+    return FabricProfile(env={"NCCL_SOCKET_IFNAME": spec.network.socket_interface, "NCCL_IB_DISABLE": "1"})
 
 
 def _rdma_verbs(spec: LongContextJobSpec, roce: bool) -> FabricProfile:
@@ -62,12 +61,13 @@ def _rdma_verbs(spec: LongContextJobSpec, roce: bool) -> FabricProfile:
     if net.hcas:
         env["NCCL_IB_HCA"] = ",".join(net.hcas)
     if roce:
-        env["NCCL_IB_GID_INDEX"] = str(net.gid_index if net.gid_index is not None
-                                       else DEFAULT_ROCE_GID_INDEX)
+        env["NCCL_IB_GID_INDEX"] = str(net.gid_index if net.gid_index is not None else DEFAULT_ROCE_GID_INDEX)
     annotations = {"k8s.v1.cni.cncf.io/networks": ",".join(net.networks)} if net.networks else {}
     return FabricProfile(
-        env=env, annotations=annotations,
-        resources={net.rdma_resource or DEFAULT_RDMA_RESOURCE: str(net.rdma_resource_count)})
+        env=env,
+        annotations=annotations,
+        resources={net.rdma_resource or DEFAULT_RDMA_RESOURCE: str(net.rdma_resource_count)},
+    )
 
 
 def infiniband(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
@@ -81,10 +81,15 @@ def roce(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
 def efa(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     """AWS Elastic Fabric Adapter through the aws-ofi-nccl plugin in the trainer image."""
     return FabricProfile(
-        env={"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
-             "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_SOCKET_IFNAME": spec.network.socket_interface},
-        resources={"vpc.amazonaws.com/efa": str(spec.network.efa_devices_per_node),
-                   "hugepages-2Mi": EFA_HUGEPAGES})
+        env={
+            "FI_PROVIDER": "efa",
+            "FI_EFA_USE_DEVICE_RDMA": "1",
+            "FI_EFA_FORK_SAFE": "1",
+            "FI_EFA_USE_HUGE_PAGE": "0",
+            "NCCL_SOCKET_IFNAME": spec.network.socket_interface,
+        },
+        resources={"vpc.amazonaws.com/efa": str(spec.network.efa_devices_per_node), "hugepages-2Mi": EFA_HUGEPAGES},
+    )
 
 
 def gcp_tcpx(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
@@ -95,36 +100,64 @@ def gcp_tcpx(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
         "name": "tcpx-daemon",
         "image": config.tcpx_daemon_image,
         "restartPolicy": "Always",
-        "command": ["/tcpgpudmarxd/build/app/tcpgpudmarxd", "--gpu_nic_preset", "a3vm",
-                    "--gpu_shmem_type", "fd", "--uds_path", "/run/tcpx",
-                    "--setup_param", "--verbose 128 2 0"],
+        "command": [
+            "/tcpgpudmarxd/build/app/tcpgpudmarxd",
+            "--gpu_nic_preset",
+            "a3vm",
+            "--gpu_shmem_type",
+            "fd",
+            "--uds_path",
+            "/run/tcpx",
+            "--setup_param",
+            "--verbose 128 2 0",
+        ],
         "securityContext": {"privileged": True},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
-        "volumeMounts": [{"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"},
-                         {"name": "tcpx-socket", "mountPath": "/run/tcpx"},
-                         {"name": "sys", "mountPath": "/hostsysfs"},
-                         {"name": "proc-sys", "mountPath": "/hostprocsysfs"}],
+        "volumeMounts": [
+            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"},
+            {"name": "tcpx-socket", "mountPath": "/run/tcpx"},
+            {"name": "sys", "mountPath": "/hostsysfs"},
+            {"name": "proc-sys", "mountPath": "/hostprocsysfs"},
+        ],
     }
     return FabricProfile(
-        env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_GPUDIRECTTCPX_CTRL_DEV": "eth0",
-             "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": nics,
-             "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx",
-             "NCCL_GPUDIRECTTCPX_FORCE_ACK": "0", "NCCL_CROSS_NIC": "0", "NCCL_ALGO": "Ring",
-             "NCCL_PROTO": "Simple", "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_SOCKET_NTHREADS": "1",
-             "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_PXN_LEVEL": "0",
-             "NCCL_DYNAMIC_CHUNK_SIZE": "524288", "NCCL_P2P_NET_CHUNKSIZE": "524288",
-             "NCCL_P2P_PCI_CHUNKSIZE": "524288", "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
-             "NCCL_BUFFSIZE": "4194304", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"},
-        annotations={"networking.gke.io/default-interface": "eth0",
-                     "networking.gke.io/interfaces": _gke_interfaces(nets),
-                     "devices.gke.io/container.tcpx-daemon":
-                         _gke_device_injection(spec.resources.gpus_per_node)},
-        volumes=(_host_path("nvidia-libs", "/home/kubernetes/bin/nvidia/lib64"),
-                 {"name": "tcpx-socket", "emptyDir": {}},
-                 _host_path("sys", "/sys"), _host_path("proc-sys", "/proc/sys")),
-        trainer_mounts=({"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"},
-                        {"name": "tcpx-socket", "mountPath": "/run/tcpx"}),
-        sidecars=(daemon,))
+        env={
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "NCCL_GPUDIRECTTCPX_CTRL_DEV": "eth0",
+            "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": nics,
+            "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx",
+            "NCCL_GPUDIRECTTCPX_FORCE_ACK": "0",
+            "NCCL_CROSS_NIC": "0",
+            "NCCL_ALGO": "Ring",
+            "NCCL_PROTO": "Simple",
+            "NCCL_NSOCKS_PERTHREAD": "4",
+            "NCCL_SOCKET_NTHREADS": "1",
+            "NCCL_NET_GDR_LEVEL": "PIX",
+            "NCCL_P2P_PXN_LEVEL": "0",
+            "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
+            "NCCL_P2P_NET_CHUNKSIZE": "524288",
+            "NCCL_P2P_PCI_CHUNKSIZE": "524288",
+            "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
+            "NCCL_BUFFSIZE": "4194304",
+            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+        },
+        annotations={
+            "networking.gke.io/default-interface": "eth0",
+            "networking.gke.io/interfaces": _gke_interfaces(nets),
+            "devices.gke.io/container.tcpx-daemon": _gke_device_injection(spec.resources.gpus_per_node),
+        },
+        volumes=(
+            _host_path("nvidia-libs", "/home/kubernetes/bin/nvidia/lib64"),
+            {"name": "tcpx-socket", "emptyDir": {}},
+            _host_path("sys", "/sys"),
+            _host_path("proc-sys", "/proc/sys"),
+        ),
+        trainer_mounts=(
+            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"},
+            {"name": "tcpx-socket", "mountPath": "/run/tcpx"},
+        ),
+        sidecars=(daemon,),
+    )
 
 
 def gcp_tcpxo(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
@@ -134,64 +167,105 @@ def gcp_tcpxo(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile
         "name": "tcpxo-daemon",
         "image": config.tcpxo_daemon_image,
         "restartPolicy": "Always",
-        "command": ["/bin/sh", "-c",
-                    f"/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics={len(nets)} "
-                    "--uid= --alsologtostderr"],
+        "command": [
+            "/bin/sh",
+            "-c",
+            f"/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics={len(nets)} --uid= --alsologtostderr",
+        ],
         "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
-        "volumeMounts": [{"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-                         {"name": "sys", "mountPath": "/hostsysfs"},
-                         {"name": "proc-sys", "mountPath": "/hostprocsysfs"}],
+        "volumeMounts": [
+            {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
+            {"name": "sys", "mountPath": "/hostsysfs"},
+            {"name": "proc-sys", "mountPath": "/hostprocsysfs"},
+        ],
     }
     lib = "/usr/local/nvidia/lib64"
     return FabricProfile(
-        env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_FASTRAK_CTRL_DEV": "eth0",
-             "NCCL_FASTRAK_IFNAME": _gpu_nic_names(nets), "NCCL_CROSS_NIC": "0",
-             "NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": "Simple,LL128", "NCCL_MIN_NCHANNELS": "4",
-             "NCCL_TUNER_PLUGIN": "libnccl-tuner.so",
-             "NCCL_TUNER_CONFIG_PATH": f"{lib}/a3plus_tuner_config.textproto",
-             "NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE": f"{lib}/a3plus_guest_config.textproto",
-             "NCCL_DYNAMIC_CHUNK_SIZE": "524288", "NCCL_P2P_NET_CHUNKSIZE": "524288",
-             "NCCL_P2P_PCI_CHUNKSIZE": "524288", "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
-             "NCCL_FASTRAK_NUM_FLOWS": "2", "NCCL_FASTRAK_USE_SNAP": "1",
-             "NCCL_FASTRAK_PLUGIN_ACCEPT_TIMEOUT_MS": "600000",
-             "NCCL_FASTRAK_ENABLE_CONTROL_CHANNEL": "0", "NCCL_BUFFSIZE": "8388608",
-             "NCCL_FASTRAK_USE_LLCM": "1",
-             "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
-             "NCCL_NVLS_ENABLE": "0", "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_PXN_LEVEL": "0",
-             "LD_LIBRARY_PATH": lib},
-        annotations={"networking.gke.io/default-interface": "eth0",
-                     "networking.gke.io/interfaces": _gke_interfaces(nets),
-                     "devices.gke.io/container.tcpxo-daemon": _gke_device_injection(
-                         spec.resources.gpus_per_node, ("/dev/dmabuf_import_helper",))},
-        volumes=(_host_path("nvidia", "/home/kubernetes/bin/nvidia"),
-                 _host_path("sys", "/sys"), _host_path("proc-sys", "/proc/sys"),
-                 _host_path("aperture-devices", "/dev/aperture_devices")),
-        trainer_mounts=({"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-                        {"name": "aperture-devices", "mountPath": "/dev/aperture_devices"}),
-        sidecars=(daemon,))
+        env={
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "NCCL_FASTRAK_CTRL_DEV": "eth0",
+            "NCCL_FASTRAK_IFNAME": _gpu_nic_names(nets),
+            "NCCL_CROSS_NIC": "0",
+            "NCCL_ALGO": "Ring,Tree",
+            "NCCL_PROTO": "Simple,LL128",
+            "NCCL_MIN_NCHANNELS": "4",
+            "NCCL_TUNER_PLUGIN": "libnccl-tuner.so",
+            "NCCL_TUNER_CONFIG_PATH": f"{lib}/a3plus_tuner_config.textproto",
+            "NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE": f"{lib}/a3plus_guest_config.textproto",
+            "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
+            "NCCL_P2P_NET_CHUNKSIZE": "524288",
+            "NCCL_P2P_PCI_CHUNKSIZE": "524288",
+            "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
+            "NCCL_FASTRAK_NUM_FLOWS": "2",
+            "NCCL_FASTRAK_USE_SNAP": "1",
+            "NCCL_FASTRAK_PLUGIN_ACCEPT_TIMEOUT_MS": "600000",
+            "NCCL_FASTRAK_ENABLE_CONTROL_CHANNEL": "0",
+            "NCCL_BUFFSIZE": "8388608",
+            "NCCL_FASTRAK_USE_LLCM": "1",
+            "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
+            "NCCL_NVLS_ENABLE": "0",
+            "NCCL_NET_GDR_LEVEL": "PIX",
+            "NCCL_P2P_PXN_LEVEL": "0",
+            "LD_LIBRARY_PATH": lib,
+        },
+        annotations={
+            "networking.gke.io/default-interface": "eth0",
+            "networking.gke.io/interfaces": _gke_interfaces(nets),
+            "devices.gke.io/container.tcpxo-daemon": _gke_device_injection(
+                spec.resources.gpus_per_node, ("/dev/dmabuf_import_helper",)
+            ),
+        },
+        volumes=(
+            _host_path("nvidia", "/home/kubernetes/bin/nvidia"),
+            _host_path("sys", "/sys"),
+            _host_path("proc-sys", "/proc/sys"),
+            _host_path("aperture-devices", "/dev/aperture_devices"),
+        ),
+        trainer_mounts=(
+            {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
+            {"name": "aperture-devices", "mountPath": "/dev/aperture_devices"},
+        ),
+        sidecars=(daemon,),
+    )
 
 
 def gcp_rdma(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
     """GKE A3 Ultra / A4: RDMA over the ConnectX NICs with Google's gIB NCCL plugin."""
     nets = spec.network.networks
     return FabricProfile(
-        env={"NCCL_NET": "gIB", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_CROSS_NIC": "0",
-             "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_IB_ADAPTIVE_ROUTING": "1",
-             "NCCL_IB_QPS_PER_CONNECTION": "4", "NCCL_IB_TC": "52", "NCCL_IB_FIFO_TC": "84",
-             "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config.txtpb",
-             "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64"},
-        annotations={"networking.gke.io/default-interface": "eth0",
-                     "networking.gke.io/interfaces": _gke_interfaces(nets)},
-        volumes=(_host_path("nvidia", "/home/kubernetes/bin/nvidia"),
-                 _host_path("gib", "/home/kubernetes/bin/gib")),
-        trainer_mounts=({"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-                        {"name": "gib", "mountPath": "/usr/local/gib"}))
+        env={
+            "NCCL_NET": "gIB",
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "NCCL_CROSS_NIC": "0",
+            "NCCL_NET_GDR_LEVEL": "PIX",
+            "NCCL_IB_ADAPTIVE_ROUTING": "1",
+            "NCCL_IB_QPS_PER_CONNECTION": "4",
+            "NCCL_IB_TC": "52",
+            "NCCL_IB_FIFO_TC": "84",
+            "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config.txtpb",
+            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
+        },
+        annotations={
+            "networking.gke.io/default-interface": "eth0",
+            "networking.gke.io/interfaces": _gke_interfaces(nets),
+        },
+        volumes=(_host_path("nvidia", "/home/kubernetes/bin/nvidia"), _host_path("gib", "/home/kubernetes/bin/gib")),
+        trainer_mounts=(
+            {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
+            {"name": "gib", "mountPath": "/usr/local/gib"},
+        ),
+    )
 
 
 PROFILES: dict[str, Callable[[LongContextJobSpec, OperatorConfig], FabricProfile]] = {
-    "tcp": tcp, "infiniband": infiniband, "roce": roce, "efa": efa,
-    "gcp-tcpx": gcp_tcpx, "gcp-tcpxo": gcp_tcpxo, "gcp-rdma": gcp_rdma,
+    "tcp": tcp,
+    "infiniband": infiniband,
+    "roce": roce,
+    "efa": efa,
+    "gcp-tcpx": gcp_tcpx,
+    "gcp-tcpxo": gcp_tcpxo,
+    "gcp-rdma": gcp_rdma,
 }
 
 

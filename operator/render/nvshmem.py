@@ -22,8 +22,9 @@ def nvshmem_env(spec: LongContextJobSpec, fabric: FabricProfile) -> dict[str, st
     multi_node = spec.resources.nodes > 1
     env = {
         "NVSHMEM_REMOTE_TRANSPORT": REMOTE_TRANSPORTS[rdma] if multi_node and rdma else "none",
-        "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": nccl.get("NCCL_SOCKET_IFNAME",
-                                                      spec.network.socket_interface).split(",")[0],
+        "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": nccl.get("NCCL_SOCKET_IFNAME", spec.network.socket_interface).split(",")[
+            0
+        ],
         "NVSHMEM_SYMMETRIC_SIZE": spec.communication.nvshmem_symmetric_size,
     }
     if "NCCL_IB_HCA" in nccl:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from longctx_trainer.config import (CheckpointConfig, DataConfig, MetricsConfig, ModelConfig,
-                                    OffloadConfig, OptimizerConfig, ParallelConfig, RopeScalingConfig,
-                                    TrainerConfig)
+from longctx_trainer.config import (
+    CheckpointConfig,
+    DataConfig,
+    MetricsConfig,
+    ModelConfig,
+    OffloadConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    RopeScalingConfig,
+    TrainerConfig,
+)
 
 from ..api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
 from .layout import ResolvedLayout
@@ -18,9 +26,16 @@ def model_config(model: ModelSpec) -> ModelConfig:
         rope["rope_theta"] = model.rope_theta
     if model.preset:
         return ModelConfig.from_preset(model.preset).model_copy(update=rope)
-    return ModelConfig(layers=model.layers, hidden=model.hidden, heads=model.heads,
-                       kv_heads=model.kv_heads, ffn=model.ffn, vocab=model.vocab,
-                       tie_embeddings=bool(model.tie_embeddings), **rope)
+    return ModelConfig(
+        layers=model.layers,
+        hidden=model.hidden,
+        heads=model.heads,
+        kv_heads=model.kv_heads,
+        ffn=model.ffn,
+        vocab=model.vocab,
+        tie_embeddings=bool(model.tie_embeddings),
+        **rope,
+    )
 
 
 def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> TrainerConfig:
@@ -33,18 +48,23 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
         steps=spec.steps,
         precision=spec.precision,
         parallelism=ParallelConfig(
-            data=layout.data, context=layout.context, tensor=layout.tensor,
+            data=layout.data,
+            context=layout.context,
+            tensor=layout.tensor,
             attention=TRAINER_ATTENTION[spec.parallelism.attention],
-            load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance]),
+            load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance],
+        ),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),
         communication=spec.communication.collective_permute,
         optimizer=OptimizerConfig(
-            learning_rate=spec.optimizer.learning_rate, warmup_steps=spec.optimizer.warmup_steps,
-            weight_decay=spec.optimizer.weight_decay, grad_clip=spec.optimizer.grad_clip,
-            schedule=spec.optimizer.schedule),
+            learning_rate=spec.optimizer.learning_rate,
+            warmup_steps=spec.optimizer.warmup_steps,
+            weight_decay=spec.optimizer.weight_decay,
+            grad_clip=spec.optimizer.grad_clip,
+            schedule=spec.optimizer.schedule,
+        ),
         data=DataConfig(kind=spec.data.kind, path=spec.data.path),
-        checkpoint=CheckpointConfig(path=checkpoint_path,
-                                    interval_steps=spec.checkpoint.interval_steps),
+        checkpoint=CheckpointConfig(path=checkpoint_path, interval_steps=spec.checkpoint.interval_steps),
         metrics=MetricsConfig(port=spec.metrics.port, job=name),
         init_from=spec.init_from.path if spec.init_from else None,
     )

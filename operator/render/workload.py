@@ -14,9 +14,9 @@ import yaml
 from longctx_trainer.config import dump_config
 from longctx_trainer.hardware import FABRICS, GPUS, Fabric
 
+from .. import names
 from ..api.spec import LongContextJob, LongContextJobSpec
 from ..config import OperatorConfig
-from .. import names
 from .env import worker_env
 from .fabrics import FabricProfile, fabric_profile
 from .layout import ResolvedLayout
@@ -41,8 +41,12 @@ class Workload:
 
 
 def common_labels(job: str) -> dict[str, str]:
-    return {names.JOB_NAME_LABEL: job, "app.kubernetes.io/name": "longctx-trainer",
-            "app.kubernetes.io/instance": job, "app.kubernetes.io/managed-by": "longctx-operator"}
+    return {
+        names.JOB_NAME_LABEL: job,
+        "app.kubernetes.io/name": "longctx-trainer",
+        "app.kubernetes.io/instance": job,
+        "app.kubernetes.io/managed-by": "longctx-operator",
+    }
 
 
 def _metadata(name: str, namespace: str, labels: dict[str, str]) -> dict:
@@ -76,12 +80,17 @@ def tolerations(spec: LongContextJobSpec) -> list[dict]:
 def _affinity(workload: str, spec: LongContextJobSpec) -> dict:
     """One rank per node; prefer packing the gang inside one topology domain (NVLink clique, block)."""
     same_gang = {"labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": workload}}}
-    affinity: dict = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {**same_gang, "topologyKey": "kubernetes.io/hostname"}]}}
+    affinity: dict = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{**same_gang, "topologyKey": "kubernetes.io/hostname"}]
+        }
+    }
     if spec.scheduling.topology_key:
-        affinity["podAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 100, "podAffinityTerm": {**same_gang,
-                                                 "topologyKey": spec.scheduling.topology_key}}]}
+        affinity["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {**same_gang, "topologyKey": spec.scheduling.topology_key}}
+            ]
+        }
     return affinity
 
 
@@ -90,31 +99,48 @@ def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile) -> tuple
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory}},
         {"name": "trainer-config", "configMap": {"name": names.config_map_name(job)}},
     ]
-    mounts = [{"name": "dshm", "mountPath": names.SHM_MOUNT},
-              {"name": "trainer-config", "mountPath": names.CONFIG_MOUNT, "readOnly": True}]
+    mounts = [
+        {"name": "dshm", "mountPath": names.SHM_MOUNT},
+        {"name": "trainer-config", "mountPath": names.CONFIG_MOUNT, "readOnly": True},
+    ]
     if spec.init_from and spec.init_from.persistent_volume_claim:
-        volumes.append({"name": "initial-weights", "persistentVolumeClaim": {
-            "claimName": spec.init_from.persistent_volume_claim, "readOnly": True}})
+        volumes.append(
+            {
+                "name": "initial-weights",
+                "persistentVolumeClaim": {"claimName": spec.init_from.persistent_volume_claim, "readOnly": True},
+            }
+        )
         mounts.append({"name": "initial-weights", "mountPath": spec.init_from.path, "readOnly": True})
     if spec.checkpoint.persistent_volume_claim:
-        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {
-            "claimName": spec.checkpoint.persistent_volume_claim}})
+        volumes.append(
+            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint.persistent_volume_claim}}
+        )
         mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.path})
     return volumes + [dict(v) for v in fabric.volumes], mounts + [dict(m) for m in fabric.trainer_mounts]
 
 
 def _ports(spec: LongContextJobSpec, processes_per_pod: int) -> list[dict]:
     """One named metrics port per trainer process of a pod (process i listens on port + i)."""
-    return [*({"name": names.metrics_port_name(local), "containerPort": spec.metrics.port + local}
-              for local in range(processes_per_pod)),
-            {"name": "coordinator", "containerPort": spec.network.coordinator_port}]
+    return [
+        *(
+            {"name": names.metrics_port_name(local), "containerPort": spec.metrics.port + local}
+            for local in range(processes_per_pod)
+        ),
+        {"name": "coordinator", "containerPort": spec.network.coordinator_port},
+    ]
 
 
 def pod_security_context(config: OperatorConfig) -> dict:
     """Pod Security "restricted" at pod level: a fixed non-root user, the runtime's seccomp profile."""
     uid = config.trainer_user
-    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
-            "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def container_security_context(fabric: Fabric) -> dict:
@@ -128,34 +154,47 @@ def container_security_context(fabric: Fabric) -> dict:
 
 def _service(name: str, namespace: str, spec: LongContextJobSpec) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": _metadata(names.service_name(name), namespace, common_labels(name)),
         "spec": {
             "clusterIP": "None",
             # Ranks must resolve each other before they are Ready: the coordinator waits for all.
             "publishNotReadyAddresses": True,
             "selector": {names.JOB_NAME_LABEL: name},
-            "ports": [{"name": "coordinator", "port": spec.network.coordinator_port,
-                       "targetPort": spec.network.coordinator_port},
-                      {"name": "metrics", "port": spec.metrics.port, "targetPort": spec.metrics.port}],
+            "ports": [
+                {
+                    "name": "coordinator",
+                    "port": spec.network.coordinator_port,
+                    "targetPort": spec.network.coordinator_port,
+                },
+                {"name": "metrics", "port": spec.metrics.port, "targetPort": spec.metrics.port},
+            ],
         },
     }
 
 
 def _config_map(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> dict:
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": _metadata(names.config_map_name(name), namespace, common_labels(name)),
         "data": {names.CONFIG_FILE: dump_config(trainer_config(name, spec, layout))},
     }
 
 
-BUNDLED_TRAINER_COMMAND = ["python", "-m", "longctx_trainer.launch", "--config",
-                           f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}"]
+BUNDLED_TRAINER_COMMAND = [
+    "python",
+    "-m",
+    "longctx_trainer.launch",
+    "--config",
+    f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}",
+]
 
 
-def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int,
-         config: OperatorConfig) -> dict:
+def _job(
+    name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, config: OperatorConfig
+) -> dict:
     workload = names.workload_name(name, generation)
     fabric = fabric_profile(spec, config)
     pod_labels = {**common_labels(name), names.GENERATION_LABEL: str(generation)}
@@ -195,7 +234,8 @@ def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLa
     if fabric.sidecars:
         pod_spec["initContainers"] = [dict(s) for s in fabric.sidecars]
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
         "metadata": _metadata(workload, namespace, job_labels),
         "spec": {
             "completionMode": "Indexed",
@@ -205,21 +245,23 @@ def _job(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLa
             "backoffLimit": 0,
             "podReplacementPolicy": "Failed",
             "suspend": spec.scheduling.admission == "kueue",
-            "template": {"metadata": {"labels": pod_labels, "annotations": dict(fabric.annotations)},
-                         "spec": pod_spec},
+            "template": {"metadata": {"labels": pod_labels, "annotations": dict(fabric.annotations)}, "spec": pod_spec},
         },
     }
 
 
-def render_workload(job: LongContextJob, layout: ResolvedLayout, generation: int = 1,
-                    config: OperatorConfig | None = None) -> Workload:
+def render_workload(
+    job: LongContextJob, layout: ResolvedLayout, generation: int = 1, config: OperatorConfig | None = None
+) -> Workload:
     """Service, ConfigMap and Indexed Job of `generation` for a validated job and its layout."""
     config = config or OperatorConfig()
     name, spec = job.metadata.name, job.spec
     namespace = job.metadata.namespace or "default"
-    return Workload(service=_service(name, namespace, spec),
-                    config_map=_config_map(name, namespace, spec, layout),
-                    job=_job(name, namespace, spec, layout, generation, config))
+    return Workload(
+        service=_service(name, namespace, spec),
+        config_map=_config_map(name, namespace, spec, layout),
+        job=_job(name, namespace, spec, layout, generation, config),
+    )
 
 
 class _Dumper(yaml.SafeDumper):

@@ -21,8 +21,9 @@ TIMEOUT_SECONDS = 1200
 
 
 def kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> str:
-    path = subprocess.run([str(REPO / "hack" / "cluster" / "path")], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    path = subprocess.run(
+        [str(REPO / "hack" / "cluster" / "path")], check=True, capture_output=True, text=True
+    ).stdout.strip()
     env = os.environ | {"KUBECONFIG": str(kubeconfig), "PATH": f"{path}:{os.environ['PATH']}"}
     result = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
@@ -39,8 +40,9 @@ def test_quickstart_succeeds_with_progress(kind_kubeconfig):
         deadline = time.monotonic() + TIMEOUT_SECONDS
         seen_progress: dict = {}
         while True:
-            job = json.loads(kubectl(kind_kubeconfig, "get", "longcontextjob", "quickstart", "--namespace",
-                                     namespace, "-o", "json"))
+            job = json.loads(
+                kubectl(kind_kubeconfig, "get", "longcontextjob", "quickstart", "--namespace", namespace, "-o", "json")
+            )
             status = job.get("status") or {}
             seen_progress = status.get("progress") or seen_progress
             if status.get("phase") in ("Succeeded", "Failed") or time.monotonic() > deadline:

@@ -18,9 +18,10 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -67,9 +68,14 @@ class Kubectl:
 
     @property
     def env(self) -> dict[str, str]:
-        return os.environ | {"KUBECONFIG": str(self.kubeconfig), "PATH": cluster_bin_path() + os.pathsep + os.environ["PATH"]}
+        return os.environ | {
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": cluster_bin_path() + os.pathsep + os.environ["PATH"],
+        }
 
-    def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
         cmd = ["kubectl", *(["--namespace", self.namespace] if self.namespace else []), *args]
         proc = subprocess.run(cmd, input=input, capture_output=True, text=True, env=self.env, timeout=timeout)
         if check and proc.returncode != 0:
@@ -124,8 +130,11 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     admin = Kubectl(cluster.kubeconfig)
     admin.run("create", "namespace", name)
     # The service-account controller fills a new namespace a moment later; pods need it.
-    poll_until(lambda: admin.run("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
-               timeout=30, what=f"the default service account in {name}")
+    poll_until(
+        lambda: admin.run("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
+        timeout=30,
+        what=f"the default service account in {name}",
+    )
     yield name
     admin.run("delete", "namespace", name, "--wait=false", check=False)
 

@@ -21,8 +21,11 @@ CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"
 
 # The test operator's configuration (operator/config.py): KWOK's stage annotations (longctx.io/*,
 # docs/cluster.md) may reach pods, and a job may point the progress scrape at a local port.
-TEST_CONFIG = {"allowedPodAnnotations": ["longctx.io/*"], "metricsUrlPrefixes": ["http://127.0.0.1:"],
-               "progressIntervalSeconds": 1}
+TEST_CONFIG = {
+    "allowedPodAnnotations": ["longctx.io/*"],
+    "metricsUrlPrefixes": ["http://127.0.0.1:"],
+    "progressIntervalSeconds": 1,
+}
 
 
 class OperatorProcess:
@@ -38,13 +41,27 @@ class OperatorProcess:
         self.env = os.environ | {"KUBECONFIG": str(kubeconfig)}
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "OperatorProcess":
+    def start(self) -> OperatorProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces",
-             "--config", str(self.config_path),
-             "--metrics-port", str(self.metrics_port), "--health-port", str(self.liveness_port)],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            [
+                sys.executable,
+                "-m",
+                "longctx_operator.cli",
+                "operator",
+                "--all-namespaces",
+                "--config",
+                str(self.config_path),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--health-port",
+                str(self.liveness_port),
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
         return self
 
     def stop(self) -> None:
@@ -66,9 +83,14 @@ POOL_LABEL = "longctx.io/test-pool"
 def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int) -> list[str]:
     """Adds `count` simulated GPU nodes (hack/cluster/nodes.py, indices from `first`) labelled
     longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs."""
-    nodes = json.loads(subprocess.run(
-        [sys.executable, str(REPO / "hack" / "cluster" / "nodes.py"), "--start", str(first), "--count", str(count)],
-        check=True, capture_output=True, text=True).stdout)
+    nodes = json.loads(
+        subprocess.run(
+            [sys.executable, str(REPO / "hack" / "cluster" / "nodes.py"), "--start", str(first), "--count", str(count)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     for node in nodes["items"]:
         node["metadata"]["labels"][POOL_LABEL] = pool
     admin_kubectl.run("create", "-f", "-", input=json.dumps(nodes))
@@ -91,13 +113,23 @@ def delete_nodes(admin_kubectl, names: list[str]) -> None:
         admin_kubectl.run("delete", "node", *names, "--wait=false", check=False)
 
 
-def job_manifest(name: str, nodes: int = 2, pool: str | None = None, pod_annotations: dict | None = None, annotations: dict | None = None,
-                 **spec_over) -> dict:
+def job_manifest(
+    name: str,
+    nodes: int = 2,
+    pool: str | None = None,
+    pod_annotations: dict | None = None,
+    annotations: dict | None = None,
+    **spec_over,
+) -> dict:
     """A small GPU job for the simulated nodes: tiny model, 8 GPUs per node, short backoff."""
-    spec = {"model": {"preset": "tiny"}, "sequenceLength": 4096, "steps": 10,
-            "resources": {"nodes": nodes, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
-            "scheduling": {"startupTimeoutSeconds": 60}}
+    spec = {
+        "model": {"preset": "tiny"},
+        "sequenceLength": 4096,
+        "steps": 10,
+        "resources": {"nodes": nodes, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+        "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
+        "scheduling": {"startupTimeoutSeconds": 60},
+    }
     if pool:
         spec["scheduling"]["nodeSelector"] = {POOL_LABEL: pool}
     for key, value in spec_over.items():
@@ -105,8 +137,12 @@ def job_manifest(name: str, nodes: int = 2, pool: str | None = None, pod_annotat
     meta_annotations = dict(annotations or {})
     if pod_annotations:
         meta_annotations["longctx.io/pod-annotations"] = json.dumps(pod_annotations)
-    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
-            "metadata": {"name": name, "annotations": meta_annotations}, "spec": spec}
+    return {
+        "apiVersion": "longctx.io/v1alpha1",
+        "kind": "LongContextJob",
+        "metadata": {"name": name, "annotations": meta_annotations},
+        "spec": spec,
+    }
 
 
 def conditions(obj: dict) -> dict[str, tuple[str, str]]:
@@ -115,8 +151,9 @@ def conditions(obj: dict) -> dict[str, tuple[str, str]]:
 
 def event_objects(kubectl, name: str) -> list[dict]:
     """The job's Events in the order they were created."""
-    items = kubectl.json("get", "events", "--field-selector",
-                         f"involvedObject.kind=LongContextJob,involvedObject.name={name}")["items"]
+    items = kubectl.json(
+        "get", "events", "--field-selector", f"involvedObject.kind=LongContextJob,involvedObject.name={name}"
+    )["items"]
     return sorted(items, key=lambda e: int(e["metadata"]["resourceVersion"]))
 
 
@@ -127,8 +164,10 @@ def events(kubectl, name: str) -> list[tuple[str, str]]:
 
 def children(kubectl, name: str) -> dict[str, list[str]]:
     selector = f"longctx.io/job-name={name}"
-    return {kind: [o["metadata"]["name"] for o in kubectl.json("get", kind, "-l", selector)["items"]]
-            for kind in ("services", "configmaps", "jobs", "pods")}
+    return {
+        kind: [o["metadata"]["name"] for o in kubectl.json("get", kind, "-l", selector)["items"]]
+        for kind in ("services", "configmaps", "jobs", "pods")
+    }
 
 
 def wait_phase(kubectl, wait_until, name: str, phase: str, timeout: float = 90) -> dict:
@@ -154,25 +193,44 @@ def chart_kubeconfig(admin_kubectl, directory: Path) -> Path:
     role = f"{OPERATOR_NAMESPACE}-{OPERATOR_ACCOUNT}"
     objects = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-         "rules": rules["namespaced"] + rules["clusterScoped"]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}]},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": rules["namespaced"] + rules["clusterScoped"],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE}],
+        },
     ]
     admin_kubectl.run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    token = admin_kubectl.run("create", "token", OPERATOR_ACCOUNT, "--namespace", OPERATOR_NAMESPACE,
-                              "--duration", "24h").stdout.strip()
+    token = admin_kubectl.run(
+        "create", "token", OPERATOR_ACCOUNT, "--namespace", OPERATOR_NAMESPACE, "--duration", "24h"
+    ).stdout.strip()
     admin = json.loads(admin_kubectl.run("config", "view", "--raw", "--minify", "-o", "json").stdout)
     cluster = admin["clusters"][0]
     path = directory / "operator.kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
-        "clusters": [{"name": "local", "cluster": cluster["cluster"]}],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "operator",
+                "clusters": [{"name": "local", "cluster": cluster["cluster"]}],
+                "users": [{"name": "operator", "user": {"token": token}}],
+                "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+            }
+        )
+    )
     return path
 
 

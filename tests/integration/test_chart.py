@@ -34,9 +34,11 @@ NON_DEFAULT_VALUES = {
         "tcpxoDaemonImage": "registry.example.com/gcp/tcpgpudmarxd:v1.0.99",
     },
     "operator": {"healthPort": 18080, "metricsPort": 18000},
-    "metrics": {"service": {"port": 18000},
-                "serviceMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "1m"},
-                "podMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "10s"}},
+    "metrics": {
+        "service": {"port": 18000},
+        "serviceMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "1m"},
+        "podMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "10s"},
+    },
     "dashboard": {"namespace": "monitoring", "annotations": {"grafana_folder": "Training"}},
     "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
     "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
@@ -47,8 +49,11 @@ def locate_helm() -> str:
     """Helm: $LONGCTX_HELM, else the binary hack/cluster/build caches (built here when missing)."""
     if os.environ.get("LONGCTX_HELM"):
         return os.environ["LONGCTX_HELM"]
-    folders = subprocess.run([str(ROOT / "hack" / "cluster" / "path")], check=True, capture_output=True,
-                             text=True).stdout.strip().split(":")
+    folders = (
+        subprocess.run([str(ROOT / "hack" / "cluster" / "path")], check=True, capture_output=True, text=True)
+        .stdout.strip()
+        .split(":")
+    )
     [folder] = [Path(folder) for folder in folders if Path(folder).parent.name.startswith("helm-")]
     if not (folder / "helm").exists():
         subprocess.run([str(ROOT / "hack" / "cluster" / "build"), "helm"], check=True)
@@ -69,12 +74,25 @@ def run_helm(helm: str, *args: str, values: dict | None = None, tmp_path: Path |
     return subprocess.run(command, capture_output=True, text=True)
 
 
-def render(helm: str, tmp_path: Path, values: dict | None = None, api_versions=(), extra=(),
-           chart: Path = CHART) -> list[dict]:
+def render(
+    helm: str, tmp_path: Path, values: dict | None = None, api_versions=(), extra=(), chart: Path = CHART
+) -> list[dict]:
     flags = [f"--api-versions={api}" for api in api_versions]
-    result = run_helm(helm, "template", "longctx", str(chart), "--namespace", "longctx-system",
-                      "--kube-version", KUBERNETES_VERSION, "--include-crds", *flags, *extra,
-                      values=values, tmp_path=tmp_path)
+    result = run_helm(
+        helm,
+        "template",
+        "longctx",
+        str(chart),
+        "--namespace",
+        "longctx-system",
+        "--kube-version",
+        KUBERNETES_VERSION,
+        "--include-crds",
+        *flags,
+        *extra,
+        values=values,
+        tmp_path=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
@@ -105,8 +123,9 @@ def custom_objects(helm, tmp_path_factory):
 
 @pytest.mark.parametrize("values", [None, NON_DEFAULT_VALUES], ids=["default", "non-default"])
 def test_helm_lint_passes_strictly(helm, tmp_path, values):
-    result = run_helm(helm, "lint", "--strict", "--kube-version", KUBERNETES_VERSION, str(CHART),
-                      values=values, tmp_path=tmp_path)
+    result = run_helm(
+        helm, "lint", "--strict", "--kube-version", KUBERNETES_VERSION, str(CHART), values=values, tmp_path=tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
 
@@ -245,15 +264,22 @@ def test_monitors_select_the_operator_and_the_trainer_pods(custom_objects):
     [endpoint] = pods["podMetricsEndpoints"]
     assert "port" not in endpoint  # every declared port is a candidate; the relabeling keeps metrics ports
     [keep] = endpoint["relabelings"]
-    assert keep == {"sourceLabels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics(-[0-9]+)?",
-                    "action": "keep"}
+    assert keep == {
+        "sourceLabels": ["__meta_kubernetes_pod_container_port_name"],
+        "regex": "metrics(-[0-9]+)?",
+        "action": "keep",
+    }
     assert pods["namespaceSelector"] == {"matchNames": ["ml-a", "ml-b"]}
 
 
 @pytest.mark.parametrize("example", ["quickstart.yaml", "llama3-8b-128k-infiniband-nvshmem.yaml"])
 def test_pod_monitor_selects_the_trainer_pods_longctx_renders(custom_objects, example):
-    rendered = subprocess.run([str(Path(sys.executable).parent / "longctx"), "render", str(ROOT / "examples" / example)],
-                              check=True, capture_output=True, text=True).stdout
+    rendered = subprocess.run(
+        [str(Path(sys.executable).parent / "longctx"), "render", str(ROOT / "examples" / example)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     template = one([doc for doc in yaml.safe_load_all(rendered) if doc], "Job")["spec"]["template"]
     selector = one(custom_objects, "PodMonitor")["spec"]["selector"]
     for expression in selector["matchExpressions"]:
@@ -266,10 +292,14 @@ def test_pod_monitor_selects_the_trainer_pods_longctx_renders(custom_objects, ex
 
 
 def test_chart_embeds_the_dashboard_and_the_alert_rules(custom_objects):
-    [dashboard] = [obj for obj in by_kind(custom_objects, "ConfigMap") if obj["metadata"]["name"].endswith("-dashboard")]
+    [dashboard] = [
+        obj for obj in by_kind(custom_objects, "ConfigMap") if obj["metadata"]["name"].endswith("-dashboard")
+    ]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["metadata"]["namespace"] == "monitoring"
-    assert json.loads(dashboard["data"]["longctx.json"]) == json.loads((ROOT / "dashboards" / "longctx.json").read_text())
+    assert json.loads(dashboard["data"]["longctx.json"]) == json.loads(
+        (ROOT / "dashboards" / "longctx.json").read_text()
+    )
     rules = one(custom_objects, "PrometheusRule")["spec"]
     assert rules == yaml.safe_load((ROOT / "alerts" / "longctx.rules.yaml").read_text())
 
@@ -281,19 +311,31 @@ def test_chart_crd_is_the_generated_crd(default_objects):
     assert one(default_objects, "CustomResourceDefinition") == yaml.safe_load(generated.read_text())
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [
-    ({"rbac": {"scope": "everything"}}, ["/rbac/scope", "cluster", "namespace"]),
-    ({"defaults": {"admission": "kueue"}}, ["/defaults", "admission"]),
-    ({"image": {"repository": ""}}, ["/image/repository"]),
-    ({"operator": {"metricsPort": 70000}}, ["/operator/metricsPort", "maximum"]),
-    ({"metrics": {"podMonitor": {"interval": "fast"}}}, ["/metrics/podMonitor/interval"]),
-    ({"watchNamespaces": ["Not_A_Namespace"]}, ["/watchNamespaces/0"]),
-    ({"podSecurityContext": {"runAsNonRoot": False}}, ["/podSecurityContext/runAsNonRoot"]),
-    ({"replicas": 2}, ["replicas"]),
-], ids=["scope", "removed-admission-default", "repository", "port", "interval", "namespace", "root", "unknown-key"])
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"rbac": {"scope": "everything"}}, ["/rbac/scope", "cluster", "namespace"]),
+        ({"defaults": {"admission": "kueue"}}, ["/defaults", "admission"]),
+        ({"image": {"repository": ""}}, ["/image/repository"]),
+        ({"operator": {"metricsPort": 70000}}, ["/operator/metricsPort", "maximum"]),
+        ({"metrics": {"podMonitor": {"interval": "fast"}}}, ["/metrics/podMonitor/interval"]),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, ["/watchNamespaces/0"]),
+        ({"podSecurityContext": {"runAsNonRoot": False}}, ["/podSecurityContext/runAsNonRoot"]),
+        ({"replicas": 2}, ["replicas"]),
+    ],
+    ids=["scope", "removed-admission-default", "repository", "port", "interval", "namespace", "root", "unknown-key"],
+)
 def test_schema_rejects_bad_values_naming_the_field(helm, tmp_path, overrides, expected):
-    result = run_helm(helm, "template", "longctx", str(CHART), "--kube-version", KUBERNETES_VERSION,
-                      values=overrides, tmp_path=tmp_path)
+    result = run_helm(
+        helm,
+        "template",
+        "longctx",
+        str(CHART),
+        "--kube-version",
+        KUBERNETES_VERSION,
+        values=overrides,
+        tmp_path=tmp_path,
+    )
     assert result.returncode != 0, f"accepted {overrides}"
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
     for text in expected:
@@ -322,7 +364,9 @@ def render_notes(helm: str, tmp_path: Path, values: dict | None = None, api_vers
     (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + notes.read_text() + "{{- end -}}")
     notes.unlink()
     (chart / "templates" / "notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "test.notes" . | quote }}\n')
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n"
+        '  notes: {{ include "test.notes" . | quote }}\n'
+    )
     objects = render(helm, tmp_path, values, api_versions, extra=["--show-only", "templates/notes.yaml"], chart=chart)
     return one(objects, "ConfigMap")["data"]["notes"]
 
@@ -341,8 +385,14 @@ def monitoring_schemas(tmp_path_factory) -> dict[str, dict]:
     """openAPIV3Schema of each monitoring.coreos.com/v1 kind, from the Prometheus Operator's Go
     module (its example/prometheus-operator-crd), fetched through the Go module proxy once."""
     env = {**os.environ, "GOSUMDB": "off", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-    download = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True,
-                              capture_output=True, text=True, env=env, cwd=tmp_path_factory.mktemp("go"))
+    download = subprocess.run(
+        ["go", "mod", "download", "-json", PROMETHEUS_OPERATOR],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path_factory.mktemp("go"),
+    )
     folder = Path(json.loads(download.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
     schemas = {}
     for plural in ("servicemonitors", "podmonitors", "prometheusrules"):
@@ -355,12 +405,21 @@ def monitoring_schemas(tmp_path_factory) -> dict[str, dict]:
 def unknown_fields(value, schema: dict, path: str = "") -> list[str]:
     """Fields the API server would silently prune: keys a structural schema does not declare."""
     if isinstance(value, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-        return [problem for key, item in value.items()
-                for problem in ([f"{path}.{key}"] if key not in schema["properties"]
-                                else unknown_fields(item, schema["properties"][key], f"{path}.{key}"))]
+        return [
+            problem
+            for key, item in value.items()
+            for problem in (
+                [f"{path}.{key}"]
+                if key not in schema["properties"]
+                else unknown_fields(item, schema["properties"][key], f"{path}.{key}")
+            )
+        ]
     if isinstance(value, list) and "items" in schema:
-        return [problem for index, item in enumerate(value)
-                for problem in unknown_fields(item, schema["items"], f"{path}[{index}]")]
+        return [
+            problem
+            for index, item in enumerate(value)
+            for problem in unknown_fields(item, schema["items"], f"{path}[{index}]")
+        ]
     return []
 
 

@@ -29,6 +29,12 @@ def test_helm_and_kwok_report_their_pinned_versions(admin_kubectl, cluster_versi
 
 
 def test_second_build_finds_everything_cached(repo_root):
-    output = subprocess.run([str(repo_root / "hack" / "cluster" / "build")], capture_output=True, text=True,
-                            check=True, timeout=600, env=os.environ).stderr
+    output = subprocess.run(
+        [str(repo_root / "hack" / "cluster" / "build")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        env=os.environ,
+    ).stderr
     assert output.count(": cached in ") == 4, output

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.manifests import EXAMPLES, apply_case, malformed_cases
 
 pytestmark = pytest.mark.integration
@@ -60,11 +61,14 @@ def test_example_is_accepted_and_stored(crd, kubectl, example: Path):
 
 
 BASE, CASES = malformed_cases()
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["name"]) for c in CASES])
 def test_server_rejects_malformed_job_naming_the_field(crd, admin_kubectl, case):
     manifest = yaml.safe_dump(apply_case(BASE, case))
-    result = admin_kubectl.run("create", "--namespace", "default", "--dry-run=server", "-f", "-", input=manifest,
-                               check=False)
+    result = admin_kubectl.run(
+        "create", "--namespace", "default", "--dry-run=server", "-f", "-", input=manifest, check=False
+    )
     assert result.returncode != 0, "the API server accepted it"
     assert case["field"] in result.stderr
 
@@ -72,19 +76,27 @@ def test_server_rejects_malformed_job_naming_the_field(crd, admin_kubectl, case)
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_rendered_workload_passes_server_dry_run(crd, kubectl, example: Path):
     longctx = Path(sys.executable).with_name("longctx")
-    rendered = subprocess.run([str(longctx), "render", str(example), "--namespace", kubectl.namespace],
-                              capture_output=True, text=True, check=True, timeout=120).stdout
+    rendered = subprocess.run(
+        [str(longctx), "render", str(example), "--namespace", kubectl.namespace],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     kinds = [doc["kind"] for doc in yaml.safe_load_all(rendered) if doc]
     assert "Job" in kinds and "Service" in kinds
     kubectl.run("apply", "--dry-run=server", "-f", "-", input=rendered)
 
 
-@pytest.mark.parametrize("patch,needle", [
-    ({"spec": {"model": {"preset": "125m"}}}, "model is immutable"),
-    ({"spec": {"sequenceLength": 65536}}, "sequenceLength and globalBatchTokens are immutable"),
-    ({"spec": {"globalBatchTokens": 524288}}, "sequenceLength and globalBatchTokens are immutable"),
-    ({"spec": {"checkpoint": {"path": "/elsewhere"}}}, "checkpoint.path is immutable"),
-])
+@pytest.mark.parametrize(
+    "patch,needle",
+    [
+        ({"spec": {"model": {"preset": "125m"}}}, "model is immutable"),
+        ({"spec": {"sequenceLength": 65536}}, "sequenceLength and globalBatchTokens are immutable"),
+        ({"spec": {"globalBatchTokens": 524288}}, "sequenceLength and globalBatchTokens are immutable"),
+        ({"spec": {"checkpoint": {"path": "/elsewhere"}}}, "checkpoint.path is immutable"),
+    ],
+)
 def test_server_rejects_changes_to_immutable_fields(crd, kubectl, patch, needle):
     base, _ = malformed_cases()
     kubectl.run("create", "-f", "-", input=yaml.safe_dump(base))

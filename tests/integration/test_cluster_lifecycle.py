@@ -28,16 +28,28 @@ def test_up_starts_a_ready_cluster_and_down_removes_it(repo_root, tmp_path, admi
     pids: list[int] = []
     start = time.monotonic()
     try:
-        printed = subprocess.run([str(scripts / "up"), "--nodes", "1"], env=env, check=True, capture_output=True,
-                                 text=True, timeout=120).stdout.strip()
+        printed = subprocess.run(
+            [str(scripts / "up"), "--nodes", "1"], env=env, check=True, capture_output=True, text=True, timeout=120
+        ).stdout.strip()
         warm_start = time.monotonic() - start
         assert printed == str(state / "kubeconfig")
         pids = [int(p.read_text()) for p in (state / "pids").glob("*.pid")]
         assert len(pids) == 5 and all(map(alive, pids))
         ready = subprocess.run(  # admin_kubectl.env has the binaries on PATH; --kubeconfig picks the cluster
-            ["kubectl", "--kubeconfig", printed, "get", "nodes", "-o",
-             "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}"],
-            env=admin_kubectl.env, capture_output=True, text=True, check=True).stdout
+            [
+                "kubectl",
+                "--kubeconfig",
+                printed,
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}",
+            ],
+            env=admin_kubectl.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert ready == "True"
         assert warm_start <= WARM_START_LIMIT_S
     finally:

@@ -23,7 +23,9 @@ def test_nodes_are_ready_gpu_nodes(admin_kubectl):
         assert labels["nvidia.com/gpu.product"] == GPU_PRODUCT
         assert labels["nvidia.com/gpu.count"] == "8"
         assert labels["nvidia.com/gpu.present"] == "true"
-        assert labels["nvidia.com/gpu.clique"].endswith("." + str(int(labels["topology.longctx.io/rack"].split("-")[1])))
+        assert labels["nvidia.com/gpu.clique"].endswith(
+            "." + str(int(labels["topology.longctx.io/rack"].split("-")[1]))
+        )
         assert labels["topology.kubernetes.io/zone"].startswith("sim-zone-")
         assert labels["topology.longctx.io/block"].startswith("block-")
         taints = node["spec"].get("taints", [])

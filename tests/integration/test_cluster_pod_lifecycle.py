@@ -12,7 +12,11 @@ def job_condition(kubectl, job: str, kind: str):
 
 
 def exit_codes(pod: dict) -> list[int]:
-    return [s["state"]["terminated"]["exitCode"] for s in pod["status"].get("containerStatuses", []) if "terminated" in s["state"]]
+    return [
+        s["state"]["terminated"]["exitCode"]
+        for s in pod["status"].get("containerStatuses", [])
+        if "terminated" in s["state"]
+    ]
 
 
 def test_job_pods_complete_after_the_requested_delay(kubectl, wait_until, workloads):

@@ -7,10 +7,13 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+
 def test_indexed_job_gets_gpu_nodes_and_stable_hostnames(kubectl, wait_until, workloads):
     job, workers = "ring", 4
-    kubectl.apply(workloads.headless_service(job),
-                  workloads.gpu_indexed_job(job, workers, annotations={"longctx.io/keep-running": "true"}))
+    kubectl.apply(
+        workloads.headless_service(job),
+        workloads.gpu_indexed_job(job, workers, annotations={"longctx.io/keep-running": "true"}),
+    )
 
     def all_running():
         pods = kubectl.pods(f"job-name={job}")
@@ -37,7 +40,9 @@ def test_indexed_job_gets_gpu_nodes_and_stable_hostnames(kubectl, wait_until, wo
         names = sorted(e.get("hostname", "") for s in slices for e in s.get("endpoints") or [])
         return names if len(names) == workers else None
 
-    assert wait_until(published_hostnames, timeout=30, what="endpoint hostnames") == [f"{job}-{i}" for i in range(workers)]
+    assert wait_until(published_hostnames, timeout=30, what="endpoint hostnames") == [
+        f"{job}-{i}" for i in range(workers)
+    ]
 
 
 def test_job_larger_than_any_node_stays_pending_with_reason(kubectl, wait_until, workloads):

@@ -24,15 +24,26 @@ VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletec
 # Every Kubernetes API call of the operator, as (verb, resource, subresource), with where it is made.
 # The chart's rules must grant these and nothing else.
 OPERATOR_CALLS_NAMESPACED = {
-    ("list", "longcontextjobs.longctx.io", ""), ("watch", "longcontextjobs.longctx.io", ""),  # handlers: kopf.on.event
+    ("list", "longcontextjobs.longctx.io", ""),
+    ("watch", "longcontextjobs.longctx.io", ""),  # handlers: kopf.on.event
     ("patch", "longcontextjobs.longctx.io", "status"),  # kube.patch_status
-    ("update", "longcontextjobs.longctx.io", "finalizers"),  # blockOwnerDeletion owner references (kube.owner_reference)
-    ("create", "jobs.batch", ""), ("delete", "jobs.batch", ""),  # kube.create_owned, kube.delete_job
-    ("get", "jobs.batch", ""), ("get", "services", ""), ("get", "configmaps", ""),  # kube.create_owned: owner of a taken name
-    ("list", "jobs.batch", ""), ("watch", "jobs.batch", ""),  # handlers: workload_event
+    (
+        "update",
+        "longcontextjobs.longctx.io",
+        "finalizers",
+    ),  # blockOwnerDeletion owner references (kube.owner_reference)
+    ("create", "jobs.batch", ""),
+    ("delete", "jobs.batch", ""),  # kube.create_owned, kube.delete_job
+    ("get", "jobs.batch", ""),
+    ("get", "services", ""),
+    ("get", "configmaps", ""),  # kube.create_owned: owner of a taken name
+    ("list", "jobs.batch", ""),
+    ("watch", "jobs.batch", ""),  # handlers: workload_event
     ("create", "services", ""),  # kube.create_owned (create-or-get)
-    ("create", "configmaps", ""), ("patch", "configmaps", ""),  # kube.create_owned (create-or-update when owned)
-    ("list", "pods", ""), ("watch", "pods", ""),  # handlers: pod_event
+    ("create", "configmaps", ""),
+    ("patch", "configmaps", ""),  # kube.create_owned (create-or-update when owned)
+    ("list", "pods", ""),
+    ("watch", "pods", ""),  # handlers: pod_event
     ("create", "events", ""),  # kube.post_event
 }
 OPERATOR_CALLS_CLUSTER = {("list", "nodes", ""), ("watch", "nodes", "")}  # handlers: node_event
@@ -78,16 +89,19 @@ class Access:
         assert result.stdout.strip() in ("yes", "no"), result.stderr
         return result.stdout.strip() == "yes"
 
-    def mismatches(self, expected: set[tuple[str, str, str]], resources: set[tuple[str, str]],
-                   namespace: str | None) -> list[str]:
+    def mismatches(
+        self, expected: set[tuple[str, str, str]], resources: set[tuple[str, str]], namespace: str | None
+    ) -> list[str]:
         """Every verb on every (resource, subresource) whose answer differs from `expected`."""
         wrong = []
         for resource, sub in sorted(resources):
             for verb in VERBS:
                 allowed = self.can(verb, resource, sub, namespace)
                 if allowed != ((verb, resource, sub) in expected):
-                    wrong.append(f"{verb} {resource}{'/' + sub if sub else ''} in {namespace or 'cluster scope'}: "
-                                 f"{'allowed' if allowed else 'denied'}")
+                    wrong.append(
+                        f"{verb} {resource}{'/' + sub if sub else ''} in {namespace or 'cluster scope'}: "
+                        f"{'allowed' if allowed else 'denied'}"
+                    )
         return wrong
 
 
@@ -111,15 +125,16 @@ def other_namespace(admin_kubectl):
 def install(helm: Helm, release: str, namespace: str, tmp_path: Path, values: dict) -> None:
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump({"tolerations": [GPU_TOLERATION], **values}))
-    helm("install", release, str(CHART), "--namespace", namespace, "--values", str(path), "--wait",
-         "--timeout", "180s")
+    helm("install", release, str(CHART), "--namespace", namespace, "--values", str(path), "--wait", "--timeout", "180s")
 
 
 def check_running_operator(kubectl, admin_kubectl, release: str) -> None:
     admin_kubectl.run("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
     deployment = kubectl.json("get", "deployment", release)
     conditions = {c["type"]: c["status"] for c in deployment["status"]["conditions"]}
-    assert conditions.get("Available") == "True" and deployment["status"].get("readyReplicas") == 1, deployment["status"]
+    assert conditions.get("Available") == "True" and deployment["status"].get("readyReplicas") == 1, deployment[
+        "status"
+    ]
     [pod] = kubectl.pods(f"app.kubernetes.io/instance={release}")
     assert pod["status"]["phase"] == "Running"
     assert pod["spec"]["serviceAccountName"] == release
@@ -129,8 +144,14 @@ def check_uninstall(helm: Helm, kubectl, admin_kubectl, release: str, namespaces
     helm("uninstall", release, "--namespace", kubectl.namespace, "--wait", "--timeout", "120s")
     selector = f"app.kubernetes.io/instance={release}"
     for ns in namespaces:
-        left = admin_kubectl.json("get", "deployments,services,configmaps,serviceaccounts,roles,rolebindings",
-                                  "-l", selector, "--namespace", ns)["items"]
+        left = admin_kubectl.json(
+            "get",
+            "deployments,services,configmaps,serviceaccounts,roles,rolebindings",
+            "-l",
+            selector,
+            "--namespace",
+            ns,
+        )["items"]
         assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
     left = admin_kubectl.json("get", "clusterroles,clusterrolebindings", "-l", selector)["items"]
     assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
@@ -139,8 +160,9 @@ def check_uninstall(helm: Helm, kubectl, admin_kubectl, release: str, namespaces
 
 
 @pytest.mark.slow
-def test_cluster_scope_install_grants_the_operator_exactly_its_calls(kubectl, admin_kubectl, namespace, release,
-                                                                      tmp_path):
+def test_cluster_scope_install_grants_the_operator_exactly_its_calls(
+    kubectl, admin_kubectl, namespace, release, tmp_path
+):
     helm = Helm(kubectl)
     install(helm, release, namespace, tmp_path, {})
     check_running_operator(kubectl, admin_kubectl, release)
@@ -155,11 +177,11 @@ def test_cluster_scope_install_grants_the_operator_exactly_its_calls(kubectl, ad
 
 
 @pytest.mark.slow
-def test_namespace_scope_install_grants_only_the_watched_namespace(kubectl, admin_kubectl, namespace, release,
-                                                                    other_namespace, tmp_path):
+def test_namespace_scope_install_grants_only_the_watched_namespace(
+    kubectl, admin_kubectl, namespace, release, other_namespace, tmp_path
+):
     helm = Helm(kubectl)
-    install(helm, release, namespace, tmp_path,
-            {"rbac": {"scope": "namespace"}, "watchNamespaces": [other_namespace]})
+    install(helm, release, namespace, tmp_path, {"rbac": {"scope": "namespace"}, "watchNamespaces": [other_namespace]})
     check_running_operator(kubectl, admin_kubectl, release)
     config = yaml.safe_load(kubectl.json("get", "configmap", f"{release}-config")["data"]["operator.yaml"])
     assert config["watchNamespaces"] == [other_namespace] and config["readNodes"] is False
@@ -175,8 +197,9 @@ def test_namespace_scope_install_grants_only_the_watched_namespace(kubectl, admi
 
 
 @pytest.mark.slow
-def test_cluster_scope_with_listed_namespaces_writes_only_there(kubectl, admin_kubectl, namespace, release,
-                                                                 other_namespace, tmp_path):
+def test_cluster_scope_with_listed_namespaces_writes_only_there(
+    kubectl, admin_kubectl, namespace, release, other_namespace, tmp_path
+):
     """Cluster scope watching one namespace: node reads cluster-wide, but Jobs, ConfigMaps and the
     rest only in the watched namespace, so no job author can make it write anywhere else."""
     helm = Helm(kubectl)

@@ -25,8 +25,13 @@ def _job(tmp_path, **spec_changes):
 
 
 def _longctx(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "longctx_operator.cli", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "longctx_operator.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
@@ -69,8 +74,11 @@ def test_the_quickstart_learns_from_its_corpus(tmp_path):
     finally:
         job.unlink()
     assert proc.returncode == 0, err
-    losses = [e["loss"] for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines())
-              if e and e["event"] == "step"]
+    losses = [
+        e["loss"]
+        for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines())
+        if e and e["event"] == "step"
+    ]
     assert len(losses) == 12 and losses[0] > 5.0
     assert sum(losses[-3:]) / 3 < losses[0] - 0.8, losses
 
@@ -92,8 +100,12 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     weights.mkdir()
     write_checkpoint(weights, tensors, hf_config(dims))
     run_dir = tmp_path / "run"
-    proc = _longctx("run", str(_job(tmp_path, steps=1, initFrom={"path": str(weights)}, data={"kind": "synthetic"})),
-                    "--run-dir", str(run_dir))
+    proc = _longctx(
+        "run",
+        str(_job(tmp_path, steps=1, initFrom={"path": str(weights)}, data={"kind": "synthetic"})),
+        "--run-dir",
+        str(run_dir),
+    )
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert f"weights from {weights}" in out

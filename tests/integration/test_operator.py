@@ -59,9 +59,17 @@ def suspend_leftovers(operator, kubectl, wait_until):
     for obj in kubectl.json("get", "lcj")["items"]:
         if (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             kubectl.run("patch", "lcj", obj["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_until(lambda: not [p for p in kubectl.json("get", "pods")["items"]
-                            if p["status"].get("phase") not in ("Succeeded", "Failed")],
-               timeout=60, what="the test's running pods gone")
+    wait_until(
+        lambda: (
+            not [
+                p
+                for p in kubectl.json("get", "pods")["items"]
+                if p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+        ),
+        timeout=60,
+        what="the test's running pods gone",
+    )
 
 
 def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
@@ -73,19 +81,30 @@ def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
     assert status["workers"]["total"] == 2 and status["workers"]["succeeded"] == 2
     assert status["layout"]["processes"] == 2
     assert h.conditions(done) == {
-        "LayoutPlanned": ("True", "Planned"), "Admitted": ("True", "GangFits"),
-        "Running": ("False", "Completed"), "Rendezvous": ("False", "Completed"),
-        "Succeeded": ("True", "Completed")}
+        "LayoutPlanned": ("True", "Planned"),
+        "Admitted": ("True", "GangFits"),
+        "Running": ("False", "Completed"),
+        "Rendezvous": ("False", "Completed"),
+        "Succeeded": ("True", "Completed"),
+    }
     assert h.events(kubectl, "happy") == [
-        ("Normal", "Planned"), ("Warning", "CheckpointNotPersistent"), ("Normal", "GangFits"),
+        ("Normal", "Planned"),
+        ("Warning", "CheckpointNotPersistent"),
+        ("Normal", "GangFits"),
         ("Normal", "AllRanksRunning"),
-        ("Normal", "AllRanksReady"), ("Normal", "Completed")]
+        ("Normal", "AllRanksReady"),
+        ("Normal", "Completed"),
+    ]
     kids = h.children(kubectl, "happy")
     assert (kids["services"], kids["configmaps"], kids["jobs"]) == (["happy"], ["happy-trainer"], ["happy-g1"])
     job = kubectl.json("get", "job", "happy-g1")
     owner = job["metadata"]["ownerReferences"][0]
-    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == \
-        ("LongContextJob", "happy", done["metadata"]["uid"], True)
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "LongContextJob",
+        "happy",
+        done["metadata"]["uid"],
+        True,
+    )
     assert job["spec"]["template"]["metadata"]["annotations"]["longctx.io/complete-after"] == "4s"
 
 
@@ -120,9 +139,17 @@ def test_failing_every_time_fails_after_max_restarts(operator, kubectl, wait_unt
 
 def test_startup_timeout_is_a_failure_with_its_own_reason(operator, kubectl, wait_until):
     """A node selector no node has: admission none creates the gang, its pods never run."""
-    kubectl.apply(h.job_manifest("stuck", scheduling={"admission": "none", "startupTimeoutSeconds": 10,
-                                                      "nodeSelector": {"longctx.io/no-such-pool": "x"}},
-                                 restartPolicy={"maxRestarts": 0}))
+    kubectl.apply(
+        h.job_manifest(
+            "stuck",
+            scheduling={
+                "admission": "none",
+                "startupTimeoutSeconds": 10,
+                "nodeSelector": {"longctx.io/no-such-pool": "x"},
+            },
+            restartPolicy={"maxRestarts": 0},
+        )
+    )
     failed = h.wait_phase(kubectl, wait_until, "stuck", "Failed", timeout=60)
     assert failed["status"]["reason"] == "StartupTimeout"
     assert "0 of 2 ranks Running after 10s" in failed["status"]["message"]
@@ -131,10 +158,16 @@ def test_startup_timeout_is_a_failure_with_its_own_reason(operator, kubectl, wai
 def test_a_workload_the_api_server_refuses_is_reported_then_times_out(operator, kubectl, wait_until):
     """A ResourceQuota that allows no Jobs: the API server's quota admission refuses the gang."""
     kubectl.run("create", "quota", "no-jobs", "--hard=count/jobs.batch=0")
-    wait_until(lambda: kubectl.json("get", "quota", "no-jobs").get("status", {}).get("hard"), timeout=30,
-               what="the quota controller to fill in the quota's status")
-    kubectl.apply(h.job_manifest("refused", scheduling={"admission": "none", "startupTimeoutSeconds": 10},
-                                 restartPolicy={"maxRestarts": 0}))
+    wait_until(
+        lambda: kubectl.json("get", "quota", "no-jobs").get("status", {}).get("hard"),
+        timeout=30,
+        what="the quota controller to fill in the quota's status",
+    )
+    kubectl.apply(
+        h.job_manifest(
+            "refused", scheduling={"admission": "none", "startupTimeoutSeconds": 10}, restartPolicy={"maxRestarts": 0}
+        )
+    )
 
     def reported():
         obj = kubectl.json("get", "longcontextjob", "refused")
@@ -160,8 +193,9 @@ def gpu_pool(admin_kubectl, namespace):
     h.delete_nodes(admin_kubectl, names)
 
 
-def test_not_enough_gpus_stays_pending_then_starts_when_nodes_are_added(operator, kubectl, wait_until, namespace,
-                                                                        gpu_pool):
+def test_not_enough_gpus_stays_pending_then_starts_when_nodes_are_added(
+    operator, kubectl, wait_until, namespace, gpu_pool
+):
     kubectl.apply(h.job_manifest("waiting", pool=namespace, pod_annotations=FAST))
     pending = h.wait_phase(kubectl, wait_until, "waiting", "Pending", timeout=30)
     assert pending["status"]["reason"] == "InsufficientGPUs"
@@ -176,17 +210,21 @@ def test_not_enough_gpus_stays_pending_then_starts_when_nodes_are_added(operator
 
 
 def test_kueue_job_is_created_suspended_and_runs_once_unsuspended(operator, kubectl, wait_until):
-    kubectl.apply(pool_job("queued", pod_annotations=FAST,
-                                 scheduling={"admission": "kueue", "queueName": "team-a"}))
-    job = wait_until(lambda: kubectl.json("get", "jobs", "-l", "longctx.io/job-name=queued")["items"],
-                     timeout=30, what="the suspended Job")[0]
+    kubectl.apply(pool_job("queued", pod_annotations=FAST, scheduling={"admission": "kueue", "queueName": "team-a"}))
+    job = wait_until(
+        lambda: kubectl.json("get", "jobs", "-l", "longctx.io/job-name=queued")["items"],
+        timeout=30,
+        what="the suspended Job",
+    )[0]
     assert job["spec"]["suspend"] is True
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     queued = kubectl.json("get", "lcj", "queued")
     assert queued["status"]["phase"] == "Pending"
     assert h.conditions(queued)["Admitted"] == ("False", "QueuedInKueue")
     assert kubectl.pods("longctx.io/job-name=queued") == []
-    kubectl.run("patch", "job", job["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":false}}')  # Kueue's part
+    kubectl.run(
+        "patch", "job", job["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":false}}'
+    )  # Kueue's part
     done = h.wait_phase(kubectl, wait_until, "queued", "Succeeded")
     assert h.conditions(done)["Admitted"] == ("True", "AdmittedByKueue")
     assert done["status"]["workloadGeneration"] == 1
@@ -197,8 +235,11 @@ def test_suspend_then_resume_runs_the_next_generation(operator, kubectl, wait_un
     h.wait_phase(kubectl, wait_until, "pausable", "Running")
     kubectl.run("patch", "lcj", "pausable", "--type=merge", "-p", '{"spec":{"suspend":true}}')
     h.wait_phase(kubectl, wait_until, "pausable", "Suspended", timeout=30)
-    wait_until(lambda: h.children(kubectl, "pausable")["jobs"] == [] and not kubectl.pods("longctx.io/job-name=pausable"),
-               timeout=30, what="workload deleted")
+    wait_until(
+        lambda: h.children(kubectl, "pausable")["jobs"] == [] and not kubectl.pods("longctx.io/job-name=pausable"),
+        timeout=30,
+        what="workload deleted",
+    )
     kubectl.run("patch", "lcj", "pausable", "--type=merge", "-p", '{"spec":{"suspend":false}}')
     resumed = h.wait_phase(kubectl, wait_until, "pausable", "Running", timeout=60)
     assert (resumed["status"]["workloadGeneration"], resumed["status"]["restarts"]) == (2, 0)
@@ -212,19 +253,24 @@ def test_delete_removes_every_child(operator, kubectl, wait_until):
     kids = h.children(kubectl, "doomed-by-user")
     assert len(kids["jobs"]) == 1 and len(kids["pods"]) == 2 and kids["services"] and kids["configmaps"]
     kubectl.run("delete", "lcj", "doomed-by-user", "--wait=true", "--timeout=30s")
-    wait_until(lambda: not any(h.children(kubectl, "doomed-by-user").values()), timeout=60,
-               what="children garbage-collected")
+    wait_until(
+        lambda: not any(h.children(kubectl, "doomed-by-user").values()), timeout=60, what="children garbage-collected"
+    )
 
 
 def test_immutable_fields_are_rejected_by_the_api_server(operator, kubectl, wait_until):
     kubectl.apply(pool_job("fixed", pod_annotations={"longctx.io/keep-running": "true"}))
     h.wait_phase(kubectl, wait_until, "fixed", "Running")
-    proc = kubectl.run("patch", "lcj", "fixed", "--type=merge", "-p", '{"spec":{"model":{"preset":"125m"}}}',
-                       check=False)
+    proc = kubectl.run(
+        "patch", "lcj", "fixed", "--type=merge", "-p", '{"spec":{"model":{"preset":"125m"}}}', check=False
+    )
     assert proc.returncode != 0 and "model is immutable" in proc.stderr
     kubectl.run("patch", "lcj", "fixed", "--type=merge", "-p", '{"spec":{"steps":20}}')  # mutable
-    obj = wait_until(lambda: (o := kubectl.json("get", "lcj", "fixed"))["status"].get("observedGeneration") == 2 and o,
-                     timeout=30, what="the change observed")
+    obj = wait_until(
+        lambda: (o := kubectl.json("get", "lcj", "fixed"))["status"].get("observedGeneration") == 2 and o,
+        timeout=30,
+        what="the change observed",
+    )
     assert obj["status"]["workloadGeneration"] == 1 and obj["status"]["phase"] == "Running"
 
 
@@ -248,12 +294,24 @@ def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
     exporter = subprocess.Popen([sys.executable, "-c", EXPORTER, "progress", str(port)])
     try:
         h.wait_ready(f"http://127.0.0.1:{port}/metrics")
-        kubectl.apply(pool_job("progress", steps=100_000, pod_annotations={"longctx.io/keep-running": "true"},
-                                     annotations={"longctx.io/metrics-url": f"http://127.0.0.1:{port}/metrics"}))
-        first = wait_until(lambda: (kubectl.json("get", "lcj", "progress")["status"].get("progress") or {}).get("step"),
-                           timeout=60, what="status.progress")
-        later = wait_until(lambda: (p := kubectl.json("get", "lcj", "progress")["status"]["progress"])["step"] > first
-                           and p, timeout=30, what="progress advancing")
+        kubectl.apply(
+            pool_job(
+                "progress",
+                steps=100_000,
+                pod_annotations={"longctx.io/keep-running": "true"},
+                annotations={"longctx.io/metrics-url": f"http://127.0.0.1:{port}/metrics"},
+            )
+        )
+        first = wait_until(
+            lambda: (kubectl.json("get", "lcj", "progress")["status"].get("progress") or {}).get("step"),
+            timeout=60,
+            what="status.progress",
+        )
+        later = wait_until(
+            lambda: (p := kubectl.json("get", "lcj", "progress")["status"]["progress"])["step"] > first and p,
+            timeout=30,
+            what="progress advancing",
+        )
         assert later["tokensPerSecond"] == pytest.approx(8192.0)
         assert later["mfu"] == pytest.approx(0.25)
         assert later["loss"] == pytest.approx(10.0 / later["step"], rel=0.3)
@@ -262,8 +320,8 @@ def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
         assert later["percentComplete"] == pytest.approx(round(100 * later["step"] / 100_000, 1))
         assert later["eta"] and later["estimatedCompletionTime"].endswith("Z")  # two reads, step moved
         header, row = kubectl.run("get", "lcj", "progress").stdout.splitlines()
-        eta = row[header.index("ETA"):header.index("RESTARTS")].strip()
-        done = row[header.index("DONE %"):header.index("ETA")].strip()
+        eta = row[header.index("ETA") : header.index("RESTARTS")].strip()
+        done = row[header.index("DONE %") : header.index("ETA")].strip()
         assert re.fullmatch(r"(\d+[dhms])+", eta), row  # e.g. 3h12m
         assert float(done) == pytest.approx(100 * later["step"] / 100_000, abs=0.2) and "8192" in row
     finally:
@@ -274,8 +332,11 @@ def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
 def _operator_metrics(operator) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith("longctx_operator_")}
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("longctx_operator_")
+    }
 
 
 def test_operator_metrics_count_reconciles_restarts_and_phases(operator, kubectl, wait_until):
@@ -285,11 +346,18 @@ def test_operator_metrics_count_reconciles_restarts_and_phases(operator, kubectl
     after = _operator_metrics(operator)
     restarts = f'longctx_operator_gang_restarts_total{{job_name="counted",namespace="{kubectl.namespace}"}}'
     assert after.get(restarts) == 1 and before.get(restarts, 0) == 0, [k for k in after if "gang" in k]
-    assert after['longctx_operator_reconciles_total{result="ok"}'] > before.get('longctx_operator_reconciles_total{result="ok"}', 0)
+    assert after['longctx_operator_reconciles_total{result="ok"}'] > before.get(
+        'longctx_operator_reconciles_total{result="ok"}', 0
+    )
     assert after['longctx_operator_jobs{phase="Failed"}'] >= 1
-    assert after["longctx_operator_admission_wait_seconds_count"] >= before.get("longctx_operator_admission_wait_seconds_count", 0) + 2
+    assert (
+        after["longctx_operator_admission_wait_seconds_count"]
+        >= before.get("longctx_operator_admission_wait_seconds_count", 0) + 2
+    )
     assert after["longctx_operator_reconcile_duration_seconds_count"] > 0
-    assert after['longctx_operator_api_requests_total{verb="post"}'] > before.get('longctx_operator_api_requests_total{verb="post"}', 0)
+    assert after['longctx_operator_api_requests_total{verb="post"}'] > before.get(
+        'longctx_operator_api_requests_total{verb="post"}', 0
+    )
 
 
 def test_restricted_namespace_runs_tcp_jobs_and_refuses_rdma_ones(operator, kubectl, wait_until, namespace):
@@ -300,9 +368,17 @@ def test_restricted_namespace_runs_tcp_jobs_and_refuses_rdma_ones(operator, kube
     kubectl.apply(pool_job("plain-tcp", pod_annotations=FAST))
     h.wait_phase(kubectl, wait_until, "plain-tcp", "Succeeded")
     kubectl.apply(pool_job("needs-rdma", network={"fabric": "infiniband"}, pod_annotations=FAST))
-    refused = wait_until(lambda: [e["message"] for e in kubectl.json(
-        "get", "events", "--field-selector", "involvedObject.kind=Job,involvedObject.name=needs-rdma-g1")["items"]
-        if e["reason"] == "FailedCreate"], timeout=60, what="the Job controller refused the RDMA pods")
+    refused = wait_until(
+        lambda: [
+            e["message"]
+            for e in kubectl.json(
+                "get", "events", "--field-selector", "involvedObject.kind=Job,involvedObject.name=needs-rdma-g1"
+            )["items"]
+            if e["reason"] == "FailedCreate"
+        ],
+        timeout=60,
+        what="the Job controller refused the RDMA pods",
+    )
     assert any('violates PodSecurity "restricted' in message and "IPC_LOCK" in message for message in refused), refused
     assert not kubectl.pods("longctx.io/job-name=needs-rdma")
 
@@ -311,22 +387,38 @@ def test_pod_annotations_outside_the_allow_list_hold_the_job_with_a_reason(opera
     """The test operator allows longctx.io/* only: a Multus network of another namespace is refused,
     no workload is created, and the job says why until the annotation is fixed."""
     kubectl.apply(pool_job("sneaky", pod_annotations={"k8s.v1.cni.cncf.io/networks": "kube-system/host-net"}))
-    held = wait_until(lambda: (obj := kubectl.json("get", "lcj", "sneaky")) and
-                      h.conditions(obj).get("PodAnnotationsAccepted", (None,))[0] == "False" and obj,
-                      timeout=30, what="PodAnnotationsAccepted False")
+    held = wait_until(
+        lambda: (
+            (obj := kubectl.json("get", "lcj", "sneaky"))
+            and h.conditions(obj).get("PodAnnotationsAccepted", (None,))[0] == "False"
+            and obj
+        ),
+        timeout=30,
+        what="PodAnnotationsAccepted False",
+    )
     assert held["status"]["phase"] == "Pending"
     assert h.conditions(held)["PodAnnotationsAccepted"] == ("False", "PodAnnotationsRejected")
-    assert "k8s.v1.cni.cncf.io/networks" in next(c["message"] for c in held["status"]["conditions"]
-                                                  if c["type"] == "PodAnnotationsAccepted")
+    assert "k8s.v1.cni.cncf.io/networks" in next(
+        c["message"] for c in held["status"]["conditions"] if c["type"] == "PodAnnotationsAccepted"
+    )
     assert not h.children(kubectl, "sneaky")["jobs"]
     assert ("Warning", "PodAnnotationsRejected") in h.events(kubectl, "sneaky")
     kubectl.run("annotate", "lcj", "sneaky", "--overwrite", f"longctx.io/pod-annotations={json.dumps(FAST)}")
     h.wait_phase(kubectl, wait_until, "sneaky", "Succeeded")
 
 
-INJECTIONS = ["x\n      securityContext: {privileged: true}", "x\r\n  hostPID: true", "x\x85hostNetwork: true",
-              "x\u2028serviceAccountName: admin", "true", "[a, b]", "!!binary aGk=", "&a x", "x #y",
-              "---\nkind: ClusterRoleBinding\nmetadata: {namespace: kube-system}"]
+INJECTIONS = [
+    "x\n      securityContext: {privileged: true}",
+    "x\r\n  hostPID: true",
+    "x\x85hostNetwork: true",
+    "x\u2028serviceAccountName: admin",
+    "true",
+    "[a, b]",
+    "!!binary aGk=",
+    "&a x",
+    "x #y",
+    "---\nkind: ClusterRoleBinding\nmetadata: {namespace: kube-system}",
+]
 
 
 def test_hostile_strings_are_refused_by_the_api_server_or_arrive_verbatim(operator, kubectl, wait_until):
@@ -335,13 +427,20 @@ def test_hostile_strings_are_refused_by_the_api_server_or_arrive_verbatim(operat
     else (no privilege, host namespace or service account appears)."""
     fields = {  # field -> (spec overrides with the payload, where it must arrive in the pod template)
         "spec.image": (lambda v: {"image": v}, lambda pod: pod["containers"][0]["image"]),
-        "spec.scheduling.priorityClassName": (lambda v: {"scheduling": {"priorityClassName": v}},
-                                              lambda pod: pod["priorityClassName"]),
-        "spec.env[0].value": (lambda v: {"env": [{"name": "NOTE", "value": v}]},
-                              lambda pod: next(e["value"] for e in pod["containers"][0]["env"] if e["name"] == "NOTE")),
-        "spec.checkpoint.path": (lambda v: {"checkpoint": {"path": "/ckpt/" + v, "persistentVolumeClaim": "ckpt"}},
-                                 lambda pod: next(m["mountPath"] for m in pod["containers"][0]["volumeMounts"]
-                                                  if m["name"] == "checkpoints")[len("/ckpt/"):]),
+        "spec.scheduling.priorityClassName": (
+            lambda v: {"scheduling": {"priorityClassName": v}},
+            lambda pod: pod["priorityClassName"],
+        ),
+        "spec.env[0].value": (
+            lambda v: {"env": [{"name": "NOTE", "value": v}]},
+            lambda pod: next(e["value"] for e in pod["containers"][0]["env"] if e["name"] == "NOTE"),
+        ),
+        "spec.checkpoint.path": (
+            lambda v: {"checkpoint": {"path": "/ckpt/" + v, "persistentVolumeClaim": "ckpt"}},
+            lambda pod: next(
+                m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] == "checkpoints"
+            )[len("/ckpt/") :],
+        ),
     }
     accepted = 0
     for index, payload in enumerate(INJECTIONS):
@@ -355,8 +454,11 @@ def test_hostile_strings_are_refused_by_the_api_server_or_arrive_verbatim(operat
                 assert field.split("[")[0] in result.stderr, (field, payload, result.stderr)
                 continue
             accepted += 1
-            job = wait_until(lambda: kubectl.json("get", "jobs", "-l", f"longctx.io/job-name={name}")["items"],
-                             timeout=30, what=f"{name}'s workload")[0]
+            job = wait_until(
+                lambda name=name: kubectl.json("get", "jobs", "-l", f"longctx.io/job-name={name}")["items"],
+                timeout=30,
+                what=f"{name}'s workload",
+            )[0]
             pod = job["spec"]["template"]["spec"]
             assert arrived(pod) == payload
             assert "serviceAccountName" not in pod and not pod.get("hostPID") and not pod.get("hostNetwork")

@@ -19,8 +19,9 @@ _spec.loader.exec_module(h)
 pytestmark = pytest.mark.integration
 
 
-def test_killed_after_the_service_restarted_creates_exactly_one_of_each(cluster, admin_kubectl, kubectl, wait_until,
-                                                                      namespace, tmp_path):
+def test_killed_after_the_service_restarted_creates_exactly_one_of_each(
+    cluster, admin_kubectl, kubectl, wait_until, namespace, tmp_path
+):
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, namespace, first=810, count=2)
     try:
@@ -30,14 +31,24 @@ def test_killed_after_the_service_restarted_creates_exactly_one_of_each(cluster,
 
 
 def run_crash_and_restart(kubeconfig, kubectl, wait_until, tmp_path):
-    kubectl.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-jobs"},
-                   "spec": {"hard": {"count/jobs.batch": "0"}}})
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-jobs"},
+            "spec": {"hard": {"count/jobs.batch": "0"}},
+        }
+    )
     crashing = h.OperatorProcess(kubeconfig, tmp_path / "first.log").start()
     try:
-        kubectl.apply(h.job_manifest("phoenix", pool=kubectl.namespace, pod_annotations={"longctx.io/complete-after": "3s"}))
-        wait_until(lambda: "exceeded quota" in json.dumps(kubectl.json("get", "lcj", "phoenix").get("status")),
-                   timeout=60,
-                   what="the first operator to be refused the Job")
+        kubectl.apply(
+            h.job_manifest("phoenix", pool=kubectl.namespace, pod_annotations={"longctx.io/complete-after": "3s"})
+        )
+        wait_until(
+            lambda: "exceeded quota" in json.dumps(kubectl.json("get", "lcj", "phoenix").get("status")),
+            timeout=60,
+            what="the first operator to be refused the Job",
+        )
     finally:
         crashing.proc.kill()
         crashing.proc.wait()

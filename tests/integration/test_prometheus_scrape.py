@@ -26,9 +26,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -80,10 +80,16 @@ class Prometheus:
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = workdir / "prometheus.log"
         self.proc = subprocess.Popen(
-            [str(bin_dir / "prometheus"), f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--log.level=warn"],
-            stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+            [
+                str(bin_dir / "prometheus"),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         try:
             h.wait_ready(f"{self.url}/-/ready", timeout=60)
         except OSError as e:
@@ -122,8 +128,7 @@ class Scraped:
     def substitute(self, expr: str, rate_interval: str | None = None) -> str:
         """The dashboard's template variables as Grafana fills them for this job (DNS-label names:
         no regex metacharacters to escape)."""
-        values = {"namespace": self.namespace, "job": JOB,
-                  "__rate_interval": rate_interval or f"{self.window}s"}
+        values = {"namespace": self.namespace, "job": JOB, "__rate_interval": rate_interval or f"{self.window}s"}
         return re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], expr)
 
     def query(self, expr: str) -> list[dict]:
@@ -134,8 +139,9 @@ def _quickstart_job(metrics_port: int) -> dict:
     job = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
     job["metadata"]["name"] = JOB
     job["spec"]["data"]["path"] = str((REPO / "examples" / job["spec"]["data"]["path"]).resolve())
-    job["spec"].update(steps=STEPS, sequenceLength=512, globalBatchTokens=TOKENS_PER_STEP,
-                       metrics={"port": metrics_port})
+    job["spec"].update(
+        steps=STEPS, sequenceLength=512, globalBatchTokens=TOKENS_PER_STEP, metrics={"port": metrics_port}
+    )
     job["spec"]["checkpoint"]["intervalSteps"] = 30
     return job
 
@@ -143,39 +149,51 @@ def _quickstart_job(metrics_port: int) -> dict:
 def _prometheus_config(namespace: str, trainer_ports: list[int], operator_port: int) -> dict:
     # Target labels as the chart's monitors set them: the PodMonitor adds the pod's namespace and
     # name to every trainer process; the ServiceMonitor keeps the operator's own labels (honorLabels).
-    trainers = [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": namespace, "pod": f"{JOB}-g1-{index}"}}
-                for index, port in enumerate(trainer_ports)]
+    trainers = [
+        {"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": namespace, "pod": f"{JOB}-g1-{index}"}}
+        for index, port in enumerate(trainer_ports)
+    ]
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
         "rule_files": [str(ALERT_RULES)],
         "scrape_configs": [
             {"job_name": "longctx-trainers", "static_configs": trainers},
-            {"job_name": "longctx-operator", "honor_labels": True,
-             "static_configs": [{"targets": [f"127.0.0.1:{operator_port}"],
-                                 "labels": {"namespace": "longctx-system", "pod": "longctx-operator"}}]},
+            {
+                "job_name": "longctx-operator",
+                "honor_labels": True,
+                "static_configs": [
+                    {
+                        "targets": [f"127.0.0.1:{operator_port}"],
+                        "labels": {"namespace": "longctx-system", "pod": "longctx-operator"},
+                    }
+                ],
+            },
         ],
     }
 
 
 def _training_samples(prometheus: Prometheus, namespace: str) -> list[tuple[float, float]]:
     """Raw (time, step) samples of rank 0's step gauge once it has finished a step."""
-    result = prometheus.query(f'longctx_train_step{{namespace="{namespace}", job_name="{JOB}", rank="0"}}[30m]',
-                              time.time())
+    result = prometheus.query(
+        f'longctx_train_step{{namespace="{namespace}", job_name="{JOB}", rank="0"}}[30m]', time.time()
+    )
     return [(float(t), float(v)) for t, v in result[0]["values"] if float(v) >= 1] if result else []
 
 
 @pytest.fixture(scope="module")
 def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
     workdir = tmp_path_factory.mktemp("scrape")
-    bin_dir = Path(subprocess.run([str(REPO / "hack" / "prometheus")], check=True, capture_output=True,
-                                  text=True).stdout.strip())
+    bin_dir = Path(
+        subprocess.run([str(REPO / "hack" / "prometheus")], check=True, capture_output=True, text=True).stdout.strip()
+    )
     namespace = f"scrape-{uuid.uuid4().hex[:6]}"
     metrics_port = _consecutive_free_ports(2)
     h.install_crd(admin_kubectl)
     admin_kubectl.run("create", "namespace", namespace)
     operator = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log")
-    prometheus = Prometheus(bin_dir, workdir, _prometheus_config(namespace, [metrics_port, metrics_port + 1],
-                                                                 operator.metrics_port))
+    prometheus = Prometheus(
+        bin_dir, workdir, _prometheus_config(namespace, [metrics_port, metrics_port + 1], operator.metrics_port)
+    )
     run = None
     try:
         operator.start()
@@ -183,14 +201,19 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
         job_file = workdir / "job.yaml"
         job_file.write_text(yaml.safe_dump(_quickstart_job(metrics_port)))
         run_dir = workdir / "run"
-        run = subprocess.Popen([sys.executable, "-m", "longctx_operator.cli", "run", str(job_file),
-                                "--run-dir", str(run_dir)],
-                               stdout=subprocess.DEVNULL, stderr=(workdir / "run.log").open("w"))
+        run = subprocess.Popen(
+            [sys.executable, "-m", "longctx_operator.cli", "run", str(job_file), "--run-dir", str(run_dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=(workdir / "run.log").open("w"),
+        )
         deadline = time.monotonic() + RUN_TIMEOUT
 
         def scrapes_reach(count: int) -> None:
-            while (len(_training_samples(prometheus, namespace)) < count
-                   and run.poll() is None and time.monotonic() < deadline):
+            while (
+                len(_training_samples(prometheus, namespace)) < count
+                and run.poll() is None
+                and time.monotonic() < deadline
+            ):
                 time.sleep(1)
             assert run.poll() is None, (workdir / "run.log").read_text()[-3000:]
 
@@ -198,8 +221,9 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
         # The job's twin in the cluster, created once training has been scraped for a while, so
         # that the operator's reconciles and its admission (none: immediate) fall well inside the
         # queried window: rate() only counts an increase between two samples inside the window.
-        in_cluster = h.job_manifest(JOB, nodes=1, pod_annotations={"longctx.io/keep-running": "true"},
-                                    scheduling={"admission": "none"})
+        in_cluster = h.job_manifest(
+            JOB, nodes=1, pod_annotations={"longctx.io/keep-running": "true"}, scheduling={"admission": "none"}
+        )
         admin_kubectl.run("apply", "--namespace", namespace, "-f", "-", input=yaml.safe_dump(in_cluster))
         scrapes_reach(MIN_SAMPLES)
         run.send_signal(signal.SIGINT)  # `longctx run` stops its workers on Ctrl-C
@@ -256,20 +280,23 @@ def test_gpu_panel_query_is_valid_promql_without_dcgm(scraped, expr):
 
 def test_template_variables_list_the_running_job(scraped):
     start = scraped.at - scraped.window
-    namespaces = scraped.prometheus.api("label/namespace/values", **{"match[]": "longctx_train_build_info"},
-                                        start=start, end=scraped.at)
+    namespaces = scraped.prometheus.api(
+        "label/namespace/values", **{"match[]": "longctx_train_build_info"}, start=start, end=scraped.at
+    )
     assert scraped.namespace in namespaces
-    jobs = scraped.prometheus.api("label/job_name/values",
-                                  **{"match[]": f'longctx_train_build_info{{namespace=~"{scraped.namespace}"}}'},
-                                  start=start, end=scraped.at)
+    jobs = scraped.prometheus.api(
+        "label/job_name/values",
+        **{"match[]": f'longctx_train_build_info{{namespace=~"{scraped.namespace}"}}'},
+        start=start,
+        end=scraped.at,
+    )
     assert jobs == [JOB]
 
 
 def test_alert_rules_evaluate_without_error(scraped):
     groups = scraped.prometheus.api("rules")["groups"]
     rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
-    expected = [rule["alert"] for group in yaml.safe_load(ALERT_RULES.read_text())["groups"]
-                for rule in group["rules"]]
+    expected = [rule["alert"] for group in yaml.safe_load(ALERT_RULES.read_text())["groups"] for rule in group["rules"]]
     assert sorted(rules) == sorted(expected)
     for name, rule in rules.items():
         assert rule["health"] == "ok" and not rule.get("lastError"), (name, rule.get("lastError"))
@@ -293,4 +320,3 @@ def test_job_tokens_per_second_matches_the_trainer_log(scraped):
     from_log = len(steps) * TOKENS_PER_STEP / seconds
     print(f"tokens/s over {len(steps)} steps: Prometheus {from_prometheus:.1f}, trainer log {from_log:.1f}")
     assert from_prometheus == pytest.approx(from_log, rel=0.10), (from_prometheus, from_log, len(steps))
-

@@ -20,8 +20,9 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$namespace": ".*", "$job": ".*"}
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    bin_dir = subprocess.run([str(ROOT / "hack" / "prometheus")], check=True, capture_output=True,
-                             text=True).stdout.strip()
+    bin_dir = subprocess.run(
+        [str(ROOT / "hack" / "prometheus")], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return str(Path(bin_dir) / "promtool")
 
 
@@ -36,8 +37,9 @@ def test_promtool_check_rules_accepts_the_rules(promtool):
 
 
 def test_promtool_unit_tests_pass(promtool):
-    result = subprocess.run([promtool, "test", "rules", RULE_TESTS.name], cwd=RULE_TESTS.parent,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [promtool, "test", "rules", RULE_TESTS.name], cwd=RULE_TESTS.parent, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
@@ -48,8 +50,11 @@ def test_every_dashboard_query_is_valid_promql(promtool, tmp_path):
     panels = [panel for panel in board["panels"] if panel["type"] != "row"]
     queries = [target["expr"] for panel in panels for target in panel["targets"]]
     # A variable's label_values(SELECTOR, LABEL) is checked through its selector.
-    queries += [re.fullmatch(r"label_values\((.*), \w+\)", variable["query"]).group(1)
-                for variable in board["templating"]["list"] if variable["type"] == "query"]
+    queries += [
+        re.fullmatch(r"label_values\((.*), \w+\)", variable["query"]).group(1)
+        for variable in board["templating"]["list"]
+        if variable["type"] == "query"
+    ]
     rules = []
     for index, query in enumerate(queries):
         for name, value in GRAFANA_VARIABLES.items():

@@ -2,8 +2,9 @@
 losses and gradients as one process x four devices (fp32; rtol 2e-5, atol 1e-7 for gradients).
 
 Each worker gets exactly the env the operator renders (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
-JAX_PROCESS_ID) plus the CPU device count; the two-process run also writes orbax checkpoints. Layout data 2 x context 2: every process holds one
-data-parallel rank (and reads only its rows), gradients are reduced across the processes.
+JAX_PROCESS_ID) plus the CPU device count; the two-process run also writes orbax checkpoints.
+Layout data 2 x context 2: every process holds one data-parallel rank (and reads only its rows),
+gradients are reduced across the processes.
 """
 
 import os
@@ -22,7 +23,10 @@ pytestmark = pytest.mark.integration
 
 CONFIG = {
     "model": {"layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 128},
-    "sequence_length": 32, "global_batch_tokens": 128, "steps": 3, "precision": "fp32",
+    "sequence_length": 32,
+    "global_batch_tokens": 128,
+    "steps": 3,
+    "precision": "fp32",
     "parallelism": {"data": 2, "context": 2, "tensor": 1},
     "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
     "data": {"kind": "synthetic", "seed": 3},
@@ -39,13 +43,21 @@ def _free_port() -> int:
 def _start(config: Path, name: str, devices: int, **jax_env: str) -> subprocess.Popen:
     """Start a worker; its stdout and stderr go to files (pipes could fill up and block it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-    env.update(jax_env, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_PLATFORMS="cpu")
+    env.update(jax_env, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
     return subprocess.Popen(
-        [sys.executable, "-m", "longctx_trainer", "--config", str(config),
-         "--dump-gradients", str(config.parent / f"{name}.npz")],
-        env=env, stdout=(config.parent / f"{name}.out").open("w"),
-        stderr=(config.parent / f"{name}.err").open("w"))
+        [
+            sys.executable,
+            "-m",
+            "longctx_trainer",
+            "--config",
+            str(config),
+            "--dump-gradients",
+            str(config.parent / f"{name}.npz"),
+        ],
+        env=env,
+        stdout=(config.parent / f"{name}.out").open("w"),
+        stderr=(config.parent / f"{name}.err").open("w"),
+    )
 
 
 def _finish(proc: subprocess.Popen, folder: Path, name: str) -> list[dict]:
@@ -59,15 +71,25 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
     config, multi_config = tmp_path / "config.yaml", tmp_path / "multi.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
     # The two-process run also checkpoints: orbax across processes.
-    multi_config.write_text(yaml.safe_dump(
-        {**CONFIG, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}}))
+    multi_config.write_text(
+        yaml.safe_dump({**CONFIG, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}})
+    )
     coordinator = f"127.0.0.1:{_free_port()}"
-    workers = [_start(multi_config, f"rank{rank}", 2,
-                      JAX_COORDINATOR_ADDRESS=coordinator, JAX_NUM_PROCESSES="2",
-                      JAX_PROCESS_ID=str(rank)) for rank in range(2)]
+    workers = [
+        _start(
+            multi_config,
+            f"rank{rank}",
+            2,
+            JAX_COORDINATOR_ADDRESS=coordinator,
+            JAX_NUM_PROCESSES="2",
+            JAX_PROCESS_ID=str(rank),
+        )
+        for rank in range(2)
+    ]
     single = _start(config, "single", 4)
-    rank0, rank1, reference = (_finish(p, tmp_path, name) for p, name in
-                               zip((*workers, single), ("rank0", "rank1", "single")))
+    rank0, rank1, reference = (
+        _finish(p, tmp_path, name) for p, name in zip((*workers, single), ("rank0", "rank1", "single"), strict=False)
+    )
 
     assert rank1 == []  # only process 0 reports progress
     losses = [e["loss"] for e in rank0 if e["event"] == "step"]

@@ -31,15 +31,77 @@ from longctx_operator.cli import main
 from .manifests import EXAMPLES, load_example, malformed_cases
 
 HOSTILE_STRINGS = [
-    "", " ", "x\ny: 1", "x\r\nprivileged: true", "x\x85hostPID: true", "x\u2028kind: Job", "x\u2029",
-    "true", "no", "~", "null", "0x1F", "1e309", ".inf", "-.nan", "[a, b]", "{a: 1}", "!!binary aGk=",
-    "!!python/object:os.system", "&a x", "*a", "x #y", "- a", "? x", ">\n  folded", "|\n  block",
-    "---", "...", "%YAML 1.1", "'", '"', "\\", "\x00", "\x7f", "\udc80", "é", "€" * 200, "a" * 5000,
-    "../../etc/passwd", "/etc/longctx", "/dev/shm", "gs://b/x", "file:///var/run/secrets/token",
-    "nvidia.com/gpu", "JAX_PROCESS_ID", "LONGCTX_COORDINATOR", "$(HOME)", "${HOME}", "`id`",
+    "",
+    " ",
+    "x\ny: 1",
+    "x\r\nprivileged: true",
+    "x\x85hostPID: true",
+    "x\u2028kind: Job",
+    "x\u2029",
+    "true",
+    "no",
+    "~",
+    "null",
+    "0x1F",
+    "1e309",
+    ".inf",
+    "-.nan",
+    "[a, b]",
+    "{a: 1}",
+    "!!binary aGk=",
+    "!!python/object:os.system",
+    "&a x",
+    "*a",
+    "x #y",
+    "- a",
+    "? x",
+    ">\n  folded",
+    "|\n  block",
+    "---",
+    "...",
+    "%YAML 1.1",
+    "'",
+    '"',
+    "\\",
+    "\x00",
+    "\x7f",
+    "\udc80",
+    "é",
+    "€" * 200,
+    "a" * 5000,
+    "../../etc/passwd",
+    "/etc/longctx",
+    "/dev/shm",
+    "gs://b/x",
+    "file:///var/run/secrets/token",
+    "nvidia.com/gpu",
+    "JAX_PROCESS_ID",
+    "LONGCTX_COORDINATOR",
+    "$(HOME)",
+    "${HOME}",
+    "`id`",
 ]
-NUMBERS = [0, -1, 1, 7, 2**31, 2**53, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**30, -(2**63) - 1,
-           0.5, -0.0, 1e308, 1e-320, float("inf"), float("-inf"), float("nan")]
+NUMBERS = [
+    0,
+    -1,
+    1,
+    7,
+    2**31,
+    2**53,
+    2**53 + 1,
+    2**63 - 1,
+    2**63,
+    2**64,
+    10**30,
+    -(2**63) - 1,
+    0.5,
+    -0.0,
+    1e308,
+    1e-320,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+]
 OTHERS = [None, True, False, [], {}, [None], [[[]]], {"": None}, {"a": {"b": {"c": {}}}}]
 
 
@@ -119,11 +181,18 @@ def _mutate_text(text: bytes, rng: random.Random) -> bytes:
     if choice == 0:
         return text[: rng.randrange(len(text) + 1)]  # truncated
     if choice == 1:
-        return b"".join(lines[: at + 1] + [lines[at]] + lines[at + 1:])  # a duplicate key
+        return b"".join(lines[: at + 1] + [lines[at]] + lines[at + 1 :])  # a duplicate key
     if choice == 2:
-        return b"a: &a [" + b"x, " * 9 + b"x]\n" + b"".join(
-            f"{chr(98 + i)}: &{chr(98 + i)} [".encode() + b", ".join([f"*{chr(97 + i)}".encode()] * 9) + b"]\n"
-            for i in range(8)) + text  # an alias bomb
+        return (
+            b"a: &a ["
+            + b"x, " * 9
+            + b"x]\n"
+            + b"".join(
+                f"{chr(98 + i)}: &{chr(98 + i)} [".encode() + b", ".join([f"*{chr(97 + i)}".encode()] * 9) + b"]\n"
+                for i in range(8)
+            )
+            + text
+        )  # an alias bomb
     if choice == 3:
         depth = rng.choice([100, 1000, 50000])
         return text + b"spec2: " + b"[" * depth + b"]" * depth + b"\n"  # deep nesting
@@ -218,9 +287,11 @@ def cli(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     failures, outcomes = fuzz(args.count, args.seed)
-    print(f"{args.count} mutated manifests (seed {args.seed}) through validate, plan and render in "
-          f"{time.monotonic() - started:.0f} s: {outcomes['valid']} valid, {outcomes['refused']} refused, "
-          f"{len(failures)} failures")
+    print(
+        f"{args.count} mutated manifests (seed {args.seed}) through validate, plan and render in "
+        f"{time.monotonic() - started:.0f} s: {outcomes['valid']} valid, {outcomes['refused']} refused, "
+        f"{len(failures)} failures"
+    )
     for failure in failures[:10]:
         print(f"--- {failure.command}: {failure.reason}\n{failure.manifest[:600]!r}")
     return 1 if failures else 0

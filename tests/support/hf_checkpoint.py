@@ -14,15 +14,27 @@ from longctx_trainer.presets import ModelDims
 
 
 def hf_config(dims: ModelDims) -> dict:
-    config = {"model_type": "llama", "num_hidden_layers": dims.layers, "hidden_size": dims.hidden,
-              "num_attention_heads": dims.heads, "num_key_value_heads": dims.kv_heads,
-              "intermediate_size": dims.ffn, "vocab_size": dims.vocab, "rms_norm_eps": 1e-5,
-              "rope_theta": dims.rope_theta, "tie_word_embeddings": dims.tie_embeddings}
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": dims.layers,
+        "hidden_size": dims.hidden,
+        "num_attention_heads": dims.heads,
+        "num_key_value_heads": dims.kv_heads,
+        "intermediate_size": dims.ffn,
+        "vocab_size": dims.vocab,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": dims.rope_theta,
+        "tie_word_embeddings": dims.tie_embeddings,
+    }
     if dims.rope_scaling:
         r = dims.rope_scaling
-        config["rope_scaling"] = {"rope_type": "llama3", "factor": r.factor, "low_freq_factor": r.low_freq_factor,
-                                  "high_freq_factor": r.high_freq_factor,
-                                  "original_max_position_embeddings": r.original_context}
+        config["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": r.factor,
+            "low_freq_factor": r.low_freq_factor,
+            "high_freq_factor": r.high_freq_factor,
+            "original_max_position_embeddings": r.original_context,
+        }
     return config
 
 
@@ -53,13 +65,17 @@ def hf_tensors(dims: ModelDims, seed: int = 0) -> dict[str, np.ndarray]:
     out = {"model.embed_tokens.weight": w(V, H), "model.norm.weight": 1 + w(H), "lm_head.weight": w(V, H)}
     for i in range(dims.layers):
         p = f"model.layers.{i}."
-        out |= {p + "input_layernorm.weight": 1 + w(H), p + "post_attention_layernorm.weight": 1 + w(H),
-                p + "self_attn.q_proj.weight": w(dims.heads * D, H),
-                p + "self_attn.k_proj.weight": w(dims.kv_heads * D, H),
-                p + "self_attn.v_proj.weight": w(dims.kv_heads * D, H),
-                p + "self_attn.o_proj.weight": w(H, dims.heads * D),
-                p + "mlp.gate_proj.weight": w(F, H), p + "mlp.up_proj.weight": w(F, H),
-                p + "mlp.down_proj.weight": w(H, F)}
+        out |= {
+            p + "input_layernorm.weight": 1 + w(H),
+            p + "post_attention_layernorm.weight": 1 + w(H),
+            p + "self_attn.q_proj.weight": w(dims.heads * D, H),
+            p + "self_attn.k_proj.weight": w(dims.kv_heads * D, H),
+            p + "self_attn.v_proj.weight": w(dims.kv_heads * D, H),
+            p + "self_attn.o_proj.weight": w(H, dims.heads * D),
+            p + "mlp.gate_proj.weight": w(F, H),
+            p + "mlp.up_proj.weight": w(F, H),
+            p + "mlp.down_proj.weight": w(H, F),
+        }
     return out
 
 
@@ -75,11 +91,12 @@ def write_checkpoint(directory, tensors, config: dict):
 
 def hf_forward(t: dict, tokens: np.ndarray, dims: ModelDims) -> np.ndarray:
     """Final normed hidden states [batch, seq, hidden], computed as transformers' LlamaModel does."""
+
     def rms(x, w):
         return w * (x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-5))
 
     def rotate_half(x):
-        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
         return np.concatenate([-x2, x1], -1)
 
     b, s = tokens.shape

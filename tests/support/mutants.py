@@ -69,15 +69,13 @@ def skip_one_ring_rotation(monkeypatch, step: int = 1):
 def lose_attention_scale(monkeypatch):
     """Logits q.k without the 1/sqrt(head_dim) factor."""
     correct = block._masked_logits
-    monkeypatch.setattr(block, "_masked_logits",
-                        lambda q, k, q_pos, k_pos, scale: correct(q, k, q_pos, k_pos, 1.0))
+    monkeypatch.setattr(block, "_masked_logits", lambda q, k, q_pos, k_pos, scale: correct(q, k, q_pos, k_pos, 1.0))
 
 
 def round_logits_to_bf16(monkeypatch):
     """Softmax statistics taken from logits in the input dtype (bf16) instead of fp32."""
     correct = block._masked_logits
-    monkeypatch.setattr(block, "_masked_logits", lambda *args: correct(*args).astype(
-        jnp.bfloat16).astype(jnp.float32))
+    monkeypatch.setattr(block, "_masked_logits", lambda *args: correct(*args).astype(jnp.bfloat16).astype(jnp.float32))
 
 
 def stale_kv_prefetch(monkeypatch):
@@ -100,12 +98,16 @@ def shift_rope_of_last_shard(monkeypatch, context: int):
 def constant_logits(monkeypatch):
     """A model whose logits ignore it (a zero output head): every token scores ln(vocab)."""
     correct = model.chunked_cross_entropy
-    monkeypatch.setattr(model, "chunked_cross_entropy",
-                        lambda x, head, targets, **kw: correct(x, head * 0, targets, **kw))
+    monkeypatch.setattr(
+        model, "chunked_cross_entropy", lambda x, head, targets, **kw: correct(x, head * 0, targets, **kw)
+    )
 
 
 def rope_frequencies_one_index_off(monkeypatch):
     """Pair i rotated at pair i+1's frequency, theta ** (-2(i+1) / head_dim)."""
     correct = model.rope_frequencies
-    monkeypatch.setattr(model, "rope_frequencies", lambda head_dim, theta, scaling=None: correct(
-        head_dim, theta, scaling) * theta ** (-2 / head_dim))
+    monkeypatch.setattr(
+        model,
+        "rope_frequencies",
+        lambda head_dim, theta, scaling=None: correct(head_dim, theta, scaling) * theta ** (-2 / head_dim),
+    )

@@ -8,16 +8,24 @@ H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
 def node(name, gpus=8, labels=H100, taints=(GPU_TAINT,), ready=True, unschedulable=False):
-    return {"metadata": {"name": name, "labels": dict(labels)},
-            "spec": {"taints": list(taints), "unschedulable": unschedulable},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return {
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {"taints": list(taints), "unschedulable": unschedulable},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
 
 
 def pod(node_name, gpus, phase="Running"):
-    return {"spec": {"nodeName": node_name, "containers": [
-        {"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}, {"resources": {}}]},
-            "status": {"phase": phase}}
+    return {
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}, {"resources": {}}],
+        },
+        "status": {"phase": phase},
+    }
 
 
 def gang(pods, gpus=8):
@@ -26,8 +34,11 @@ def gang(pods, gpus=8):
 
 def test_pod_gpus_sums_containers_and_prefers_requests():
     assert pod_gpus(pod("n", 4)) == 4
-    both = {"spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "2"},
-                                                    "limits": {"nvidia.com/gpu": "2"}}}] * 2}}
+    both = {
+        "spec": {
+            "containers": [{"resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}}] * 2
+        }
+    }
     assert pod_gpus(both) == 4
 
 
@@ -73,8 +84,10 @@ def test_gang_does_not_fit_and_says_why():
 
 def test_unscheduled_gpu_pods_and_reservations_take_nodes():
     nodes = [node(n) for n in "abcd"]
-    waiting = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-               "status": {"phase": "Pending"}}
+    waiting = {
+        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+        "status": {"phase": "Pending"},
+    }
     assert admit_gang(gang(3), nodes, [waiting]).fits
     assert not admit_gang(gang(4), nodes, [waiting]).fits
     assert not admit_gang(gang(3), nodes, [], reserved_nodes=2).fits

@@ -7,13 +7,19 @@ from longctx_operator.api.spec import LongContextJobSpec
 
 
 def spec(nodes=2, **checkpoint) -> LongContextJobSpec:
-    return LongContextJobSpec.model_validate({
-        "model": {"preset": "tiny"}, "sequenceLength": 4096,
-        "resources": {"nodes": nodes, "gpusPerNode": 8, "gpuType": "h100-80gb"}, "checkpoint": checkpoint})
+    return LongContextJobSpec.model_validate(
+        {
+            "model": {"preset": "tiny"},
+            "sequenceLength": 4096,
+            "resources": {"nodes": nodes, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+            "checkpoint": checkpoint,
+        }
+    )
 
 
-@pytest.mark.parametrize("checkpoint", [{"persistentVolumeClaim": "shared"}, {"path": "gs://bucket/run"},
-                                        {"path": "s3://bucket/run"}])
+@pytest.mark.parametrize(
+    "checkpoint", [{"persistentVolumeClaim": "shared"}, {"path": "gs://bucket/run"}, {"path": "s3://bucket/run"}]
+)
 def test_shared_checkpoint_storage_gets_no_warning(checkpoint):
     assert advice(spec(**checkpoint)) == []
 
@@ -23,7 +29,9 @@ def test_multi_node_checkpoints_on_pod_disks_are_never_complete():
     assert (warning.reason, warning.field) == ("CheckpointNotPersistent", "spec.checkpoint.persistentVolumeClaim")
     assert "'/ckpt'" in warning.message and "4 different disks" in warning.message
     assert "starts again from step 0" in warning.message
-    assert str(warning).startswith("warning: spec.checkpoint.persistentVolumeClaim: on Kubernetes, checkpoint.path '/ckpt'")
+    assert str(warning).startswith(
+        "warning: spec.checkpoint.persistentVolumeClaim: on Kubernetes, checkpoint.path '/ckpt'"
+    )
 
 
 def test_one_node_checkpoints_on_the_pod_disk_are_lost_on_restart():

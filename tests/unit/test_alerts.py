@@ -27,8 +27,7 @@ def test_every_required_alert_exists_with_severity_and_text():
 
 
 def test_every_alert_has_a_firing_and_a_silent_unit_test():
-    cases = [case for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
-             for case in test["alert_rule_test"]]
+    cases = [case for test in yaml.safe_load(RULE_TESTS.read_text())["tests"] for case in test["alert_rule_test"]]
     for name in {rule["alert"] for rule in alert_rules()}:
         mine = [case for case in cases if case["alertname"] == name]
         assert any(case["exp_alerts"] for case in mine), f"{name}: no test where it fires"
@@ -37,4 +36,5 @@ def test_every_alert_has_a_firing_and_a_silent_unit_test():
 
 def test_chart_ships_the_same_rules_file():
     assert CHART_RULES.read_bytes() == RULES.read_bytes(), (
-        f"{CHART_RULES.relative_to(ROOT)} differs from {RULES.relative_to(ROOT)}: run hack/generate")
+        f"{CHART_RULES.relative_to(ROOT)} differs from {RULES.relative_to(ROOT)}: run hack/generate"
+    )

@@ -40,9 +40,14 @@ def test_examples_are_valid(example):
 
 
 def test_defaults_fill_the_spec():
-    job = parse_job({"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
-                     "metadata": {"name": "d"},
-                     "spec": {"model": {"preset": "tiny"}, "sequenceLength": 1024}})
+    job = parse_job(
+        {
+            "apiVersion": "longctx.io/v1alpha1",
+            "kind": "LongContextJob",
+            "metadata": {"name": "d"},
+            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 1024},
+        }
+    )
     assert job.spec.parallelism.mode == "auto"
     assert job.spec.resources.nodes == 1 and job.spec.resources.gpus_per_node == 8
     assert job.spec.batch_tokens == 1024
@@ -54,15 +59,19 @@ def test_nvshmem_defaults_to_one_process_per_gpu():
     assert parse_job(manifest).spec.processes_per_node() == 8
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("spec: [unclosed", "not valid YAML"),
-    ("- just\n- a list\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("spec: [unclosed", "not valid YAML"),
+        ("- just\n- a list\n", "mapping"),
+    ],
+)
 def test_cli_reports_unreadable_input_in_one_line(tmp_path, content, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", "validate", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "longctx_operator.cli", "validate", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 1
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -75,39 +84,61 @@ def test_cli_missing_file_is_one_line(capsys):
 
 
 def test_auto_mode_leaves_sequence_divisibility_to_the_planner_like_the_server():
-    manifest = apply_case(BASE, {"set": {"spec.parallelism": {"mode": "auto"},
-                                         "spec.sequenceLength": 131071,
-                                         "spec.globalBatchTokens": 262142}})
+    manifest = apply_case(
+        BASE,
+        {
+            "set": {
+                "spec.parallelism": {"mode": "auto"},
+                "spec.sequenceLength": 131071,
+                "spec.globalBatchTokens": 262142,
+            }
+        },
+    )
     assert problems(manifest) == []
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["plan", "--model", "tiny", "--sequence-length", "1024", "--gpus-per-node", "0"], "--gpus"),
-    (["render", "BINARY"], "not a text file"),
-    (["run", "examples/quickstart.yaml", "--run-dir", "AFILE"], "--run-dir"),
-    (["export", "AFILE", "--output", "out"], "expected the --run-dir of a `longctx run`"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["plan", "--model", "tiny", "--sequence-length", "1024", "--gpus-per-node", "0"], "--gpus"),
+        (["render", "BINARY"], "not a text file"),
+        (["run", "examples/quickstart.yaml", "--run-dir", "AFILE"], "--run-dir"),
+        (["export", "AFILE", "--output", "out"], "expected the --run-dir of a `longctx run`"),
+    ],
+)
 def test_cli_bad_input_is_one_line_without_traceback(tmp_path, argv, needle):
     binary = tmp_path / "bad.yaml"
     binary.write_bytes(b"\xff\xfe\x00")
     afile = tmp_path / "afile"
     afile.write_text("")
     argv = [str(binary) if a == "BINARY" else str(afile) if a == "AFILE" else a for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", *argv],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "longctx_operator.cli", *argv], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert needle in last and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("content", [None, "trainerImage: [a\n", "canReadNodes: false\n"],
-                         ids=["missing", "not-yaml", "unknown-key"])
+@pytest.mark.parametrize(
+    "content", [None, "trainerImage: [a\n", "canReadNodes: false\n"], ids=["missing", "not-yaml", "unknown-key"]
+)
 def test_cli_unreadable_operator_config_is_one_line(tmp_path, content):
     path = tmp_path / "operator.yaml"
     if content is not None:
         path.write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", "render",
-                           str(ROOT / "examples" / "quickstart.yaml"), "--config", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "longctx_operator.cli",
+            "render",
+            str(ROOT / "examples" / "quickstart.yaml"),
+            "--config",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"--config {path}" in proc.stderr.strip().splitlines()[-1]

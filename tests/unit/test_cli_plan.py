@@ -7,16 +7,26 @@ import pytest
 from longctx_operator.cli import main
 from support.manifests import ROOT
 
-FLAGS = ["plan", "--model", "llama3-8b", "--sequence-length", "262144", "--gpus", "32",
-         "--gpus-per-node", "8", "--gpu", "h100-80gb"]
+FLAGS = [
+    "plan",
+    "--model",
+    "llama3-8b",
+    "--sequence-length",
+    "262144",
+    "--gpus",
+    "32",
+    "--gpus-per-node",
+    "8",
+    "--gpu",
+    "h100-80gb",
+]
 
 
 def test_plan_table_shows_layout_memory_throughput_and_rejections(capsys):
     assert main(FLAGS) == 0
     out = capsys.readouterr().out
     assert "Chosen layout: data=" in out
-    for component in ("params", "master weights", "Adam moments", "gradients", "activations",
-                      "total"):
+    for component in ("params", "master weights", "Adam moments", "gradients", "activations", "total"):
         assert component in out
     assert "tokens/s" in out and "MFU" in out
     assert "Rejected layouts:" in out and "exceeds 8 GPUs per node" in out
@@ -36,13 +46,16 @@ def test_plan_from_a_manifest(capsys):
     assert "data=1 context=32 tensor=4" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--tensor", "16"], "spec.parallelism.tensor"),
-    (["--gpus", "12"], "--gpus"),
-    (["--gpus", "1000000000"], "--gpus 1000000000: 125000000 nodes of 8 GPUs; the number of nodes"),
-    (["--model", "gpt-5"], "--model"),
-    (["--memory", "lots"], "--memory"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--tensor", "16"], "spec.parallelism.tensor"),
+        (["--gpus", "12"], "--gpus"),
+        (["--gpus", "1000000000"], "--gpus 1000000000: 125000000 nodes of 8 GPUs; the number of nodes"),
+        (["--model", "gpt-5"], "--model"),
+        (["--memory", "lots"], "--memory"),
+    ],
+)
 def test_plan_errors_are_one_line(capsys, extra, needle):
     assert main(FLAGS + extra) == 1
     err = capsys.readouterr().err.strip()

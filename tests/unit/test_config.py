@@ -14,8 +14,10 @@ def test_defaults_without_a_file():
 
 def test_file_values_and_unknown_keys(tmp_path):
     path = tmp_path / "operator.yaml"
-    path.write_text("trainerImage: registry.example/trainer:1.2\ntrainerImagePullPolicy: Always\n"
-                    "watchNamespaces: [a]\nreadNodes: false\n")
+    path.write_text(
+        "trainerImage: registry.example/trainer:1.2\ntrainerImagePullPolicy: Always\n"
+        "watchNamespaces: [a]\nreadNodes: false\n"
+    )
     config = OperatorConfig.load(path)
     assert (config.trainer_image, config.trainer_image_pull_policy) == ("registry.example/trainer:1.2", "Always")
     assert config.watch_namespaces == ["a"] and config.read_nodes is False
@@ -25,8 +27,9 @@ def test_file_values_and_unknown_keys(tmp_path):
 
 
 def test_pod_annotation_and_metrics_url_allow_lists():
-    config = OperatorConfig(allowed_pod_annotations=["example.com/*", "profiler.io/on"],
-                            metrics_url_prefixes=["http://127.0.0.1:"])
+    config = OperatorConfig(
+        allowed_pod_annotations=["example.com/*", "profiler.io/on"], metrics_url_prefixes=["http://127.0.0.1:"]
+    )
     assert config.pod_annotation_allowed("example.com/x") and config.pod_annotation_allowed("profiler.io/on")
     assert not config.pod_annotation_allowed("k8s.v1.cni.cncf.io/networks")
     assert config.metrics_url_allowed("http://127.0.0.1:9400/metrics")

@@ -16,28 +16,68 @@ from longctx_operator.render import ResolvedLayout, render_workload
 from longctx_trainer.config import TrainerConfig, load_config
 from support.manifests import apply_case
 
-TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.beta1",
-                "optimizer.beta2", "data.seed", "checkpoint.keep"}
+TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.beta1", "optimizer.beta2", "data.seed", "checkpoint.keep"}
 BASE = {
-    "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "c"},
-    "spec": {"model": {"preset": "tiny"}, "sequenceLength": 1024,
-             "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 2},
-             "resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "cpu"}},
+    "apiVersion": "longctx.io/v1alpha1",
+    "kind": "LongContextJob",
+    "metadata": {"name": "c"},
+    "spec": {
+        "model": {"preset": "tiny"},
+        "sequenceLength": 1024,
+        "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 2},
+        "resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "cpu"},
+    },
 }
 LAYOUT = ResolvedLayout(1, 2, 2, 1)
 # (spec change, layout, config path, expected value)
 MAPPING = [
     ({"metadata.name": "other"}, LAYOUT, "job_name", "other"),
     ({"metadata.name": "other"}, LAYOUT, "metrics.job", "other"),
-    ({"spec.model": {"layers": 3, "hidden": 64, "heads": 4, "kvHeads": 2, "ffn": 96, "vocab": 300,
-                     "tieEmbeddings": True, "ropeTheta": 1000.0}}, LAYOUT, "model",
-     {"preset": None, "layers": 3, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 96,
-      "vocab": 300, "tie_embeddings": True, "rope_theta": 1000.0, "rope_scaling": None}),
-    ({"spec.model": {"preset": "tiny", "ropeTheta": 2.0e6,
-                     "ropeScaling": {"factor": 8, "originalContext": 4096}}}, LAYOUT, "model",
-     {"preset": "tiny", "layers": 2, "hidden": 128, "heads": 8, "kv_heads": 2, "ffn": 384, "vocab": 256,
-      "tie_embeddings": True, "rope_theta": 2.0e6, "rope_scaling": {
-          "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context": 4096}}),
+    (
+        {
+            "spec.model": {
+                "layers": 3,
+                "hidden": 64,
+                "heads": 4,
+                "kvHeads": 2,
+                "ffn": 96,
+                "vocab": 300,
+                "tieEmbeddings": True,
+                "ropeTheta": 1000.0,
+            }
+        },
+        LAYOUT,
+        "model",
+        {
+            "preset": None,
+            "layers": 3,
+            "hidden": 64,
+            "heads": 4,
+            "kv_heads": 2,
+            "ffn": 96,
+            "vocab": 300,
+            "tie_embeddings": True,
+            "rope_theta": 1000.0,
+            "rope_scaling": None,
+        },
+    ),
+    (
+        {"spec.model": {"preset": "tiny", "ropeTheta": 2.0e6, "ropeScaling": {"factor": 8, "originalContext": 4096}}},
+        LAYOUT,
+        "model",
+        {
+            "preset": "tiny",
+            "layers": 2,
+            "hidden": 128,
+            "heads": 8,
+            "kv_heads": 2,
+            "ffn": 384,
+            "vocab": 256,
+            "tie_embeddings": True,
+            "rope_theta": 2.0e6,
+            "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context": 4096},
+        },
+    ),
     ({"spec.sequenceLength": 2048}, LAYOUT, "sequence_length", 2048),
     ({"spec.globalBatchTokens": 4096}, LAYOUT, "global_batch_tokens", 4096),
     ({"spec.steps": 7}, LAYOUT, "steps", 7),
@@ -59,8 +99,12 @@ MAPPING = [
     ({"spec.checkpoint.path": "/ckpt"}, LAYOUT, "checkpoint.path", "/ckpt"),
     ({"spec.checkpoint.intervalSteps": 9}, LAYOUT, "checkpoint.interval_steps", 9),
     ({"spec.metrics.port": 9500}, LAYOUT, "metrics.port", 9500),
-    ({"spec.initFrom": {"path": "/weights/llama", "persistentVolumeClaim": "w"}}, LAYOUT, "init_from",
-     "/weights/llama"),
+    (
+        {"spec.initFrom": {"path": "/weights/llama", "persistentVolumeClaim": "w"}},
+        LAYOUT,
+        "init_from",
+        "/weights/llama",
+    ),
 ]
 # communication needs a GPU job; it is covered by its own test below.
 COMMUNICATION = "communication"
@@ -89,8 +133,7 @@ def _leaves(model: type[BaseModel], prefix: str = "") -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("changes,layout,path,expected", MAPPING,
-                         ids=[m[2] for m in MAPPING])
+@pytest.mark.parametrize("changes,layout,path,expected", MAPPING, ids=[m[2] for m in MAPPING])
 def test_spec_field_reaches_the_trainer_config(changes, layout, path, expected):
     assert _get(rendered_config(changes, layout), path) == expected
 
@@ -102,9 +145,17 @@ def test_every_trainer_config_field_is_mapped_or_trainer_only():
 
 
 def test_communication_reaches_the_trainer_config():
-    job = parse_job(apply_case(BASE, {"set": {
-        "spec.resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "h100-80gb"},
-        "spec.communication.collectivePermute": "nvshmem"}}))
+    job = parse_job(
+        apply_case(
+            BASE,
+            {
+                "set": {
+                    "spec.resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "h100-80gb"},
+                    "spec.communication.collectivePermute": "nvshmem",
+                }
+            },
+        )
+    )
     config_map = render_workload(job, ResolvedLayout(1, 2, 2, 4)).config_map
     assert yaml.safe_load(config_map["data"]["trainer.yaml"])["communication"] == "nvshmem"
 
@@ -122,7 +173,11 @@ def test_preset_rope_scaling_is_kept_unless_the_spec_sets_its_own():
         return rendered_config({"spec.model": model}, LAYOUT)["model"]
 
     assert model_of({"preset": "1b"})["rope_scaling"] == {
-        "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context": 8192}
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_context": 8192,
+    }
     assert model_of({"preset": "1b", "ropeTheta": 1.0e6})["rope_scaling"]["factor"] == 32.0
     assert model_of({"preset": "1b", "ropeScaling": {"factor": 64}})["rope_scaling"]["factor"] == 64.0
     assert model_of({"preset": "llama3-8b"})["rope_scaling"] is None

@@ -43,8 +43,7 @@ def test_every_spec_field_has_a_description():
 
     def visit(node, path):
         for name, prop in node.get("properties", {}).items():
-            if not prop.get("description") and not path.endswith("tolerations[]") \
-                    and not path.endswith("env[]"):
+            if not prop.get("description") and not path.endswith("tolerations[]") and not path.endswith("env[]"):
                 missing.append(f"{path}.{name}")
             visit(prop, f"{path}.{name}")
         if "items" in node:
@@ -72,5 +71,6 @@ def test_printer_columns_and_names():
 def test_api_reference_doc_is_not_stale():
     from longctx_operator.api.reference import reference_markdown
 
-    assert (ROOT / "docs" / "api-reference.md").read_text() == reference_markdown(), \
+    assert (ROOT / "docs" / "api-reference.md").read_text() == reference_markdown(), (
         "docs/api-reference.md is stale: run hack/generate"
+    )

@@ -12,10 +12,20 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECKED_IN = ROOT / "dashboards" / "longctx.json"
 CHART_COPY = ROOT / "charts" / "longctx" / "dashboards" / "longctx.json"
 REQUIRED_TITLES = {
-    "Job throughput (tokens/s)", "Tokens/s per rank (stragglers)", "Step time p50 / p95", "Loss",
-    "Model FLOPs utilisation", "Gang restarts", "Jobs by phase (operator-wide)",
-    "Time since last checkpoint", "GPU utilisation", "Tensor core activity", "GPU memory used",
-    "GPU power", "NVLink traffic", "Last XID error",
+    "Job throughput (tokens/s)",
+    "Tokens/s per rank (stragglers)",
+    "Step time p50 / p95",
+    "Loss",
+    "Model FLOPs utilisation",
+    "Gang restarts",
+    "Jobs by phase (operator-wide)",
+    "Time since last checkpoint",
+    "GPU utilisation",
+    "Tensor core activity",
+    "GPU memory used",
+    "GPU power",
+    "NVLink traffic",
+    "Last XID error",
 }
 # Operator-wide panels: the operator's own metrics have no per-job labels.
 OPERATOR_WIDE = {"Jobs by phase (operator-wide)", "Operator reconciles/s by result", "Admission wait p95"}

@@ -17,8 +17,12 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 
 def series_names(collectors) -> set[str]:
     """Sample names as Prometheus stores them (counter _total, histogram _bucket/_sum/_count)."""
-    return {family.name + suffix for collector in collectors for family in collector.collect()
-            for suffix in SUFFIXES[family.type]}
+    return {
+        family.name + suffix
+        for collector in collectors
+        for family in collector.collect()
+        for suffix in SUFFIXES[family.type]
+    }
 
 
 def exported() -> set[str]:
@@ -30,10 +34,16 @@ def exported() -> set[str]:
 def queried() -> dict[str, str]:
     """Each longctx_* name used by a dashboard query or an alert, with where it is used."""
     board = json.loads((ROOT / "dashboards" / "longctx.json").read_text())
-    sources = [(f"panel {panel['title']!r}", target["expr"]) for panel in board["panels"]
-               for target in panel.get("targets", [])]
-    sources += [(f"variable {variable['name']}", variable["query"]) for variable in board["templating"]["list"]
-                if variable["type"] == "query"]
+    sources = [
+        (f"panel {panel['title']!r}", target["expr"])
+        for panel in board["panels"]
+        for target in panel.get("targets", [])
+    ]
+    sources += [
+        (f"variable {variable['name']}", variable["query"])
+        for variable in board["templating"]["list"]
+        if variable["type"] == "query"
+    ]
     groups = yaml.safe_load((ROOT / "alerts" / "longctx.rules.yaml").read_text())["groups"]
     sources += [(f"alert {rule['alert']}", rule["expr"]) for group in groups for rule in group["rules"]]
     return {name: where for where, expr in sources for name in re.findall(r"\blongctx_\w+", expr)}
@@ -44,7 +54,6 @@ def test_dashboard_and_alerts_query_only_exported_series():
     assert len(names) >= 10
     missing = {name: where for name, where in names.items() if name not in exported()}
     assert not missing, f"queried but not exported: {missing}"
-
 
 
 def test_every_dcgm_series_queried_is_a_known_exporter_field():

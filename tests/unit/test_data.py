@@ -12,8 +12,13 @@ from longctx_trainer.mesh import make_mesh
 def _config(data_config: DataConfig, vocab: int = 256, **parallel) -> TrainerConfig:
     return TrainerConfig(
         model=ModelConfig(layers=1, hidden=16, heads=2, kv_heads=2, ffn=32, vocab=vocab),
-        sequence_length=16, global_batch_tokens=64, steps=1, precision="fp32",
-        parallelism=ParallelConfig(**parallel), data=data_config)
+        sequence_length=16,
+        global_batch_tokens=64,
+        steps=1,
+        precision="fp32",
+        parallelism=ParallelConfig(**parallel),
+        data=data_config,
+    )
 
 
 def test_synthetic_samples_are_seeded_and_in_vocab():
@@ -44,8 +49,7 @@ def test_corpus_windows_cover_every_window_once_per_epoch():
     first = windows.sample(0)
     np.testing.assert_array_equal(first, np.arange(first[0], first[0] + 9))
     second_epoch = [int(windows.sample(i)[0]) for i in range(10, 20)]
-    assert sorted(second_epoch) == starts and second_epoch != [int(windows.sample(i)[0])
-                                                                for i in range(10)]
+    assert sorted(second_epoch) == starts and second_epoch != [int(windows.sample(i)[0]) for i in range(10)]
 
 
 def test_text_is_byte_level_from_file_or_directory_skipping_binaries(tmp_path):
@@ -61,8 +65,7 @@ def test_text_is_byte_level_from_file_or_directory_skipping_binaries(tmp_path):
 
 def test_global_batch_is_sharded_and_targets_are_shifted_inputs(tmp_path):
     (tmp_path / "t.txt").write_bytes(bytes(range(256)) * 4)
-    config = _config(DataConfig(kind="text", path=str(tmp_path / "t.txt"), seed=1),
-                     data=2, context=2, tensor=2)
+    config = _config(DataConfig(kind="text", path=str(tmp_path / "t.txt"), seed=1), data=2, context=2, tensor=2)
     mesh = make_mesh(config.parallelism)
     batches = Batches(config, mesh)
     inputs, targets = batches.for_step(3)

@@ -8,14 +8,32 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel
 
-from longctx_operator.api.spec import (TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, CheckpointSpec,
-                                       CommunicationSpec, DataSpec, LongContextJobSpec, MetricsSpec,
-                                       ModelSpec, OptimizerSpec, ParallelismSpec, RopeScalingSpec)
+from longctx_operator.api.spec import (
+    TRAINER_ATTENTION,
+    TRAINER_LOAD_BALANCE,
+    CheckpointSpec,
+    CommunicationSpec,
+    DataSpec,
+    LongContextJobSpec,
+    MetricsSpec,
+    ModelSpec,
+    OptimizerSpec,
+    ParallelismSpec,
+    RopeScalingSpec,
+)
 from longctx_operator.planner import PlanRequest
 from longctx_operator.planner.costs import dtype_bytes
-from longctx_trainer.config import (CheckpointConfig, DataConfig, MetricsConfig, ModelConfig,
-                                    OptimizerConfig, ParallelConfig, Precision, RopeScalingConfig,
-                                    TrainerConfig)
+from longctx_trainer.config import (
+    CheckpointConfig,
+    DataConfig,
+    MetricsConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    Precision,
+    RopeScalingConfig,
+    TrainerConfig,
+)
 from longctx_trainer.presets import ModelDims, RopeScaling
 
 # Each family: the places that carry it, the first one the API's where there is one.
@@ -44,8 +62,7 @@ def defaults(cls) -> dict:
         found = {name: f.get_default(call_default_factory=True) for name, f in cls.model_fields.items()}
     else:
         found = {f.name: f.default for f in dataclasses.fields(cls)}
-    return {name: value for name, value in found.items()
-            if isinstance(value, (bool, int, float, str))}
+    return {name: value for name, value in found.items() if isinstance(value, (bool, int, float, str))}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -18,8 +18,14 @@ from safetensors.numpy import load_file
 
 from longctx_trainer import model
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.config import (CheckpointConfig, DataConfig, ModelConfig, OptimizerConfig, ParallelConfig,
-                                    TrainerConfig)
+from longctx_trainer.config import (
+    CheckpointConfig,
+    DataConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    TrainerConfig,
+)
 from longctx_trainer.export import ExportError, export_checkpoint
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics
@@ -28,8 +34,16 @@ from longctx_trainer.train import train
 from longctx_trainer.weights import SafetensorsDir, differences, load_params, save_hf_checkpoint
 from support.hf_checkpoint import hf_config, hf_forward, hf_tensors, write_checkpoint
 
-DIMS = ModelDims(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0,
-                 rope_scaling=RopeScaling(factor=4.0, original_context=64))
+DIMS = ModelDims(
+    layers=2,
+    hidden=32,
+    heads=4,
+    kv_heads=2,
+    ffn=48,
+    vocab=64,
+    rope_theta=10000.0,
+    rope_scaling=RopeScaling(factor=4.0, original_context=64),
+)
 
 
 def _one_device():
@@ -54,9 +68,17 @@ def test_load_then_save_gives_back_the_same_files_and_config(tmp_path):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert differences(DIMS, config) == ([], [])
     assert (config["architectures"], config["max_position_embeddings"], config["torch_dtype"]) == (
-        ["LlamaForCausalLM"], 4096, "float32")
-    assert config["rope_scaling"] == {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
-                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        ["LlamaForCausalLM"],
+        4096,
+        "float32",
+    )
+    assert config["rope_scaling"] == {
+        "rope_type": "llama3",
+        "factor": 4.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
 
 
 def test_large_models_are_split_into_shards_with_an_index(tmp_path):
@@ -64,8 +86,9 @@ def test_large_models_are_split_into_shards_with_an_index(tmp_path):
     tensors = hf_tensors(DIMS)
     write_checkpoint(tmp_path / "in", tensors, hf_config(DIMS))
     params, _ = load_params(tmp_path / "in", DIMS, model.param_shardings(DIMS, _one_device()))
-    files = save_hf_checkpoint(_host(params), DIMS, tmp_path / "out", dtype="float16", max_positions=128,
-                               max_shard_bytes=8192)
+    files = save_hf_checkpoint(
+        _host(params), DIMS, tmp_path / "out", dtype="float16", max_positions=128, max_shard_bytes=8192
+    )
     assert len(files) > 2 and files[0].name == f"model-00001-of-{len(files):05d}.safetensors"
     assert all(f.stat().st_size <= 8192 + 4096 for f in files)  # data within the limit, plus the header
     index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
@@ -88,17 +111,35 @@ def test_bf16_export_reads_back_rounded(tmp_path):
 
 def _trained(tmp_path) -> TrainerConfig:
     config = TrainerConfig(
-        model=ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0,
-                          rope_scaling={"factor": 4.0, "original_context": 64}),
-        sequence_length=16, global_batch_tokens=32, steps=3, precision="fp32",
+        model=ModelConfig(
+            layers=2,
+            hidden=32,
+            heads=4,
+            kv_heads=2,
+            ffn=48,
+            vocab=64,
+            rope_theta=10000.0,
+            rope_scaling={"factor": 4.0, "original_context": 64},
+        ),
+        sequence_length=16,
+        global_batch_tokens=32,
+        steps=3,
+        precision="fp32",
         parallelism=ParallelConfig(data=2, context=2, tensor=2),
         optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=0),
         data=DataConfig(kind="synthetic", seed=1),
-        checkpoint=CheckpointConfig(path=str(tmp_path / "ckpt"), interval_steps=2))
+        checkpoint=CheckpointConfig(path=str(tmp_path / "ckpt"), interval_steps=2),
+    )
     checkpoints = Checkpoints(config.checkpoint)
     try:
-        train(config, make_mesh(config.parallelism), emit=lambda e: None, metrics=TrainMetrics("test", 0),
-              checkpoints=checkpoints, peak_flops_per_device=1e12)
+        train(
+            config,
+            make_mesh(config.parallelism),
+            emit=lambda e: None,
+            metrics=TrainMetrics("test", 0),
+            checkpoints=checkpoints,
+            peak_flops_per_device=1e12,
+        )
     finally:
         checkpoints.close()
     return config
@@ -117,12 +158,20 @@ def test_a_trained_checkpoint_exports_to_what_transformers_would_compute(tmp_pat
         state, _ = restored.restore(3, StepFunctions(config, mesh).abstract_state())
     finally:
         restored.close()
-    options = model.ModelOptions(compute_dtype=jnp.float32, remat=False, offload=False, chunk_tokens=None,
-                                 attention="ring", load_balance="none", loss_chunk_tokens=8)
+    options = model.ModelOptions(
+        compute_dtype=jnp.float32,
+        remat=False,
+        offload=False,
+        chunk_tokens=None,
+        attention="ring",
+        load_balance="none",
+        loss_chunk_tokens=8,
+    )
     tokens = np.random.default_rng(2).integers(0, 64, (2, 16))
     dims = config.model.dims()
     hidden, _ = jax.jit(partial(model.final_hidden, dims=dims, mesh=mesh, options=options))(
-        state["params"], tokens, tokens)
+        state["params"], tokens, tokens
+    )
     np.testing.assert_allclose(np.asarray(hidden), hf_forward(exported, tokens, dims), rtol=2e-5, atol=2e-5)
     step2, _ = export_checkpoint(config, tmp_path / "hf2", step=2)
     assert step2 == 2

@@ -43,9 +43,9 @@ def test_scale_follows_the_largest_amax_of_the_history():
     amaxes = [4.0, 896.0, 2.0, 1.0, 0.5]
     for step, amax in enumerate(amaxes):
         state = fp8.observed(state, jnp.asarray([amax, -amax / 2]), fp8.E4M3)
-        window = amaxes[max(0, step - 2):step + 1]  # the last three uses
+        window = amaxes[max(0, step - 2) : step + 1]  # the last three uses
         assert float(state["scale"]) == pytest.approx(max(window) / 448.0, rel=1e-7)
-        np.testing.assert_allclose(np.asarray(state["amax_history"])[:len(window)], window[::-1])
+        np.testing.assert_allclose(np.asarray(state["amax_history"])[: len(window)], window[::-1])
     assert float(fp8.next_scale(jnp.zeros(3), fp8.E4M3)) == 1.0  # never seen: scale 1
 
 
@@ -76,10 +76,12 @@ def test_gradients_are_straight_through_with_e5m2_output_gradients_and_states_ar
 
     dx, dw, new = jax.grad(loss, argnums=(0, 1, 2))(jnp.asarray(x), jnp.asarray(w), state)
     gq = np_qdq(g, fp8.E5M2, 0.01)
-    np.testing.assert_allclose(np.asarray(dx), np.einsum("bsf,hf->bsh", gq, np_qdq(w, fp8.E4M3, 0.001)),
-                               rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(dw), np.einsum("bsh,bsf->hf", np_qdq(x, fp8.E4M3, 0.02), gq),
-                               rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(dx), np.einsum("bsf,hf->bsh", gq, np_qdq(w, fp8.E4M3, 0.001)), rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(dw), np.einsum("bsh,bsf->hf", np_qdq(x, fp8.E4M3, 0.02), gq), rtol=1e-6, atol=1e-5
+    )
     # The state's "gradient" is its next value: each operand's amax entered its history.
     assert float(new["x"]["amax_history"][0]) == pytest.approx(np.abs(x).max())
     assert float(new["w"]["amax_history"][0]) == pytest.approx(np.abs(w).max())
@@ -97,7 +99,8 @@ def test_the_reference_would_catch_a_missing_saturation():
 
 def test_state_paths_are_recognised():
     tree = {"params": {"wq": 1}, "fp8": {"wq": fp8.einsum_state()}}
-    marks = {jax.tree_util.keystr(path): fp8.is_fp8_state(path)
-             for path, _ in jax.tree_util.tree_leaves_with_path(tree)}
+    marks = {
+        jax.tree_util.keystr(path): fp8.is_fp8_state(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)
+    }
     assert marks["['params']['wq']"] is False
     assert all(mark for key, mark in marks.items() if key.startswith("['fp8']"))

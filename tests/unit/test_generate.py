@@ -10,8 +10,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_generate_check_names_a_stale_copy(tmp_path):
     tree = tmp_path / "repo"
-    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", ".venv", ".cluster", ".runs", "*.egg-info",
-                                                              "__pycache__", ".hypothesis", ".pytest_cache"))
+    shutil.copytree(
+        ROOT,
+        tree,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".cluster", ".runs", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"
+        ),
+    )
     (tree / ".venv").symlink_to(ROOT / ".venv")
     (tree / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     check = subprocess.run([str(tree / "hack" / "generate"), "--check"], capture_output=True, text=True)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Run in a fresh interpreter: the API types are built from the catalogue at import, so the fake
 # GPU goes into the catalogue before anything else is imported, and nowhere else.
-FAKE_GPU_EVERYWHERE = r'''
+FAKE_GPU_EVERYWHERE = r"""
 import json, types
 from longctx_trainer import hardware
 hardware.GPUS["fake-96gb"] = hardware.Gpu(
@@ -45,13 +45,14 @@ print(json.dumps({
     "node_selector": pod["nodeSelector"],
     "peak": peak_flops(types.SimpleNamespace(device_kind="NVIDIA FAKE 96GB")),
 }))
-'''
+"""
 
 
 def test_a_gpu_added_to_the_catalogue_is_known_everywhere():
     env = {k: v for k, v in os.environ.items() if k != "LONGCTX_PEAK_FLOPS"}
-    result = subprocess.run([sys.executable, "-c", FAKE_GPU_EVERYWHERE], capture_output=True,
-                            text=True, cwd=ROOT / "tests", env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", FAKE_GPU_EVERYWHERE], capture_output=True, text=True, cwd=ROOT / "tests", env=env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout.splitlines()[-1])
     assert "fake-96gb" in seen["crd_enum"]  # the API server accepts it (parse_job did offline)

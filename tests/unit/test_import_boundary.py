@@ -26,10 +26,12 @@ def modules(package: str) -> list[str]:
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_package_imports_nothing_from_the_other_side(package):
-    code = (f"import importlib, json, sys\n"
-            f"for name in {modules(package)!r}:\n"
-            f"    importlib.import_module(name)\n"
-            f"print(json.dumps(sorted(sys.modules)))")
+    code = (
+        f"import importlib, json, sys\n"
+        f"for name in {modules(package)!r}:\n"
+        f"    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(sys.modules)))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT / "tests")
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = json.loads(result.stdout.splitlines()[-1])
@@ -40,6 +42,7 @@ def test_package_imports_nothing_from_the_other_side(package):
 def test_the_guard_sees_a_forbidden_import():
     """The check above can fail: importing the trainer's JAX code is seen as jax."""
     code = "import json, sys; import longctx_trainer.model; print(json.dumps(sorted(sys.modules)))"
-    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                       check=True).stdout.splitlines()[-1])
+    loaded = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+    )
     assert "jax" in loaded

@@ -7,8 +7,12 @@ from longctx_trainer.launch import first_failure, process_env, supervise
 
 
 def test_process_identity_from_completion_index_and_local_number():
-    environ = {"LONGCTX_PROCESSES_PER_POD": "4", "JOB_COMPLETION_INDEX": "2",
-               "LONGCTX_DEVICES_PER_PROCESS": "2", "JAX_NUM_PROCESSES": "16"}
+    environ = {
+        "LONGCTX_PROCESSES_PER_POD": "4",
+        "JOB_COMPLETION_INDEX": "2",
+        "LONGCTX_DEVICES_PER_PROCESS": "2",
+        "JAX_NUM_PROCESSES": "16",
+    }
     envs = [process_env(environ, local) for local in range(4)]
     assert [e["JAX_PROCESS_ID"] for e in envs] == ["8", "9", "10", "11"]
     assert [e["JAX_LOCAL_DEVICE_IDS"] for e in envs] == ["0,1", "2,3", "4,5", "6,7"]
@@ -36,9 +40,7 @@ def test_first_failure_names_the_failing_process():
     assert first_failure([_python("pass")]) is None
 
 
-
 def test_local_process_ids_add_to_a_pod_base():
     """`longctx run` runs several pods on one host: their processes need distinct metrics ports."""
-    environ = {"LONGCTX_PROCESSES_PER_POD": "2", "JOB_COMPLETION_INDEX": "1",
-               "LONGCTX_LOCAL_PROCESS_ID": "2"}
+    environ = {"LONGCTX_PROCESSES_PER_POD": "2", "JOB_COMPLETION_INDEX": "1", "LONGCTX_LOCAL_PROCESS_ID": "2"}
     assert [process_env(environ, local)["LONGCTX_LOCAL_PROCESS_ID"] for local in (0, 1)] == ["2", "3"]

@@ -1,6 +1,6 @@
 """lifecycle.decide step by step: each test walks a job through the states the operator sees."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -10,17 +10,21 @@ from longctx_operator.api.status import LongContextJobStatus
 from longctx_operator.lifecycle import ADMISSION_RETRY_SECONDS, CreateWorkload, DeleteWorkload, decide
 from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FITS = Admission(True, "GangFits", "2 of 4 free nodes")
 NO_FIT = Admission(False, "InsufficientGPUs", "the gang needs 2 nodes; 1 available")
 
 
 def spec(**over) -> LongContextJobSpec:
-    base = {"model": {"preset": "tiny"}, "sequenceLength": 4096, "steps": 10,
-            "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 10},
-            "checkpoint": {"persistentVolumeClaim": "shared"},
-            "scheduling": {"startupTimeoutSeconds": 60}}
+    base = {
+        "model": {"preset": "tiny"},
+        "sequenceLength": 4096,
+        "steps": 10,
+        "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+        "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 10},
+        "checkpoint": {"persistentVolumeClaim": "shared"},
+        "scheduling": {"startupTimeoutSeconds": 60},
+    }
     for key, value in over.items():
         base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
     return LongContextJobSpec.model_validate(base)
@@ -50,7 +54,9 @@ def test_new_job_is_planned_admitted_and_created():
     assert asked
     assert d.status.phase == "Admitted"
     assert (d.status.workload_generation, d.status.current_workload) == (1, "job-g1")
-    assert d.status.layout.processes == 2 and d.status.layout.data * d.status.layout.context * d.status.layout.tensor == 16
+    assert (
+        d.status.layout.processes == 2 and d.status.layout.data * d.status.layout.context * d.status.layout.tensor == 16
+    )
     assert conditions(d.status) == {"LayoutPlanned": ("True", "Planned"), "Admitted": ("True", "GangFits")}
     assert d.actions == (CreateWorkload(1, d.actions[0].layout),)
     assert [e.reason for e in d.events] == ["Planned", "GangFits"]
@@ -61,7 +67,10 @@ def test_planning_warns_once_about_checkpoints_a_restart_cannot_find():
     s = spec(checkpoint={"persistentVolumeClaim": None})
     planned, _ = step(s, LongContextJobStatus())
     assert [(e.type, e.reason) for e in planned.events] == [
-        ("Normal", "Planned"), ("Warning", "CheckpointNotPersistent"), ("Normal", "GangFits")]
+        ("Normal", "Planned"),
+        ("Warning", "CheckpointNotPersistent"),
+        ("Normal", "GangFits"),
+    ]
     assert "2 different disks" in planned.events[1].message
     again, _ = step(s, planned.status, running(), now=T0 + timedelta(seconds=5))
     assert "CheckpointNotPersistent" not in [e.reason for e in again.events]
@@ -80,8 +89,11 @@ def test_no_room_stays_pending_and_creates_nothing():
 
 
 def test_planner_rejection_fails_the_job():
-    bad = spec(sequenceLength=4096, resources={"nodes": 1, "gpusPerNode": 8},
-               parallelism={"mode": "manual", "data": 1, "context": 3, "tensor": 1})
+    bad = spec(
+        sequenceLength=4096,
+        resources={"nodes": 1, "gpusPerNode": 8},
+        parallelism={"mode": "manual", "data": 1, "context": 3, "tensor": 1},
+    )
     d, asked = step(bad, LongContextJobStatus())
     assert not asked and d.actions == ()
     assert (d.status.phase, d.status.reason) == ("Failed", "PlanFailed")
@@ -104,7 +116,10 @@ def test_admitted_to_running_to_succeeded():
     assert conditions(done.status)["Running"] == ("False", "Completed")
     # One Event per transition: Running, Rendezvous and Succeeded change together on completion.
     assert [e.reason for e in run.events + ready.events + done.events] == [
-        "AllRanksRunning", "AllRanksReady", "Completed"]
+        "AllRanksRunning",
+        "AllRanksReady",
+        "Completed",
+    ]
     assert done.events[-1].message == "all 2 ranks completed"
     assert step(s, done.status, MISSING)[0].actions == ()  # terminal
 
@@ -118,8 +133,14 @@ def test_lost_create_is_repeated_for_the_same_generation():
 
 
 def failed_rank():
-    return WorkloadObservation(exists=True, created=T0, total=2, running=1, failed=1,
-                               failure=RankFailure(1, "job-g1-1-x", "container trainer terminated: Error, exit code 7"))
+    return WorkloadObservation(
+        exists=True,
+        created=T0,
+        total=2,
+        running=1,
+        failed=1,
+        failure=RankFailure(1, "job-g1-1-x", "container trainer terminated: Error, exit code 7"),
+    )
 
 
 def test_failed_rank_restarts_the_gang_after_backoff():
@@ -132,8 +153,9 @@ def test_failed_rank_restarts_the_gang_after_backoff():
     assert conditions(failed.status)["Restarting"][0] == "True"
     assert "rank 1" in failed.status.message and "exit code 7" in failed.status.message
     assert failed.requeue_after == 10
-    deleting, _ = step(s, failed.status, WorkloadObservation(exists=True, deleting=True, total=2),
-                       now=T0 + timedelta(seconds=6))
+    deleting, _ = step(
+        s, failed.status, WorkloadObservation(exists=True, deleting=True, total=2), now=T0 + timedelta(seconds=6)
+    )
     assert deleting.actions == () and deleting.status.phase == "Restarting"
     waiting, asked = step(s, deleting.status, MISSING, now=T0 + timedelta(seconds=9))
     assert not asked and waiting.actions == () and waiting.requeue_after == pytest.approx(6)
@@ -182,7 +204,11 @@ def test_a_refused_workload_is_in_the_status_and_retried():
     admitted, _ = step(s, LongContextJobStatus())
     first, _ = step(s, admitted.status, refused(), now=T0 + timedelta(seconds=2))
     assert first.actions == (CreateWorkload(1, admitted.actions[0].layout),)
-    assert (first.status.phase, first.status.reason, first.status.message) == ("Admitted", "WorkloadCreateFailed", QUOTA)
+    assert (first.status.phase, first.status.reason, first.status.message) == (
+        "Admitted",
+        "WorkloadCreateFailed",
+        QUOTA,
+    )
     assert conditions(first.status)["WorkloadCreated"] == ("False", "WorkloadCreateFailed")
     assert [(e.type, e.reason, e.message) for e in first.events] == [("Warning", "WorkloadCreateFailed", QUOTA)]
     assert first.requeue_after == pytest.approx(60.5)

@@ -43,7 +43,9 @@ def test_allowed_pod_annotations_join_the_fabric_annotations_which_win():
     job = {"kind": "Job", "spec": {"template": {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "ib0"}}}}}
     add_pod_annotations(job, {"example.com/profile": "on", "k8s.v1.cni.cncf.io/networks": "other/net"})
     assert job["spec"]["template"]["metadata"]["annotations"] == {
-        "example.com/profile": "on", "k8s.v1.cni.cncf.io/networks": "ib0"}
+        "example.com/profile": "on",
+        "k8s.v1.cni.cncf.io/networks": "ib0",
+    }
 
 
 def test_cache_keeps_the_newest_copy_of_a_job():
@@ -60,8 +62,18 @@ def test_cache_keeps_the_newest_copy_of_a_job():
 def test_cache_finds_the_pods_of_one_generation():
     cache = Cache()
     for gen, name in ((1, "a"), (2, "b")):
-        owner = cache.put_pod({"metadata": {"namespace": "n", "name": name, "labels": {
-            "longctx.io/job-name": "j", "longctx.io/generation": str(gen)}}, "spec": {}, "status": {}}, deleted=False)
+        owner = cache.put_pod(
+            {
+                "metadata": {
+                    "namespace": "n",
+                    "name": name,
+                    "labels": {"longctx.io/job-name": "j", "longctx.io/generation": str(gen)},
+                },
+                "spec": {},
+                "status": {},
+            },
+            deleted=False,
+        )
         assert owner == ("n", "j")
     assert [p["metadata"]["name"] for p in cache.generation_pods(("n", "j"), 2)] == ["b"]
 
@@ -89,9 +101,15 @@ def test_the_explicit_registry_logs_in_with_the_kubernetes_client():
 def test_builtin_admission_without_node_access_says_so():
     from longctx_operator.api.spec import LongContextJob
     from longctx_operator.reconciler import Reconciler
-    job = LongContextJob.model_validate({
-        "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j", "namespace": "n"},
-        "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}}})
+
+    job = LongContextJob.model_validate(
+        {
+            "apiVersion": "longctx.io/v1alpha1",
+            "kind": "LongContextJob",
+            "metadata": {"name": "j", "namespace": "n"},
+            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}},
+        }
+    )
     verdict = Reconciler(kube=None, config=OperatorConfig(read_nodes=False))._admission(("n", "j"), job)
     assert not verdict.fits and verdict.reason == "NodesNotReadable" and "kueue or none" in verdict.message
 
@@ -104,8 +122,10 @@ def test_a_refused_create_is_described_from_the_api_error():
     quota = ApiException(status=403, reason="Forbidden")
     quota.body = "exceeded quota: count/jobs.batch"
     assert refusal(quota) == "creating the workload failed: 403 Forbidden: exceeded quota: count/jobs.batch"
-    assert refusal(ApiException(status=500, reason="Internal Server Error")) == \
-        "creating the workload failed: 500 Internal Server Error"
+    assert (
+        refusal(ApiException(status=500, reason="Internal Server Error"))
+        == "creating the workload failed: 500 Internal Server Error"
+    )
 
 
 def test_failing_reconciliations_back_off_exponentially_to_a_minute():
@@ -121,25 +141,38 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
     from longctx_operator.reconciler import Reconciler
 
     def node(name):
-        return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-                "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"},
-                                       "conditions": [{"type": "Ready", "status": "True"}]}}
+        return {
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
 
     reconciler = Reconciler(kube=None, config=OperatorConfig())
     for name in "abcd":
         reconciler.cache.put_node(node(name), deleted=False)
-    reconciler.cache.put_pod({
-        "metadata": {"namespace": "n", "name": "a-g1-0", "labels": {
-            "longctx.io/job-name": "a", "longctx.io/generation": "1"}},
-        "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-        "status": {"phase": "Pending"}}, deleted=False)
+    reconciler.cache.put_pod(
+        {
+            "metadata": {
+                "namespace": "n",
+                "name": "a-g1-0",
+                "labels": {"longctx.io/job-name": "a", "longctx.io/generation": "1"},
+            },
+            "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Pending"},
+        },
+        deleted=False,
+    )
     reconciler.reservations.reserve(("n", "a"), nodes=2, generation=1)
 
     def job(name, nodes):
-        return LongContextJob.model_validate({
-            "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
-            "metadata": {"name": name, "namespace": "n"},
-            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": nodes}}})
+        return LongContextJob.model_validate(
+            {
+                "apiVersion": "longctx.io/v1alpha1",
+                "kind": "LongContextJob",
+                "metadata": {"name": name, "namespace": "n"},
+                "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": nodes}},
+            }
+        )
 
     assert reconciler._admission(("n", "b"), job("b", 2)).fits
     verdict = reconciler._admission(("n", "b"), job("b", 3))
@@ -150,8 +183,10 @@ def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():
     from longctx_operator.reconciler import Reconciler
 
     def job(generation, observed):
-        return {"metadata": {"namespace": "n", "name": "j", "generation": generation},
-                "status": {"observedGeneration": observed, "reason": "WorkloadCreateFailed"}}
+        return {
+            "metadata": {"namespace": "n", "name": "j", "generation": generation},
+            "status": {"observedGeneration": observed, "reason": "WorkloadCreateFailed"},
+        }
 
     reconciler = Reconciler(kube=None, config=OperatorConfig())
     reconciler.job_event(job(1, 1), deleted=False)
@@ -168,9 +203,12 @@ def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
     from longctx_operator.reconciler import Reconciler
 
     reconciler = Reconciler(kube=None, config=OperatorConfig())
-    for name, status in (("new", {}), ("no-room", {"phase": "Pending", "reason": "InsufficientGPUs"}),
-                         ("in-kueue", {"phase": "Pending", "currentWorkload": "in-kueue-g1"}),
-                         ("running", {"phase": "Running", "currentWorkload": "running-g1"})):
+    for name, status in (
+        ("new", {}),
+        ("no-room", {"phase": "Pending", "reason": "InsufficientGPUs"}),
+        ("in-kueue", {"phase": "Pending", "currentWorkload": "in-kueue-g1"}),
+        ("running", {"phase": "Running", "currentWorkload": "running-g1"}),
+    ):
         reconciler.cache.put_job({"metadata": {"namespace": "n", "name": name}, "status": status}, deleted=False)
     reconciler.wake_pending()
     assert reconciler.queue._dirty == {("n", "new"), ("n", "no-room")}

@@ -12,8 +12,7 @@ def test_progress_events_survive_interleaved_native_output():
 
 
 def test_progress_line():
-    assert progress_line(parse_event(EVENT), 30) == \
-        "step 1/30  loss 5.5000  1,234 tokens/s  MFU 0.25%"
+    assert progress_line(parse_event(EVENT), 30) == "step 1/30  loss 5.5000  1,234 tokens/s  MFU 0.25%"
 
 
 def test_readme_names_the_progress_file_the_run_writes():
@@ -28,14 +27,30 @@ def test_relative_inputs_are_read_from_the_manifest_folder(tmp_path):
     from longctx_operator.api import parse_job
     from longctx_operator.localrun import with_inputs_from
 
-    job = parse_job({"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j"},
-                     "spec": {"model": {"preset": "tiny"}, "sequenceLength": 512,
-                              "data": {"kind": "text", "path": "../docs"},
-                              "initFrom": {"path": "weights"}, "checkpoint": {"path": "checkpoints"}}})
+    job = parse_job(
+        {
+            "apiVersion": "longctx.io/v1alpha1",
+            "kind": "LongContextJob",
+            "metadata": {"name": "j"},
+            "spec": {
+                "model": {"preset": "tiny"},
+                "sequenceLength": 512,
+                "data": {"kind": "text", "path": "../docs"},
+                "initFrom": {"path": "weights"},
+                "checkpoint": {"path": "checkpoints"},
+            },
+        }
+    )
     local = with_inputs_from(job, tmp_path / "examples")
     assert local.spec.data.path == str((tmp_path / "docs").resolve())
     assert local.spec.init_from.path == str((tmp_path / "examples" / "weights").resolve())
     assert local.spec.checkpoint.path == "checkpoints"  # an output: the run directory's
-    absolute = with_inputs_from(job.model_copy(update={"spec": job.spec.model_copy(update={
-        "data": job.spec.data.model_copy(update={"path": "/data/corpus"})})}), tmp_path)
+    absolute = with_inputs_from(
+        job.model_copy(
+            update={
+                "spec": job.spec.model_copy(update={"data": job.spec.data.model_copy(update={"path": "/data/corpus"})})
+            }
+        ),
+        tmp_path,
+    )
     assert absolute.spec.data.path == "/data/corpus"

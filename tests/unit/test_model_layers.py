@@ -22,8 +22,7 @@ def test_rms_norm_matches_formula():
     x = np.random.default_rng(0).normal(size=(3, 5, 16)).astype(np.float32)
     scale = np.linspace(0.5, 2, 16, dtype=np.float32)
     expected = x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + 1e-5) * scale
-    np.testing.assert_allclose(model.rms_norm(jnp.asarray(x), jnp.asarray(scale)), expected,
-                               rtol=1e-6, atol=0)
+    np.testing.assert_allclose(model.rms_norm(jnp.asarray(x), jnp.asarray(scale)), expected, rtol=1e-6, atol=0)
 
 
 def test_rope_rotates_pairs_by_position_angle():
@@ -35,10 +34,10 @@ def test_rope_rotates_pairs_by_position_angle():
         for i in range(4):
             angle = pos * 100.0 ** (-i / 4)
             a, b = x[0, t, :, i], x[0, t, :, i + 4]
-            np.testing.assert_allclose(out[0, t, :, i], a * np.cos(angle) - b * np.sin(angle),
-                                       rtol=1e-6, atol=1.3e-6)
-            np.testing.assert_allclose(out[0, t, :, i + 4], b * np.cos(angle) + a * np.sin(angle),
-                                       rtol=1e-6, atol=1.3e-6)
+            np.testing.assert_allclose(out[0, t, :, i], a * np.cos(angle) - b * np.sin(angle), rtol=1e-6, atol=1.3e-6)
+            np.testing.assert_allclose(
+                out[0, t, :, i + 4], b * np.cos(angle) + a * np.sin(angle), rtol=1e-6, atol=1.3e-6
+            )
 
 
 def test_rope_check_fails_when_the_frequencies_are_one_index_off(monkeypatch):
@@ -48,11 +47,13 @@ def test_rope_check_fails_when_the_frequencies_are_one_index_off(monkeypatch):
 
 
 def test_param_shapes_count_matches_preset_param_count():
-    for dims in (ModelConfig.from_preset("tiny").dims(), ModelConfig.from_preset("1b").dims(),
-                 ModelConfig.from_preset("llama3-8b").dims()):
+    for dims in (
+        ModelConfig.from_preset("tiny").dims(),
+        ModelConfig.from_preset("1b").dims(),
+        ModelConfig.from_preset("llama3-8b").dims(),
+    ):
         shapes = model.param_shapes(dims)
-        leaves = [s for s in shapes.values() if isinstance(s, tuple)] + list(
-            shapes["layers"].values())
+        leaves = [s for s in shapes.values() if isinstance(s, tuple)] + list(shapes["layers"].values())
         assert sum(int(np.prod(s)) for s in leaves) == dims.param_count()
 
 
@@ -63,8 +64,11 @@ def test_chunked_cross_entropy_matches_full_logits(chunk_tokens):
     head = rng.normal(size=(8, 11)).astype(np.float32)
     targets = rng.integers(0, 11, (2, 16))
     logits = x @ head
-    logp = logits - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1,
-                                  keepdims=True)) - logits.max(-1, keepdims=True)
+    logp = (
+        logits
+        - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
     expected = -np.mean(np.take_along_axis(logp, targets[..., None], -1))
     mesh = make_mesh(ParallelConfig(context=2), jax.devices()[:2])
     loss = jax.jit(partial(model.chunked_cross_entropy, mesh=mesh, chunk_tokens=chunk_tokens))

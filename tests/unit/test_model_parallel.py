@@ -27,13 +27,19 @@ SEQ, BATCH = 32, 2
 
 
 def _options(**changes) -> model.ModelOptions:
-    options = dict(compute_dtype=jnp.float32, remat=True, offload=False, chunk_tokens=None,
-                   attention="ring", load_balance="dual_chunk_swap")
+    options = dict(
+        compute_dtype=jnp.float32,
+        remat=True,
+        offload=False,
+        chunk_tokens=None,
+        attention="ring",
+        load_balance="dual_chunk_swap",
+    )
     return model.ModelOptions(**{**options, **changes})
 
 
 def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
-    mesh = make_mesh(parallel, jax.devices()[:parallel.devices])
+    mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
     shardings = model.param_shardings(DIMS, mesh)
     params = jax.jit(partial(model.init_params, DIMS), out_shardings=shardings)(jax.random.key(1))
     tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (BATCH, SEQ + 1))
@@ -52,8 +58,7 @@ def _assert_same(result, reference):
     np.testing.assert_allclose(loss, ref_loss, rtol=4e-7)
     flat_ref = dict(jax.tree.flatten_with_path(ref_grads)[0])
     for path, g in jax.tree.flatten_with_path(grads)[0]:
-        np.testing.assert_allclose(g, flat_ref[path], rtol=1e-5, atol=1e-7,
-                                   err_msg=jax.tree_util.keystr(path))
+        np.testing.assert_allclose(g, flat_ref[path], rtol=1e-5, atol=1e-7, err_msg=jax.tree_util.keystr(path))
 
 
 def test_sharded_model_matches_single_device(single_device):
@@ -77,22 +82,18 @@ def test_sharded_check_fails_when_a_shard_has_the_wrong_rope_offset(single_devic
 def test_chunked_offloaded_all_gather_model_matches_single_device(single_device):
     """offload=True, FPDT chunks of 4 tokens, all-gather attention, context 4 (on CPU host
     placement is the identity and remat is plain: the same code path with the same numerics)."""
-    options = _options(offload=True, chunk_tokens=4, attention="all_gather",
-                       load_balance="striped")
+    options = _options(offload=True, chunk_tokens=4, attention="all_gather", load_balance="striped")
     _assert_same(_loss_and_grads(ParallelConfig(context=4), options), single_device)
 
 
 def test_params_are_zero3_sharded_where_divisible():
     mesh = make_mesh(ParallelConfig(data=2, context=2, tensor=2))
     specs = model.param_specs(DIMS, mesh)
-    assert specs["layers"]["wq"] == jax.sharding.PartitionSpec(None, ("data", "context"),
-                                                               "tensor", None)
-    assert specs["layers"]["w_down"] == jax.sharding.PartitionSpec(None, "tensor",
-                                                                   ("data", "context"))
+    assert specs["layers"]["wq"] == jax.sharding.PartitionSpec(None, ("data", "context"), "tensor", None)
+    assert specs["layers"]["w_down"] == jax.sharding.PartitionSpec(None, "tensor", ("data", "context"))
     odd = ModelConfig(layers=1, hidden=6, heads=2, kv_heads=2, ffn=6, vocab=10).dims()
     # hidden 6 does not divide over 4 (data x context) devices: that dim stays replicated.
-    assert model.param_specs(odd, mesh)["layers"]["w_up"] == jax.sharding.PartitionSpec(
-        None, None, "tensor")
+    assert model.param_specs(odd, mesh)["layers"]["w_up"] == jax.sharding.PartitionSpec(None, None, "tensor")
 
 
 def _training_losses(options: model.ModelOptions, steps: int = 8) -> np.ndarray:
@@ -100,7 +101,7 @@ def _training_losses(options: model.ModelOptions, steps: int = 8) -> np.ndarray:
     bytes, from the same initialisation: the model memorises the batch, so the loss falls from
     ln 256 and depends on the model."""
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
-    text = (Path(json.__file__).parent / "decoder.py").read_bytes()[:BATCH * (SEQ + 1)]
+    text = (Path(json.__file__).parent / "decoder.py").read_bytes()[: BATCH * (SEQ + 1)]
     tokens = np.frombuffer(text, np.uint8).reshape(BATCH, SEQ + 1).astype(np.int32)
     loss = partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options)
     optimizer = optax.adam(3e-3)
@@ -130,8 +131,7 @@ def test_bf16_training_follows_fp32():
     absolute); tolerance 2e-3 relative. A model with constant logits stays at ln 256 = 5.55."""
     reference = _fp32_training_losses()
     assert reference[-1] < reference[0] - 1.5  # the loss depends on the model
-    np.testing.assert_allclose(_training_losses(_options(compute_dtype=jnp.bfloat16)), reference,
-                               rtol=2e-3, atol=0)
+    np.testing.assert_allclose(_training_losses(_options(compute_dtype=jnp.bfloat16)), reference, rtol=2e-3, atol=0)
 
 
 def test_bf16_training_check_fails_for_constant_logits(monkeypatch):

@@ -21,16 +21,15 @@ BATCH, SEQ = 2, 16
 
 
 def _saved_residuals(capsys, offload: bool) -> list[str]:
-    options = model.ModelOptions(compute_dtype=jnp.float32, remat=True, offload=offload,
-                                 chunk_tokens=None, attention="ring", load_balance="none")
+    options = model.ModelOptions(
+        compute_dtype=jnp.float32, remat=True, offload=offload, chunk_tokens=None, attention="ring", load_balance="none"
+    )
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
     params = model.init_params(DIMS, jax.random.key(0))
     tokens = np.zeros((BATCH, SEQ), np.int32)
     capsys.readouterr()
-    print_saved_residuals(partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options),
-                          params, tokens, tokens)
-    return [line for line in capsys.readouterr().out.splitlines()
-            if "from the argument" not in line]
+    print_saved_residuals(partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options), params, tokens, tokens)
+    return [line for line in capsys.readouterr().out.splitlines() if "from the argument" not in line]
 
 
 @pytest.mark.parametrize("offload,memory", [(False, "f32"), (True, "f32<host>")])

@@ -5,8 +5,7 @@ the old 1% let through: dropping the fp32 log-sum-exp a ring-attention layer kee
 
 import pytest
 
-from longctx_operator.planner import PlanRequest, plan
-from longctx_operator.planner import costs
+from longctx_operator.planner import PlanRequest, costs, plan
 from longctx_trainer.presets import PRESETS
 
 # The worked example's hand-derived activations (test_planner_worked_example.ACTIVATIONS):
@@ -15,18 +14,30 @@ ACTIVATIONS = (262_144 + 59_424) * 32_768 + 256_512 * 2048
 
 
 def worked_activations() -> int:
-    return plan(PlanRequest(model=PRESETS["llama3-8b"], sequence_length=262_144,
-                            global_batch_tokens=262_144, nodes=4, gpus_per_node=8,
-                            gpu="h100-80gb", fabric="infiniband", data=1, context=8,
-                            tensor=4)).memory.activations
+    return plan(
+        PlanRequest(
+            model=PRESETS["llama3-8b"],
+            sequence_length=262_144,
+            global_batch_tokens=262_144,
+            nodes=4,
+            gpus_per_node=8,
+            gpu="h100-80gb",
+            fabric="infiniband",
+            data=1,
+            context=8,
+            tensor=4,
+        )
+    ).memory.activations
 
 
 def test_planner_without_the_log_sum_exp_term_is_caught_only_by_the_exact_tolerance(monkeypatch):
     assert worked_activations() == pytest.approx(ACTIVATIONS, rel=1e-9)
     correct = costs.layer_activation_bytes_per_token
-    monkeypatch.setattr(costs, "layer_activation_bytes_per_token",
-                        lambda model, precision, tensor: correct(model, precision, tensor)
-                        - costs.FP32 * model.heads // tensor)
+    monkeypatch.setattr(
+        costs,
+        "layer_activation_bytes_per_token",
+        lambda model, precision, tensor: correct(model, precision, tensor) - costs.FP32 * model.heads // tensor,
+    )
     mutant = worked_activations()
     assert mutant == pytest.approx(ACTIVATIONS, rel=0.01)  # what the old tolerance accepted
     assert mutant != pytest.approx(ACTIVATIONS, rel=1e-9)

@@ -1,6 +1,6 @@
 """observe_workload: an Indexed Job and its pods -> ranks, completion and the first failed rank."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from longctx_operator.observe import MISSING, exit_reason, observe_workload, parse_time
 
@@ -9,16 +9,22 @@ def job(completions=2, conditions=(), suspend=False, deleting=False):
     meta = {"name": "j-g1", "creationTimestamp": "2026-01-02T03:04:05Z"}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-02T03:05:00Z"
-    return {"metadata": meta, "spec": {"completions": completions, "parallelism": completions, "suspend": suspend},
-            "status": {"conditions": [{"type": t, "status": "True", "reason": r, "message": m}
-                                      for t, r, m in conditions]}}
+    return {
+        "metadata": meta,
+        "spec": {"completions": completions, "parallelism": completions, "suspend": suspend},
+        "status": {"conditions": [{"type": t, "status": "True", "reason": r, "message": m} for t, r, m in conditions]},
+    }
 
 
 def pod(rank, phase="Running", ready=True, exit_code=None, deleting=False):
     status = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     if exit_code is not None:
-        status["containerStatuses"] = [{"name": "trainer", "state": {"terminated": {
-            "exitCode": exit_code, "reason": "Error" if exit_code else "Completed"}}}]
+        status["containerStatuses"] = [
+            {
+                "name": "trainer",
+                "state": {"terminated": {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed"}},
+            }
+        ]
     meta = {"name": f"j-g1-{rank}-abc", "labels": {"batch.kubernetes.io/job-completion-index": str(rank)}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-02T03:05:00Z"
@@ -34,7 +40,7 @@ def test_counts_running_and_ready_ranks():
     seen = observe_workload(job(3), [pod(0), pod(1, ready=False), pod(2, phase="Pending", ready=False)])
     assert (seen.exists, seen.total, seen.running, seen.ready, seen.failed) == (True, 3, 2, 1, 0)
     assert not seen.all_running and not seen.all_ready and seen.failure is None
-    assert seen.created == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert seen.created == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def test_all_running_and_ready():
@@ -61,8 +67,9 @@ def test_job_failed_condition_without_a_failed_pod():
 
 
 def test_complete_condition_and_succeeded_pods():
-    seen = observe_workload(job(2, conditions=[("Complete", "", "")]),
-                            [pod(0, "Succeeded", False, 0), pod(1, "Succeeded", False, 0)])
+    seen = observe_workload(
+        job(2, conditions=[("Complete", "", "")]), [pod(0, "Succeeded", False, 0), pod(1, "Succeeded", False, 0)]
+    )
     assert seen.complete and seen.succeeded == 2 and seen.failure is None
 
 

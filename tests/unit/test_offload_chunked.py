@@ -14,8 +14,13 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
-from longctx_trainer.ops import (context_parallel_attention, inverse_permutation, offload,
-                                 permutation, reference_attention)
+from longctx_trainer.ops import (
+    context_parallel_attention,
+    inverse_permutation,
+    offload,
+    permutation,
+    reference_attention,
+)
 from longctx_trainer.ops.chunked import FULL, MASKED, SKIP, _relation
 from support import mutants
 
@@ -24,9 +29,12 @@ FP32 = dict(rtol=3e-5, atol=8e-6)  # as in test_attention_context_parallel.py
 
 
 def make_mesh(data, context, tensor):
-    return jax.make_mesh((data, context, tensor), ("data", "context", "tensor"),
-                         axis_types=(AxisType.Auto,) * 3,
-                         devices=jax.devices()[:data * context * tensor])
+    return jax.make_mesh(
+        (data, context, tensor),
+        ("data", "context", "tensor"),
+        axis_types=(AxisType.Auto,) * 3,
+        devices=jax.devices()[: data * context * tensor],
+    )
 
 
 def inputs(kv_heads, seq=SEQ):
@@ -73,9 +81,9 @@ CASES = [
 
 @pytest.mark.parametrize("impl,layout,kv_heads,load_balance,chunk_tokens,offload", CASES)
 def test_chunked_matches_reference(impl, layout, kv_heads, load_balance, chunk_tokens, offload):
-    result = attention_and_grads(make_mesh(*layout), kv_heads, impl=impl,
-                                 load_balance=load_balance, chunk_tokens=chunk_tokens,
-                                 offload=offload)
+    result = attention_and_grads(
+        make_mesh(*layout), kv_heads, impl=impl, load_balance=load_balance, chunk_tokens=chunk_tokens, offload=offload
+    )
     assert_all_close(result, reference_and_grads(kv_heads))
 
 
@@ -86,18 +94,21 @@ def test_chunked_offloaded_equals_unchunked():
     assert_all_close(chunked, whole)
 
 
-@pytest.mark.parametrize("check", [
-    lambda: test_chunked_matches_reference(*CASES[2]),  # all-gather, K/V chunks fetched from host
-    test_chunked_offloaded_equals_unchunked,  # ring, chunks within each step
-], ids=["all_gather_offloaded", "ring_chunked"])
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda: test_chunked_matches_reference(*CASES[2]),  # all-gather, K/V chunks fetched from host
+        test_chunked_offloaded_equals_unchunked,  # ring, chunks within each step
+    ],
+    ids=["all_gather_offloaded", "ring_chunked"],
+)
 def test_checks_fail_when_the_kv_prefetch_lags_one_chunk(check, monkeypatch):
     mutants.stale_kv_prefetch(monkeypatch)
     with pytest.raises(AssertionError):
         check()
 
 
-@pytest.mark.parametrize("impl,layout", [("ring", (1, 2, 1)), ("all_gather", (1, 2, 1)),
-                                         ("ring", (2, 1, 1))])
+@pytest.mark.parametrize("impl,layout", [("ring", (1, 2, 1)), ("all_gather", (1, 2, 1)), ("ring", (2, 1, 1))])
 def test_host_placement_path_keeps_the_numbers(impl, layout, monkeypatch):
     """CPU skips placement (its device memory is host memory); force the GPU code path here.
 
@@ -108,11 +119,12 @@ def test_host_placement_path_keeps_the_numbers(impl, layout, monkeypatch):
     assert not offload.host_offload_available("cpu")
     monkeypatch.setattr(offload, "host_offload_available", lambda platform=None: True)
     mesh = make_mesh(*layout)
-    options = dict(mesh=mesh, causal=True, impl=impl, load_balance="dual_chunk_swap",
-                   chunk_tokens=16, offload=True)
+    options = dict(mesh=mesh, causal=True, impl=impl, load_balance="dual_chunk_swap", chunk_tokens=16, offload=True)
     q, k, v, do = inputs(2)
-    gradients = lambda q, k, v: jax.vjp(
-        functools.partial(context_parallel_attention, **options), q, k, v)[1](q)
+
+    def gradients(q, k, v):
+        return jax.vjp(functools.partial(context_parallel_attention, **options), q, k, v)[1](q)
+
     assert "<host>" in str(jax.make_jaxpr(gradients)(q, k, v))
     options.pop("mesh"), options.pop("causal")
     result = attention_and_grads(mesh, 2, **options)
@@ -134,9 +146,11 @@ def test_chunking_shrinks_compiled_temporaries():
 
     def temp_bytes(chunk_tokens):
         def loss(q, k, v):
-            out = context_parallel_attention(q, k, v, mesh=mesh, causal=True, load_balance="none",
-                                             chunk_tokens=chunk_tokens)
+            out = context_parallel_attention(
+                q, k, v, mesh=mesh, causal=True, load_balance="none", chunk_tokens=chunk_tokens
+            )
             return jnp.sum(out * do)
+
         compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(q, k, v).compile()
         return compiled.memory_analysis().temp_size_in_bytes
 
@@ -147,5 +161,4 @@ def test_chunking_shrinks_compiled_temporaries():
 def test_chunk_that_does_not_divide_the_shard_is_rejected():
     q, k, v, _ = inputs(kv_heads=2)
     with pytest.raises(ValueError, match="chunk_tokens"):
-        context_parallel_attention(q, k, v, mesh=make_mesh(1, 4, 1), causal=True,
-                                   load_balance="none", chunk_tokens=24)
+        context_parallel_attention(q, k, v, mesh=make_mesh(1, 4, 1), causal=True, load_balance="none", chunk_tokens=24)

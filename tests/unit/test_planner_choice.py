@@ -11,8 +11,15 @@ LLAMA8B = PRESETS["llama3-8b"]
 
 def request(**overrides):
     """llama3-8b, four 256K sequences per step on 4 nodes x 8 H100 over InfiniBand."""
-    base = dict(model=LLAMA8B, sequence_length=262_144, global_batch_tokens=4 * 262_144, nodes=4,
-                gpus_per_node=8, gpu="h100-80gb", fabric="infiniband")
+    base = dict(
+        model=LLAMA8B,
+        sequence_length=262_144,
+        global_batch_tokens=4 * 262_144,
+        nodes=4,
+        gpus_per_node=8,
+        gpu="h100-80gb",
+        fabric="infiniband",
+    )
     return PlanRequest(**{**base, **overrides})
 
 
@@ -47,8 +54,7 @@ def test_offload_only_when_needed_to_fit():
     assert chosen.offload is True and chosen.chunk_tokens is not None
     assert chosen.memory.host_offloaded > 0 and chosen.memory.total <= chosen.memory.usable
     with pytest.raises(PlanError) as error:
-        plan(request(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1,
-                     offload=False))
+        plan(request(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1, offload=False))
     assert error.value.field == "spec.resources.nodes"
     assert "no layout fits on 8 x h100-80gb" in error.value.message
     assert "GiB usable" in error.value.message
@@ -75,23 +81,39 @@ def test_partial_constraint_fixes_one_axis(auto):
     assert "(constrained)" in constrained.explanation
 
 
-@pytest.mark.parametrize("overrides, field, fragment", [
-    (dict(data=1, context=8, tensor=2), "spec.parallelism",
-     "data*context*tensor = 16 but the job has 32 GPUs"),
-    (dict(data=1, context=2, tensor=16), "spec.parallelism.tensor",
-     "tensor=16 exceeds 8 GPUs per node"),
-    (dict(data=8, context=4, tensor=1), "spec.parallelism.data",
-     "batch of 4 sequences not divisible by data=8"),
-    (dict(nodes=3, data=1, context=8, tensor=3), "spec.parallelism.tensor",
-     "tensor=3 does not divide kv_heads=8"),
-    (dict(nodes=3, data=1, context=3, tensor=8), "spec.parallelism.context",
-     "sequence 262144 not divisible by 2*context=6"),
-    (dict(nodes=1, data=1, context=8, tensor=1, sequence_length=1_048_576,
-          global_batch_tokens=1_048_576, offload=False), "spec.resources.nodes", "GiB usable"),
-    (dict(data=1, context=32, tensor=1, chunk_tokens=3000), "spec.offload.chunkTokens",
-     "chunkTokens=3000 does not divide the per-device shard of 8192 tokens"),
-    (dict(tensor=3), "spec.parallelism.tensor", "no layout of 32 GPUs has tensor=3"),
-])
+@pytest.mark.parametrize(
+    "overrides, field, fragment",
+    [
+        (dict(data=1, context=8, tensor=2), "spec.parallelism", "data*context*tensor = 16 but the job has 32 GPUs"),
+        (dict(data=1, context=2, tensor=16), "spec.parallelism.tensor", "tensor=16 exceeds 8 GPUs per node"),
+        (dict(data=8, context=4, tensor=1), "spec.parallelism.data", "batch of 4 sequences not divisible by data=8"),
+        (dict(nodes=3, data=1, context=8, tensor=3), "spec.parallelism.tensor", "tensor=3 does not divide kv_heads=8"),
+        (
+            dict(nodes=3, data=1, context=3, tensor=8),
+            "spec.parallelism.context",
+            "sequence 262144 not divisible by 2*context=6",
+        ),
+        (
+            dict(
+                nodes=1,
+                data=1,
+                context=8,
+                tensor=1,
+                sequence_length=1_048_576,
+                global_batch_tokens=1_048_576,
+                offload=False,
+            ),
+            "spec.resources.nodes",
+            "GiB usable",
+        ),
+        (
+            dict(data=1, context=32, tensor=1, chunk_tokens=3000),
+            "spec.offload.chunkTokens",
+            "chunkTokens=3000 does not divide the per-device shard of 8192 tokens",
+        ),
+        (dict(tensor=3), "spec.parallelism.tensor", "no layout of 32 GPUs has tensor=3"),
+    ],
+)
 def test_invalid_manual_layouts_raise_naming_the_field(overrides, field, fragment):
     with pytest.raises(PlanError) as error:
         plan(request(**overrides))
@@ -99,20 +121,23 @@ def test_invalid_manual_layouts_raise_naming_the_field(overrides, field, fragmen
     assert fragment in error.value.message
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(gpu="h100-94gb"), "spec.resources.gpuType"),
-    (dict(fabric="myrinet"), "spec.network.fabric"),
-    (dict(global_batch_tokens=262_144 + 1), "spec.globalBatchTokens"),
-    (dict(nodes=0), "spec.resources.nodes"),
-    (dict(gpus_per_node=0), "spec.resources.gpusPerNode"),
-    (dict(sequence_length=0), "spec.sequenceLength"),
-    (dict(precision="fp8"), "spec.precision"),
-    (dict(attention="ulysses"), "spec.parallelism.attention"),
-    (dict(load_balance="zigzag"), "spec.parallelism.loadBalance"),
-    (dict(context=0), "spec.parallelism.context"),
-    (dict(chunk_tokens=4096, offload=False), "spec.offload.chunkTokens"),
-    (dict(memory_margin=1.5), "memoryMargin"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(gpu="h100-94gb"), "spec.resources.gpuType"),
+        (dict(fabric="myrinet"), "spec.network.fabric"),
+        (dict(global_batch_tokens=262_144 + 1), "spec.globalBatchTokens"),
+        (dict(nodes=0), "spec.resources.nodes"),
+        (dict(gpus_per_node=0), "spec.resources.gpusPerNode"),
+        (dict(sequence_length=0), "spec.sequenceLength"),
+        (dict(precision="fp8"), "spec.precision"),
+        (dict(attention="ulysses"), "spec.parallelism.attention"),
+        (dict(load_balance="zigzag"), "spec.parallelism.loadBalance"),
+        (dict(context=0), "spec.parallelism.context"),
+        (dict(chunk_tokens=4096, offload=False), "spec.offload.chunkTokens"),
+        (dict(memory_margin=1.5), "memoryMargin"),
+    ],
+)
 def test_invalid_requests_raise_naming_the_field(overrides, field):
     with pytest.raises(PlanError) as error:
         plan(request(**overrides))
@@ -134,8 +159,7 @@ def test_offload_must_fit_in_the_pods_memory_limit():
     with pytest.raises(PlanError) as error:
         plan(request(**base, host_memory_bytes=256 * 2**30))
     assert error.value.field == "spec.resources.memory"
-    assert "GiB per pod to host memory > 204.8 GiB usable (80% of resources.memory 256.0 GiB)" \
-        in error.value.message
+    assert "GiB per pod to host memory > 204.8 GiB usable (80% of resources.memory 256.0 GiB)" in error.value.message
     assert needed > 256 * 2**30 * HOST_MEMORY_MARGIN
 
 

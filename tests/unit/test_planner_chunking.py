@@ -5,9 +5,13 @@ import math
 import pytest
 
 from longctx_operator.planner import GPUS, PlanError, PlanRequest, plan
-from longctx_operator.planner.chunking import (MIN_CHUNK_TOKENS, chunk_candidates,
-                                               chunk_compute_seconds, chunk_transfer_seconds,
-                                               covering_chunk_tokens)
+from longctx_operator.planner.chunking import (
+    MIN_CHUNK_TOKENS,
+    chunk_candidates,
+    chunk_compute_seconds,
+    chunk_transfer_seconds,
+    covering_chunk_tokens,
+)
 from longctx_operator.planner.plan import memory_for
 from longctx_trainer.presets import PRESETS
 
@@ -28,10 +32,12 @@ def test_covering_chunk_by_hand():
 def test_covering_chunk_is_where_compute_catches_up_with_transfer(gpu, tensor):
     spec = GPUS[gpu]
     chunk = covering_chunk_tokens(LLAMA8B, spec, "bf16")
-    assert (chunk_compute_seconds(LLAMA8B, spec, tensor, chunk)
-            >= chunk_transfer_seconds(LLAMA8B, spec, tensor, "bf16", chunk))
-    assert (chunk_compute_seconds(LLAMA8B, spec, tensor, chunk - 1)
-            < chunk_transfer_seconds(LLAMA8B, spec, tensor, "bf16", chunk - 1))
+    assert chunk_compute_seconds(LLAMA8B, spec, tensor, chunk) >= chunk_transfer_seconds(
+        LLAMA8B, spec, tensor, "bf16", chunk
+    )
+    assert chunk_compute_seconds(LLAMA8B, spec, tensor, chunk - 1) < chunk_transfer_seconds(
+        LLAMA8B, spec, tensor, "bf16", chunk - 1
+    )
 
 
 def test_chunk_candidates_are_dividing_powers_of_two_above_the_floor():
@@ -42,15 +48,27 @@ def test_chunk_candidates_are_dividing_powers_of_two_above_the_floor():
     assert chunk_candidates(2048, 2415) == []
 
 
-@pytest.mark.parametrize("gpu, preset, sequence, context, tensor", [
-    ("h100-80gb", "llama3-8b", 2_097_152, 4, 2),
-    ("a100-40gb", "3b", 2_097_152, 8, 1),
-])
+@pytest.mark.parametrize(
+    "gpu, preset, sequence, context, tensor",
+    [
+        ("h100-80gb", "llama3-8b", 2_097_152, 4, 2),
+        ("a100-40gb", "3b", 2_097_152, 8, 1),
+    ],
+)
 def test_planner_takes_the_largest_chunk_that_fits(gpu, preset, sequence, context, tensor):
     model = PRESETS[preset]
-    req = PlanRequest(model=model, sequence_length=sequence, global_batch_tokens=sequence,
-                      nodes=1, gpus_per_node=8, gpu=gpu, fabric="infiniband",
-                      data=1, context=context, tensor=tensor)
+    req = PlanRequest(
+        model=model,
+        sequence_length=sequence,
+        global_batch_tokens=sequence,
+        nodes=1,
+        gpus_per_node=8,
+        gpu=gpu,
+        fabric="infiniband",
+        data=1,
+        context=context,
+        tensor=tensor,
+    )
     chosen = plan(req)
     shard = sequence // context
     chunk = chosen.chunk_tokens
@@ -63,9 +81,18 @@ def test_planner_takes_the_largest_chunk_that_fits(gpu, preset, sequence, contex
 
 
 def test_smaller_chunk_means_less_memory_but_exposed_fetches_below_the_covering_size():
-    base = dict(model=LLAMA8B, sequence_length=1_048_576, global_batch_tokens=1_048_576,
-                nodes=1, gpus_per_node=8, gpu="h100-80gb", fabric="infiniband",
-                data=1, context=8, tensor=1)
+    base = dict(
+        model=LLAMA8B,
+        sequence_length=1_048_576,
+        global_batch_tokens=1_048_576,
+        nodes=1,
+        gpus_per_node=8,
+        gpu="h100-80gb",
+        fabric="infiniband",
+        data=1,
+        context=8,
+        tensor=1,
+    )
     chosen = plan(PlanRequest(**base))
     small = plan(PlanRequest(**base, chunk_tokens=1024))
     assert small.chunk_tokens == 1024 and small.offload
@@ -76,9 +103,19 @@ def test_smaller_chunk_means_less_memory_but_exposed_fetches_below_the_covering_
 
 def test_no_chunk_when_the_shard_is_below_the_covering_size():
     # 8 GPUs of context over a 16K sequence leave 2048-token shards: no chunk >= 2415 divides them.
-    req = PlanRequest(model=LLAMA8B, sequence_length=16_384, global_batch_tokens=16_384, nodes=1,
-                      gpus_per_node=8, gpu="h100-80gb", fabric="infiniband", data=1, context=8,
-                      tensor=1, offload=True)
+    req = PlanRequest(
+        model=LLAMA8B,
+        sequence_length=16_384,
+        global_batch_tokens=16_384,
+        nodes=1,
+        gpus_per_node=8,
+        gpu="h100-80gb",
+        fabric="infiniband",
+        data=1,
+        context=8,
+        tensor=1,
+        offload=True,
+    )
     with pytest.raises(PlanError) as error:
         plan(req)
     assert error.value.field == "spec.offload.chunkTokens"

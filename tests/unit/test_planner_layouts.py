@@ -13,16 +13,26 @@ LLAMA8B = PRESETS["llama3-8b"]
 
 
 def request(**overrides):
-    base = dict(model=LLAMA8B, sequence_length=262_144, global_batch_tokens=262_144, nodes=3,
-                gpus_per_node=8, gpu="h100-80gb", fabric="infiniband")
+    base = dict(
+        model=LLAMA8B,
+        sequence_length=262_144,
+        global_batch_tokens=262_144,
+        nodes=3,
+        gpus_per_node=8,
+        gpu="h100-80gb",
+        fabric="infiniband",
+    )
     return PlanRequest(**{**base, **overrides})
 
 
-@pytest.mark.parametrize("devices, count", [
-    (1, 1),
-    (32, 21),  # 2^5: ways to split 5 factors of 2 over 3 axes = C(7,2) = 21
-    (24, 30),  # 2^3 * 3: C(5,2) = 10 splits of the 2s times 3 places for the 3
-])
+@pytest.mark.parametrize(
+    "devices, count",
+    [
+        (1, 1),
+        (32, 21),  # 2^5: ways to split 5 factors of 2 over 3 axes = C(7,2) = 21
+        (24, 30),  # 2^3 * 3: C(5,2) = 10 splits of the 2s times 3 places for the 3
+    ],
+)
 def test_enumeration_is_every_ordered_factorisation(devices, count):
     layouts = enumerate_layouts(devices)
     assert len(layouts) == count == len(set(layouts))
@@ -36,17 +46,30 @@ def reasons_24():
     return {layout: evaluate(req, layout).reasons for layout in enumerate_layouts(24)}
 
 
-@pytest.mark.parametrize("layout, expected", [
-    (Layout(1, 1, 24), ["tensor=24 exceeds 8 GPUs per node",
-                        "tensor=24 does not divide heads=32",
-                        "tensor=24 does not divide kv_heads=8"]),
-    (Layout(1, 8, 3), ["tensor=3 does not divide 8 GPUs per node",
-                       "tensor=3 does not divide heads=32",
-                       "tensor=3 does not divide kv_heads=8"]),
-    (Layout(1, 3, 8), ["sequence 262144 not divisible by 2*context=6"]),
-    (Layout(3, 8, 1), ["batch of 1 sequence not divisible by data=3"]),
-    (Layout(1, 24, 1), ["sequence 262144 not divisible by 2*context=48"]),
-])
+@pytest.mark.parametrize(
+    "layout, expected",
+    [
+        (
+            Layout(1, 1, 24),
+            [
+                "tensor=24 exceeds 8 GPUs per node",
+                "tensor=24 does not divide heads=32",
+                "tensor=24 does not divide kv_heads=8",
+            ],
+        ),
+        (
+            Layout(1, 8, 3),
+            [
+                "tensor=3 does not divide 8 GPUs per node",
+                "tensor=3 does not divide heads=32",
+                "tensor=3 does not divide kv_heads=8",
+            ],
+        ),
+        (Layout(1, 3, 8), ["sequence 262144 not divisible by 2*context=6"]),
+        (Layout(3, 8, 1), ["batch of 1 sequence not divisible by data=3"]),
+        (Layout(1, 24, 1), ["sequence 262144 not divisible by 2*context=48"]),
+    ],
+)
 def test_rejection_reasons(reasons_24, layout, expected):
     assert list(reasons_24[layout]) == expected
 
@@ -63,11 +86,13 @@ def test_no_valid_layout_of_24_gpus_is_a_plan_error(reasons_24):
 
 def test_striped_needs_only_context_to_divide_the_sequence():
     layout = Layout(1, 8, 3)
-    candidate = evaluate(request(load_balance="striped", sequence_length=3 * 2**16,
-                                 global_batch_tokens=3 * 2**16), layout)
+    candidate = evaluate(
+        request(load_balance="striped", sequence_length=3 * 2**16, global_batch_tokens=3 * 2**16), layout
+    )
     assert not any("not divisible by" in reason for reason in candidate.reasons)
-    candidate = evaluate(request(load_balance="striped", sequence_length=100_000,
-                                 global_batch_tokens=100_000), Layout(1, 3, 8))
+    candidate = evaluate(
+        request(load_balance="striped", sequence_length=100_000, global_batch_tokens=100_000), Layout(1, 3, 8)
+    )
     assert "sequence 100000 not divisible by context=3" in candidate.reasons
 
 
@@ -89,9 +114,11 @@ def test_auto_offload_failure_keeps_both_reasons():
     candidate = evaluate(req, Layout(1, 8, 1))
     without, offloaded = candidate.reasons
     assert re.fullmatch(r"needs \d+\.\d GiB per GPU > 72\.0 GiB usable", without)
-    assert re.fullmatch(r"needs \d+\.\d GiB per GPU > 72\.0 GiB usable even with offload "
-                        r"\(chunk 2048 tokens\)", offloaded)
+    assert re.fullmatch(
+        r"needs \d+\.\d GiB per GPU > 72\.0 GiB usable even with offload "
+        r"\(chunk 2048 tokens\)",
+        offloaded,
+    )
     # The smallest chunk tried: the covering bound for h=8192 on an H100 is
     # 4.945e14 * 1024 * 2 / (2 * 8192 * 5.12e10) = 1207.3 tokens, so 2048.
-    assert candidate.offload and candidate.memory.total / GIB == pytest.approx(
-        float(offloaded.split()[1]), abs=0.05)
+    assert candidate.offload and candidate.memory.total / GIB == pytest.approx(float(offloaded.split()[1]), abs=0.05)

@@ -11,20 +11,34 @@ from longctx_trainer.presets import PRESETS
 @pytest.fixture(scope="module")
 def issue_example():
     """The issue's command: llama3-8b at 262144 tokens on 32 h100-80gb, 8 per node."""
-    return plan(PlanRequest(model=PRESETS["llama3-8b"], sequence_length=262_144,
-                            global_batch_tokens=4 * 262_144, nodes=4, gpus_per_node=8,
-                            gpu="h100-80gb", fabric="infiniband"))
+    return plan(
+        PlanRequest(
+            model=PRESETS["llama3-8b"],
+            sequence_length=262_144,
+            global_batch_tokens=4 * 262_144,
+            nodes=4,
+            gpus_per_node=8,
+            gpu="h100-80gb",
+            fabric="infiniband",
+        )
+    )
 
 
 def test_table_shows_choice_memory_speed_and_rejections(issue_example):
     text = format_table(issue_example)
     mem = issue_example.memory
     assert f"Chosen layout: {issue_example.layout}" in text
-    for label, value in [("params (compute copy)", mem.params), ("activations", mem.activations),
-                         ("Adam moments (fp32)", mem.optimizer_moments),
-                         ("embedding lookup", mem.embedding_lookup), ("total", mem.total)]:
-        assert any(line.split()[:len(label.split())] == label.split()
-                   and f"{value / GIB:.2f}" in line for line in text.splitlines()), label
+    for label, value in [
+        ("params (compute copy)", mem.params),
+        ("activations", mem.activations),
+        ("Adam moments (fp32)", mem.optimizer_moments),
+        ("embedding lookup", mem.embedding_lookup),
+        ("total", mem.total),
+    ]:
+        assert any(
+            line.split()[: len(label.split())] == label.split() and f"{value / GIB:.2f}" in line
+            for line in text.splitlines()
+        ), label
     assert f"of {mem.usable / GIB:.2f} usable" in text
     assert f"peak in the {mem.peak_phase}" in text
     assert f"{issue_example.tokens_per_second:,.0f} tokens/s" in text
@@ -39,9 +53,11 @@ def test_table_shows_choice_memory_speed_and_rejections(issue_example):
 
 def test_json_round_trips_and_matches_the_plan(issue_example):
     data = json.loads(json.dumps(to_json(issue_example)))
-    assert data["layout"] == {"data": issue_example.layout.data,
-                              "context": issue_example.layout.context,
-                              "tensor": issue_example.layout.tensor}
+    assert data["layout"] == {
+        "data": issue_example.layout.data,
+        "context": issue_example.layout.context,
+        "tensor": issue_example.layout.tensor,
+    }
     assert data["memory"]["bytes"]["total"] == issue_example.memory.total
     assert data["memory"]["bytes"]["optimizerMoments"] == issue_example.memory.optimizer_moments
     assert data["memory"]["bytes"]["embeddingLookup"] == issue_example.memory.embedding_lookup
@@ -52,5 +68,4 @@ def test_json_round_trips_and_matches_the_plan(issue_example):
     assert data["stepSeconds"] == pytest.approx(sum(data["step"].values()), rel=1e-9)
     assert len(data["candidates"]) == len(issue_example.candidates)
     rejected = [c for c in data["candidates"] if not c["fits"]]
-    assert rejected and all(r["field"].startswith("spec.") and r["message"]
-                            for c in rejected for r in c["reasons"])
+    assert rejected and all(r["field"].startswith("spec.") and r["message"] for c in rejected for r in c["reasons"])

@@ -14,9 +14,18 @@ TCP = 100e9 / 8 / 8 * 0.6  # bytes/s per GPU: 100 GbE per node, 8 GPUs, 60% sust
 
 
 def request(**overrides):
-    base = dict(model=LLAMA8B, sequence_length=262_144, global_batch_tokens=262_144, nodes=4,
-                gpus_per_node=8, gpu="h100-80gb", fabric="infiniband", data=1, context=32,
-                tensor=1)
+    base = dict(
+        model=LLAMA8B,
+        sequence_length=262_144,
+        global_batch_tokens=262_144,
+        nodes=4,
+        gpus_per_node=8,
+        gpu="h100-80gb",
+        fabric="infiniband",
+        data=1,
+        context=32,
+        tensor=1,
+    )
     return PlanRequest(**{**base, **overrides})
 
 
@@ -52,8 +61,7 @@ def test_no_load_balancing_costs_the_busiest_device():
 
 def test_zero_traffic_is_exposed_only_beyond_compute():
     # Short sequences over TCP: ZeRO-3 moves 3 * 2 B * P * 31/32 per device and dominates.
-    short = plan(request(sequence_length=4096, global_batch_tokens=4096 * 32, data=32, context=1,
-                         fabric="tcp"))
+    short = plan(request(sequence_length=4096, global_batch_tokens=4096 * 32, data=32, context=1, fabric="tcp"))
     zero = 3 * 2 * 8_030_261_248 * 31 / 32 / TCP
     assert short.step.zero_exposed == pytest.approx(zero - short.step.compute, rel=1e-9)
     # 256K tokens on InfiniBand: 3 * 2 B * P / 4 * 7/8 / 40 GB/s = 0.26 s hides behind 5.5 s.

@@ -65,16 +65,36 @@ COMPUTE_SECONDS = (FLOPS_CAUSAL + 82_678_652_928) * 262_144 / 32 / (989e12 * 0.5
 
 @pytest.fixture(scope="module")
 def worked():
-    return plan(PlanRequest(model=PRESETS["llama3-8b"], sequence_length=262_144,
-                            global_batch_tokens=262_144, nodes=4, gpus_per_node=8,
-                            gpu="h100-80gb", fabric="infiniband", data=1, context=8, tensor=4))
+    return plan(
+        PlanRequest(
+            model=PRESETS["llama3-8b"],
+            sequence_length=262_144,
+            global_batch_tokens=262_144,
+            nodes=4,
+            gpus_per_node=8,
+            gpu="h100-80gb",
+            fabric="infiniband",
+            data=1,
+            context=8,
+            tensor=4,
+        )
+    )
 
 
-@pytest.mark.parametrize("field, expected", [
-    ("params", PARAMS), ("master_weights", MASTER), ("optimizer_moments", ADAM),
-    ("gradients", GRADS), ("gathered_params", GATHERED), ("activations", ACTIVATIONS),
-    ("attention_working_set", ATTENTION), ("embedding_lookup", EMBEDDING), ("total", TOTAL),
-])
+@pytest.mark.parametrize(
+    "field, expected",
+    [
+        ("params", PARAMS),
+        ("master_weights", MASTER),
+        ("optimizer_moments", ADAM),
+        ("gradients", GRADS),
+        ("gathered_params", GATHERED),
+        ("activations", ACTIVATIONS),
+        ("attention_working_set", ATTENTION),
+        ("embedding_lookup", EMBEDDING),
+        ("total", TOTAL),
+    ],
+)
 def test_memory_per_component(worked, field, expected):
     assert getattr(worked.memory, field) == pytest.approx(expected, rel=REL)
 
@@ -88,8 +108,7 @@ def test_embedding_lookup_is_the_peak_at_short_context():
     memory = _variant(sequence_length=32_768, global_batch_tokens=32_768)
     # Layers: 321,568 B * 4,096 + the loss chunk 525,336,576 B = 1,842,479,104 B, plus attention
     # 2 * 512 * 4,096 * 6 + 4 * 1,024 * 4,096 = 41,943,040 B: 1.88 GB.
-    assert memory.activations + memory.attention_working_set == pytest.approx(
-        1_842_479_104 + 41_943_040, rel=REL)
+    assert memory.activations + memory.attention_working_set == pytest.approx(1_842_479_104 + 41_943_040, rel=REL)
     # Lookup: 3,152,019,456 B of table and its fp32 cast + 2 * 4096 * 4,096 = 33,554,432 B.
     embedding = 3_152_019_456 + 33_554_432  # 3,185,573,888 B
     assert memory.embedding_lookup == pytest.approx(embedding, rel=REL)
@@ -130,8 +149,15 @@ def test_tensor_parallel_all_reduces(worked):
 def _variant(chunk=None, **overrides):
     """Memory of the worked example's layout with some request fields changed (and offload in
     chunks of `chunk` tokens when given)."""
-    base = dict(model=PRESETS["llama3-8b"], sequence_length=262_144, global_batch_tokens=262_144,
-                nodes=4, gpus_per_node=8, gpu="h100-80gb", fabric="infiniband")
+    base = dict(
+        model=PRESETS["llama3-8b"],
+        sequence_length=262_144,
+        global_batch_tokens=262_144,
+        nodes=4,
+        gpus_per_node=8,
+        gpu="h100-80gb",
+        fabric="infiniband",
+    )
     return memory_for(PlanRequest(**{**base, **overrides}), Layout(1, 8, 4), chunk)
 
 

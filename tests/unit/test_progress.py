@@ -9,8 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from longctx_operator.config import OperatorConfig
-from longctx_operator.progress import (MAX_BODY_BYTES, MetricsUnreadable, fetch_metrics, metrics_source,
-                                       parse_progress)
+from longctx_operator.progress import MAX_BODY_BYTES, MetricsUnreadable, fetch_metrics, metrics_source, parse_progress
 from longctx_trainer.metrics import TrainMetrics
 
 
@@ -59,8 +58,10 @@ def test_metrics_source_is_rank_zero_unless_the_admin_allows_the_jobs_url():
 
 
 def test_non_finite_and_huge_values_never_reach_the_status():
-    text = ("longctx_train_step 1e300\nlongctx_train_loss NaN\nlongctx_train_tokens_per_second +Inf\n"
-            "longctx_train_mfu_ratio{convention=\"causal\"} 0.5\n")
+    text = (
+        "longctx_train_step 1e300\nlongctx_train_loss NaN\nlongctx_train_tokens_per_second +Inf\n"
+        'longctx_train_mfu_ratio{convention="causal"} 0.5\n'
+    )
     p = parse_progress(text, "t")
     assert (p.step, p.loss, p.tokens_per_second, p.mfu) == (None, None, None, 0.5)
 
@@ -160,8 +161,9 @@ def test_completion_without_movement_or_at_the_end():
     assert completion([], 100).percent is None
 
 
-@pytest.mark.parametrize("seconds, text", [(45, "45s"), (125, "2m5s"), (725, "12m"), (4320, "1h12m"),
-                                           (7200, "2h"), (273600, "3d4h")])
+@pytest.mark.parametrize(
+    "seconds, text", [(45, "45s"), (125, "2m5s"), (725, "12m"), (4320, "1h12m"), (7200, "2h"), (273600, "3d4h")]
+)
 def test_duration_text(seconds, text):
     from longctx_operator.progress import duration_text
 

@@ -59,22 +59,44 @@ class FakeKube:
 
 
 def job_object(annotations: dict | None = None) -> dict:
-    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
-            "metadata": {"name": KEY[1], "namespace": KEY[0], "uid": "u-1", "generation": 1,
-                         "annotations": annotations or {}},
-            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096,
-                     "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-                     "scheduling": {"admission": "none"}}}
+    return {
+        "apiVersion": "longctx.io/v1alpha1",
+        "kind": "LongContextJob",
+        "metadata": {
+            "name": KEY[1],
+            "namespace": KEY[0],
+            "uid": "u-1",
+            "generation": 1,
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "model": {"preset": "tiny"},
+            "sequenceLength": 4096,
+            "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+            "scheduling": {"admission": "none"},
+        },
+    }
 
 
 def pod(index: int, phase: str = "Running", ready: bool = True) -> dict:
-    return {"metadata": {"namespace": KEY[0], "name": f"fake-g1-{index}-x",
-                         "labels": {"longctx.io/job-name": KEY[1], "longctx.io/generation": "1",
-                                    "batch.kubernetes.io/job-completion-index": str(index)}},
-            "spec": {"nodeName": f"node-{index}"},
-            "status": {"phase": phase, "podIP": "127.0.0.1",
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                       "containerStatuses": [{"name": "trainer", "ready": ready, "state": {"running": {}}}]}}
+    return {
+        "metadata": {
+            "namespace": KEY[0],
+            "name": f"fake-g1-{index}-x",
+            "labels": {
+                "longctx.io/job-name": KEY[1],
+                "longctx.io/generation": "1",
+                "batch.kubernetes.io/job-completion-index": str(index),
+            },
+        },
+        "spec": {"nodeName": f"node-{index}"},
+        "status": {
+            "phase": phase,
+            "podIP": "127.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "trainer", "ready": ready, "state": {"running": {}}}],
+        },
+    }
 
 
 async def settle(reconciler: Reconciler) -> None:
@@ -110,13 +132,14 @@ def test_a_new_job_gets_its_service_config_and_job_in_order_with_events():
 
 
 def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
-    text = ("longctx_train_step 7\nlongctx_train_tokens_per_second 1234.5\nlongctx_train_loss 2.5\n")
+    text = "longctx_train_step 7\nlongctx_train_tokens_per_second 1234.5\nlongctx_train_loss 2.5\n"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _serving(text))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
     try:
-        reconciler, kube = make({"longctx.io/metrics-url": url},
-                                OperatorConfig(metrics_url_prefixes=["http://127.0.0.1:"]))
+        reconciler, kube = make(
+            {"longctx.io/metrics-url": url}, OperatorConfig(metrics_url_prefixes=["http://127.0.0.1:"])
+        )
 
         async def go():
             await reconciler.reconcile(KEY)

@@ -10,19 +10,23 @@ import yaml
 from longctx_operator.api import parse_job
 from longctx_operator.cli import main
 from longctx_operator.config import OperatorConfig
-from longctx_operator.render import workload as workload_module
 from longctx_operator.render import ResolvedLayout, render_workload
+from longctx_operator.render import workload as workload_module
 from longctx_operator.resolve import resolve_layout
 from longctx_trainer.config import TrainerConfig
 from support.manifests import EXAMPLES, apply_case, load_example
 
 K8S_VERSION = "1.36"
 BASE = {
-    "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
+    "apiVersion": "longctx.io/v1alpha1",
+    "kind": "LongContextJob",
     "metadata": {"name": "job", "namespace": "team"},
-    "spec": {"model": {"preset": "llama3-8b"}, "sequenceLength": 131072,
-             "parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 4},
-             "resources": {"nodes": 4, "gpusPerNode": 8, "gpuType": "h100-80gb"}},
+    "spec": {
+        "model": {"preset": "llama3-8b"},
+        "sequenceLength": 131072,
+        "parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 4},
+        "resources": {"nodes": 4, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+    },
 }
 LAYOUT = ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=1)
 
@@ -77,8 +81,9 @@ def test_jax_distributed_env_one_process_per_pod():
     e = env(workload)
     assert e["JAX_COORDINATOR_ADDRESS"] == "job-g2-0.job:8476"
     assert e["JAX_NUM_PROCESSES"] == "4"
-    assert e["JAX_PROCESS_ID"] == {"fieldRef": {
-        "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}
+    assert e["JAX_PROCESS_ID"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}
+    }
     assert e["LONGCTX_PROCESSES_PER_POD"] == "1"
     assert e["XLA_FLAGS"] == "--xla_gpu_enable_latency_hiding_scheduler=true"
 
@@ -112,23 +117,43 @@ def test_tcp_profile():
 
 
 def test_infiniband_profile():
-    _, _, workload = render({"spec.network": {
-        "fabric": "infiniband", "networks": ["ib0", "ib1"], "hcas": ["mlx5_0:1", "mlx5_1:1"],
-        "socketInterface": "net1"}})
+    _, _, workload = render(
+        {
+            "spec.network": {
+                "fabric": "infiniband",
+                "networks": ["ib0", "ib1"],
+                "hcas": ["mlx5_0:1", "mlx5_1:1"],
+                "socketInterface": "net1",
+            }
+        }
+    )
     e = env(workload)
-    assert (e["NCCL_NET"], e["NCCL_IB_DISABLE"], e["NCCL_SOCKET_IFNAME"], e["NCCL_IB_HCA"]) == \
-        ("IB", "0", "net1", "mlx5_0:1,mlx5_1:1")
+    assert (e["NCCL_NET"], e["NCCL_IB_DISABLE"], e["NCCL_SOCKET_IFNAME"], e["NCCL_IB_HCA"]) == (
+        "IB",
+        "0",
+        "net1",
+        "mlx5_0:1,mlx5_1:1",
+    )
     assert "NCCL_IB_GID_INDEX" not in e
     assert limits(workload) == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}
     assert pod(workload)["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "ib0,ib1"}
     assert trainer(workload)["securityContext"] == {
-        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+    }
 
 
 def test_roce_profile_with_sriov_resource():
-    _, _, workload = render({"spec.network": {
-        "fabric": "roce", "networks": ["roce-a"], "rdmaResource": "nvidia.com/sriov_roce",
-        "rdmaResourceCount": 2}})
+    _, _, workload = render(
+        {
+            "spec.network": {
+                "fabric": "roce",
+                "networks": ["roce-a"],
+                "rdmaResource": "nvidia.com/sriov_roce",
+                "rdmaResourceCount": 2,
+            }
+        }
+    )
     assert env(workload)["NCCL_IB_GID_INDEX"] == "3"
     assert limits(workload)["nvidia.com/sriov_roce"] == "2"
 
@@ -136,10 +161,8 @@ def test_roce_profile_with_sriov_resource():
 def test_efa_profile():
     _, _, workload = render({"spec.network": {"fabric": "efa", "efaDevicesPerNode": 32}})
     e = env(workload)
-    assert (e["FI_PROVIDER"], e["FI_EFA_USE_HUGE_PAGE"], e["FI_EFA_USE_DEVICE_RDMA"]) == \
-        ("efa", "0", "1")
-    assert limits(workload) == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32",
-                                "hugepages-2Mi": "5120Mi"}
+    assert (e["FI_PROVIDER"], e["FI_EFA_USE_HUGE_PAGE"], e["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "0", "1")
+    assert limits(workload) == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5120Mi"}
 
 
 def _gke_nics(workload):
@@ -149,8 +172,7 @@ def _gke_nics(workload):
 def test_gcp_tcpx_profile():
     nets = ["vpc1", "vpc2", "vpc3", "vpc4"]
     _, _, workload = render({"spec.network": {"fabric": "gcp-tcpx", "networks": nets}})
-    assert _gke_nics(workload)[1:] == [{"interfaceName": f"eth{i + 1}", "network": n}
-                                       for i, n in enumerate(nets)]
+    assert _gke_nics(workload)[1:] == [{"interfaceName": f"eth{i + 1}", "network": n} for i, n in enumerate(nets)]
     e = env(workload)
     assert e["NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"] == "eth1,eth2,eth3,eth4"
     assert e["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] == "/run/tcpx"
@@ -170,14 +192,16 @@ def test_gcp_tcpxo_profile():
     sidecar = pod(workload)["spec"]["initContainers"][0]
     assert sidecar["name"] == "tcpxo-daemon" and sidecar["restartPolicy"] == "Always"
     assert "--num_nics=8" in sidecar["command"][-1]
-    assert "/dev/dmabuf_import_helper" in \
-        pod(workload)["metadata"]["annotations"]["devices.gke.io/container.tcpxo-daemon"]
+    assert (
+        "/dev/dmabuf_import_helper" in pod(workload)["metadata"]["annotations"]["devices.gke.io/container.tcpxo-daemon"]
+    )
 
 
 def test_gcp_rdma_profile():
     nets = [f"rdma-{i}" for i in range(8)]
-    _, _, workload = render({"spec.resources.gpuType": "h200-141gb",
-                             "spec.network": {"fabric": "gcp-rdma", "networks": nets}})
+    _, _, workload = render(
+        {"spec.resources.gpuType": "h200-141gb", "spec.network": {"fabric": "gcp-rdma", "networks": nets}}
+    )
     assert env(workload)["NCCL_NET"] == "gIB"
     assert [n["network"] for n in _gke_nics(workload)[1:]] == nets
     mounts = {m["mountPath"] for m in trainer(workload)["volumeMounts"]}
@@ -187,13 +211,18 @@ def test_gcp_rdma_profile():
 
 def test_nvshmem_on_infiniband_derives_from_nccl_settings():
     layout = ResolvedLayout(1, 8, 4, processes_per_node=8)
-    _, _, workload = render({"spec.communication": {"collectivePermute": "nvshmem",
-                                                    "nvshmemSymmetricSize": "8G"},
-                             "spec.network": {"fabric": "infiniband", "hcas": ["mlx5_0:1"],
-                                              "socketInterface": "net1"}}, layout)
+    _, _, workload = render(
+        {
+            "spec.communication": {"collectivePermute": "nvshmem", "nvshmemSymmetricSize": "8G"},
+            "spec.network": {"fabric": "infiniband", "hcas": ["mlx5_0:1"], "socketInterface": "net1"},
+        },
+        layout,
+    )
     e = env(workload)
-    assert e["XLA_FLAGS"].split() == ["--xla_gpu_enable_latency_hiding_scheduler=true",
-                                      "--xla_gpu_experimental_enable_nvshmem=true"]
+    assert e["XLA_FLAGS"].split() == [
+        "--xla_gpu_enable_latency_hiding_scheduler=true",
+        "--xla_gpu_experimental_enable_nvshmem=true",
+    ]
     assert e["NVSHMEM_REMOTE_TRANSPORT"] == "ibrc"
     assert e["NVSHMEM_HCA_LIST"] == e["NCCL_IB_HCA"] == "mlx5_0:1"
     assert e["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "net1"
@@ -204,13 +233,18 @@ def test_nvshmem_on_infiniband_derives_from_nccl_settings():
 
 
 def test_nvshmem_on_roce_and_efa():
-    _, _, roce = render({"spec.communication.collectivePermute": "nvshmem",
-                         "spec.network": {"fabric": "roce", "networks": ["r"], "gidIndex": 5}},
-                        ResolvedLayout(1, 8, 4, 8))
+    _, _, roce = render(
+        {
+            "spec.communication.collectivePermute": "nvshmem",
+            "spec.network": {"fabric": "roce", "networks": ["r"], "gidIndex": 5},
+        },
+        ResolvedLayout(1, 8, 4, 8),
+    )
     assert env(roce)["NVSHMEM_IB_GID_INDEX"] == env(roce)["NCCL_IB_GID_INDEX"] == "5"
-    _, _, efa = render({"spec.communication.collectivePermute": "nvshmem",
-                        "spec.network": {"fabric": "efa", "efaDevicesPerNode": 32}},
-                       ResolvedLayout(1, 8, 4, 8))
+    _, _, efa = render(
+        {"spec.communication.collectivePermute": "nvshmem", "spec.network": {"fabric": "efa", "efaDevicesPerNode": 32}},
+        ResolvedLayout(1, 8, 4, 8),
+    )
     assert env(efa)["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric"
     assert env(efa)["NVSHMEM_LIBFABRIC_PROVIDER"] == "efa"
 
@@ -226,23 +260,26 @@ def test_kueue_admission_creates_a_suspended_job_with_the_queue_label():
 def test_checkpoint_claim_is_mounted_at_the_checkpoint_path():
     _, _, workload = render({"spec.checkpoint": {"path": "/ckpt", "persistentVolumeClaim": "c"}})
     assert {"name": "checkpoints", "mountPath": "/ckpt"} in trainer(workload)["volumeMounts"]
-    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "c"}} in \
-        pod(workload)["spec"]["volumes"]
+    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "c"}} in pod(workload)["spec"]["volumes"]
 
 
 def test_initial_weights_claim_is_mounted_read_only_at_its_path():
     _, _, workload = render({"spec.initFrom": {"path": "/weights/llama3-8b", "persistentVolumeClaim": "hf"}})
-    assert {"name": "initial-weights", "mountPath": "/weights/llama3-8b", "readOnly": True} in \
-        trainer(workload)["volumeMounts"]
-    assert {"name": "initial-weights", "persistentVolumeClaim": {"claimName": "hf", "readOnly": True}} in \
-        pod(workload)["spec"]["volumes"]
+    assert {"name": "initial-weights", "mountPath": "/weights/llama3-8b", "readOnly": True} in trainer(workload)[
+        "volumeMounts"
+    ]
+    assert {"name": "initial-weights", "persistentVolumeClaim": {"claimName": "hf", "readOnly": True}} in pod(workload)[
+        "spec"
+    ]["volumes"]
     _, _, unmounted = render({"spec.initFrom": {"path": "/image/weights"}})  # e.g. baked into the image
     assert "initial-weights" not in [v["name"] for v in pod(unmounted)["spec"]["volumes"]]
 
 
 def test_configmap_carries_a_trainer_config_the_trainer_parses():
-    _, config, _ = render({"spec.offload": {"enabled": True, "chunkTokens": 4096}},
-                          ResolvedLayout(1, 8, 4, 1, offload=True, chunk_tokens=4096))
+    _, config, _ = render(
+        {"spec.offload": {"enabled": True, "chunkTokens": 4096}},
+        ResolvedLayout(1, 8, 4, 1, offload=True, chunk_tokens=4096),
+    )
     parsed = TrainerConfig.model_validate(yaml.safe_load(config["data"]["trainer.yaml"]))
     assert (parsed.parallelism.context, parsed.parallelism.tensor) == (8, 4)
     assert parsed.offload.enabled and parsed.offload.chunk_tokens == 4096
@@ -251,10 +288,13 @@ def test_configmap_carries_a_trainer_config_the_trainer_parses():
 
 
 def test_cpu_job_has_no_gpu_settings():
-    _, _, workload = render({"spec.resources": {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu"},
-                             "spec.parallelism": {"mode": "manual", "data": 1, "context": 8,
-                                                  "tensor": 1}},
-                            ResolvedLayout(1, 8, 1, 1))
+    _, _, workload = render(
+        {
+            "spec.resources": {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu"},
+            "spec.parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 1},
+        },
+        ResolvedLayout(1, 8, 1, 1),
+    )
     e = env(workload)
     assert e["JAX_PLATFORMS"] == "cpu"
     assert e["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
@@ -264,8 +304,9 @@ def test_cpu_job_has_no_gpu_settings():
 
 
 def test_user_env_comes_last_and_replaces_a_fabric_setting_in_place():
-    _, _, workload = render({"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"},
-                                          {"name": "NCCL_SOCKET_IFNAME", "value": "bond0"}]})
+    _, _, workload = render(
+        {"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_SOCKET_IFNAME", "value": "bond0"}]}
+    )
     names = [e["name"] for e in trainer(workload)["env"]]
     assert names[-1] == "NCCL_DEBUG" and env(workload)["NCCL_DEBUG"] == "INFO"
     assert names.count("NCCL_SOCKET_IFNAME") == 1 and env(workload)["NCCL_SOCKET_IFNAME"] == "bond0"
@@ -275,11 +316,18 @@ def test_pods_are_restricted_and_carry_no_service_account_token():
     _, _, workload = render()
     spec = pod(workload)["spec"]
     assert spec["automountServiceAccountToken"] is False
-    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
-                                       "fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch",
-                                       "seccompProfile": {"type": "RuntimeDefault"}}
-    assert trainer(workload)["securityContext"] == {"allowPrivilegeEscalation": False,
-                                                    "capabilities": {"drop": ["ALL"]}}
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert trainer(workload)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def test_a_fabric_resource_never_changes_the_gpu_count():

@@ -12,7 +12,8 @@ Kubernetes.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -27,26 +28,68 @@ from longctx_operator.render import ResolvedLayout, render_workload, render_yaml
 K8S_VERSION = "1.36"
 MARKER = "zq7marker"
 BASE = {
-    "apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
+    "apiVersion": "longctx.io/v1alpha1",
+    "kind": "LongContextJob",
     "metadata": {"name": "job", "namespace": "team"},
-    "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096,
-             "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 1},
-             "resources": {"nodes": 1, "gpusPerNode": 2, "gpuType": "h100-80gb"},
-             "network": {"fabric": "tcp"}},
+    "spec": {
+        "model": {"preset": "tiny"},
+        "sequenceLength": 4096,
+        "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 1},
+        "resources": {"nodes": 1, "gpusPerNode": 2, "gpuType": "h100-80gb"},
+        "network": {"fabric": "tcp"},
+    },
 }
 LAYOUT = ResolvedLayout(data=1, context=2, tensor=1, processes_per_node=1)
 
 # Text that YAML (or a template) would read as structure: every line break YAML knows, indicators,
 # tags, anchors, flow collections, document markers, and key-looking text.
-HOSTILE = st.lists(st.sampled_from(list("\n\r\x85\u2028\u2029\t :#&*!|>'\"%@`{}[],-?.~/\\=$aZ0_ÿ€")
-                                   + ["---", "...", "privileged: true", "kind: Job", "!!binary", "&a", "*a",
-                                      "<<", "true", "0x1F", "1e3", "null", "\U0001F600", "\U00010348"]),
-                   min_size=1, max_size=12).map("".join)
-PAYLOADS = st.sampled_from([
-    "x\n      securityContext: {privileged: true}", "x\r  hostPID: true", "x\x85hostNetwork: true",
-    "x\u2028serviceAccountName: admin", "true", "123", "[a, b]", "!!binary aGVsbG8=", "&a x", "x #y",
-    "---\nkind: ClusterRoleBinding", "'", '"', "{a: 1}", "null", "~", "- a", "? x", "%TAG ! x", "",
-])
+HOSTILE = st.lists(
+    st.sampled_from(
+        list("\n\r\x85\u2028\u2029\t :#&*!|>'\"%@`{}[],-?.~/\\=$aZ0_ÿ€")
+        + [
+            "---",
+            "...",
+            "privileged: true",
+            "kind: Job",
+            "!!binary",
+            "&a",
+            "*a",
+            "<<",
+            "true",
+            "0x1F",
+            "1e3",
+            "null",
+            "\U0001f600",
+            "\U00010348",
+        ]
+    ),
+    min_size=1,
+    max_size=12,
+).map("".join)
+PAYLOADS = st.sampled_from(
+    [
+        "x\n      securityContext: {privileged: true}",
+        "x\r  hostPID: true",
+        "x\x85hostNetwork: true",
+        "x\u2028serviceAccountName: admin",
+        "true",
+        "123",
+        "[a, b]",
+        "!!binary aGVsbG8=",
+        "&a x",
+        "x #y",
+        "---\nkind: ClusterRoleBinding",
+        "'",
+        '"',
+        "{a: 1}",
+        "null",
+        "~",
+        "- a",
+        "? x",
+        "%TAG ! x",
+        "",
+    ]
+)
 
 
 def _regex(pattern: str) -> st.SearchStrategy[str]:
@@ -59,12 +102,14 @@ def _set(path: str) -> Callable[[dict, str], None]:
         for name in parents:
             doc = doc.setdefault(name, {})
         doc[leaf] = value
+
     return apply
 
 
 def _set_key(path: str, value_of_key: str) -> Callable[[dict, str], None]:
     def apply(doc: dict, key: str) -> None:
         _set(path)(doc, {key: value_of_key})
+
     return apply
 
 
@@ -77,6 +122,7 @@ def _toleration(field: str) -> Callable[[dict, str], None]:
         toleration = {"key": "example.com/pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
         toleration[field] = value
         doc["spec"]["scheduling"] = {"tolerations": [toleration]}
+
     return apply
 
 
@@ -85,38 +131,84 @@ def _with(extra: dict, apply: Callable[[dict, str], None]) -> Callable[[dict, st
         for dotted, setting in extra.items():
             _set(dotted)(doc, copy.deepcopy(setting))
         apply(doc, value)
+
     return both
 
 
 # (field, how to set it, marker value, generated values)
 FIELDS: list[tuple[str, Callable[[dict, str], None], str, st.SearchStrategy[str]]] = [
     ("spec.image", _set("spec.image"), f"registry.example.com/{MARKER}:1", _regex(api.IMAGE_PATTERN)),
-    ("spec.scheduling.priorityClassName", _set("spec.scheduling.priorityClassName"), MARKER,
-     _regex(api.DNS_SUBDOMAIN_PATTERN)),
-    ("spec.scheduling.queueName", _with({"spec.scheduling.admission": "kueue"}, _set("spec.scheduling.queueName")),
-     MARKER, _regex(api.LABEL_VALUE_PATTERN)),
-    ("spec.scheduling.nodeSelector", _set_key("spec.scheduling.nodeSelector", "a"), f"example.com/{MARKER}",
-     _regex(api.QUALIFIED_NAME_PATTERN)),
-    ("spec.scheduling.nodeSelector", lambda doc, v: _set("spec.scheduling.nodeSelector")(doc, {"pool": v}), MARKER,
-     _regex(api.LABEL_VALUE_PATTERN)),
-    ("spec.scheduling.tolerations[0].key", _toleration("key"), f"example.com/{MARKER}",
-     _regex(api.QUALIFIED_NAME_PATTERN)),
+    (
+        "spec.scheduling.priorityClassName",
+        _set("spec.scheduling.priorityClassName"),
+        MARKER,
+        _regex(api.DNS_SUBDOMAIN_PATTERN),
+    ),
+    (
+        "spec.scheduling.queueName",
+        _with({"spec.scheduling.admission": "kueue"}, _set("spec.scheduling.queueName")),
+        MARKER,
+        _regex(api.LABEL_VALUE_PATTERN),
+    ),
+    (
+        "spec.scheduling.nodeSelector",
+        _set_key("spec.scheduling.nodeSelector", "a"),
+        f"example.com/{MARKER}",
+        _regex(api.QUALIFIED_NAME_PATTERN),
+    ),
+    (
+        "spec.scheduling.nodeSelector",
+        lambda doc, v: _set("spec.scheduling.nodeSelector")(doc, {"pool": v}),
+        MARKER,
+        _regex(api.LABEL_VALUE_PATTERN),
+    ),
+    (
+        "spec.scheduling.tolerations[0].key",
+        _toleration("key"),
+        f"example.com/{MARKER}",
+        _regex(api.QUALIFIED_NAME_PATTERN),
+    ),
     ("spec.scheduling.tolerations[0].value", _toleration("value"), MARKER, _regex(api.LABEL_VALUE_PATTERN)),
     ("spec.env", _env_value, MARKER, st.text(max_size=60)),
-    ("spec.data.path", _with({"spec.data.kind": "text"}, _set("spec.data.path")), f"/data/{MARKER}",
-     _regex(api.PATH_PATTERN)),
-    ("spec.checkpoint.path", _with({"spec.checkpoint.persistentVolumeClaim": "ckpt"}, _set("spec.checkpoint.path")),
-     f"/{MARKER}", _regex(api.PATH_PATTERN)),
-    ("spec.checkpoint.persistentVolumeClaim", _set("spec.checkpoint.persistentVolumeClaim"), MARKER,
-     _regex(api.DNS_SUBDOMAIN_PATTERN)),
-    ("spec.initFrom.path", _with({"spec.initFrom.persistentVolumeClaim": "weights"}, _set("spec.initFrom.path")),
-     f"/{MARKER}", _regex(api.PATH_PATTERN)),
+    (
+        "spec.data.path",
+        _with({"spec.data.kind": "text"}, _set("spec.data.path")),
+        f"/data/{MARKER}",
+        _regex(api.PATH_PATTERN),
+    ),
+    (
+        "spec.checkpoint.path",
+        _with({"spec.checkpoint.persistentVolumeClaim": "ckpt"}, _set("spec.checkpoint.path")),
+        f"/{MARKER}",
+        _regex(api.PATH_PATTERN),
+    ),
+    (
+        "spec.checkpoint.persistentVolumeClaim",
+        _set("spec.checkpoint.persistentVolumeClaim"),
+        MARKER,
+        _regex(api.DNS_SUBDOMAIN_PATTERN),
+    ),
+    (
+        "spec.initFrom.path",
+        _with({"spec.initFrom.persistentVolumeClaim": "weights"}, _set("spec.initFrom.path")),
+        f"/{MARKER}",
+        _regex(api.PATH_PATTERN),
+    ),
     ("spec.network.socketInterface", _set("spec.network.socketInterface"), MARKER, _regex(r"^[A-Za-z0-9_.:^=-]+$")),
-    ("spec.trainer.args", lambda doc, v: _set("spec.trainer")(doc, {"framework": "pytorch", "command": ["torchrun"],
-                                                                    "args": ["train.py", v]}),
-     MARKER, st.text(max_size=60)),
-    ("spec.trainer.command", lambda doc, v: _set("spec.trainer")(doc, {"command": ["python", v]}),
-     MARKER, st.text(max_size=60)),
+    (
+        "spec.trainer.args",
+        lambda doc, v: _set("spec.trainer")(
+            doc, {"framework": "pytorch", "command": ["torchrun"], "args": ["train.py", v]}
+        ),
+        MARKER,
+        st.text(max_size=60),
+    ),
+    (
+        "spec.trainer.command",
+        lambda doc, v: _set("spec.trainer")(doc, {"command": ["python", v]}),
+        MARKER,
+        st.text(max_size=60),
+    ),
 ]
 
 
@@ -185,8 +277,18 @@ def test_marker_does_not_occur_in_a_plain_rendering():
     assert not _contains(_as_data(_rendered(BASE)), MARKER)
 
 
-@pytest.mark.parametrize("value", ["\x85", "a\x85b", "x\r\ny", "\u2028", "a\u2029b", "line\nand\x85",
-                                   "\U0001F600 outside the Basic Multilingual Plane"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\x85",
+        "a\x85b",
+        "x\r\ny",
+        "\u2028",
+        "a\u2029b",
+        "line\nand\x85",
+        "\U0001f600 outside the Basic Multilingual Plane",
+    ],
+)
 def test_every_line_break_survives_the_printed_yaml(value):
     """PyYAML alone folds a NEL inside single quotes into a space; `longctx render` must not."""
     objects = _rendered(_job_with(_env_value, value))

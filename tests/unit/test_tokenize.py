@@ -60,16 +60,20 @@ def test_the_width_follows_the_models_vocabulary_and_blocks_split_at_lines(tmp_p
     np.testing.assert_array_equal(token_file(tmp_path / "wide.bin", 128256), token_file(tmp_path / "small.bin", 300))
 
 
-@pytest.mark.parametrize("extra,needle", [
-    (["--vocab", "10"], "outside the vocabulary of 10"),
-    (["--end-of-text", "<eot>"], "no end-of-text token '<eot>'"),
-    (["--tokenizer", "NOWHERE"], "no such tokenizer file"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--vocab", "10"], "outside the vocabulary of 10"),
+        (["--end-of-text", "<eot>"], "no end-of-text token '<eot>'"),
+        (["--tokenizer", "NOWHERE"], "no such tokenizer file"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, tokenizer_dir, extra, needle):
     argv = ["tokenize", str(_corpus(tmp_path)), "--tokenizer", str(tokenizer_dir), "-o", str(tmp_path / "t.bin")]
     argv += [str(tmp_path / "nowhere") if a == "NOWHERE" else a for a in extra]
-    proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", *argv], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "longctx_operator.cli", *argv], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("longctx: ") and needle in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -77,15 +81,37 @@ def test_bad_input_is_one_line(tmp_path, tokenizer_dir, extra, needle):
 
 
 def test_cli_reports_what_it_wrote(tmp_path, tokenizer_dir):
-    proc = subprocess.run([sys.executable, "-m", "longctx_operator.cli", "tokenize", str(_corpus(tmp_path)),
-                           "--tokenizer", str(tokenizer_dir), "-o", str(tmp_path / "t.bin")],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "longctx_operator.cli",
+            "tokenize",
+            str(_corpus(tmp_path)),
+            "--tokenizer",
+            str(tokenizer_dir),
+            "-o",
+            str(tmp_path / "t.bin"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("longctx: 2 documents, ") and "(uint16)" in proc.stdout
-    assert "jax" not in subprocess.run(
-        [sys.executable, "-c", "import sys, longctx_operator.cli, longctx_trainer.tokenize; "
-                               "print(' '.join(m for m in sys.modules if m.startswith('jax')))"],
-        capture_output=True, text=True).stdout
+    assert (
+        "jax"
+        not in subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys, longctx_operator.cli, longctx_trainer.tokenize; "
+                "print(' '.join(m for m in sys.modules if m.startswith('jax')))",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
 
 
 def test_vocab_comes_from_the_checkpoint_and_the_output_is_never_an_input(tmp_path, tokenizer_dir):
@@ -123,7 +149,9 @@ def test_a_tokenizer_without_a_known_end_of_text_token_must_name_one(tmp_path):
 
 def test_the_cli_needs_no_numpy_the_operator_image_has_none():
     """The operator image installs longctx without numpy: every command must still start."""
-    script = ("import sys; sys.modules['numpy'] = None; from longctx_operator.cli import main; "
-              "sys.exit(main(['validate', 'examples/quickstart.yaml']))")
+    script = (
+        "import sys; sys.modules['numpy'] = None; from longctx_operator.cli import main; "
+        "sys.exit(main(['validate', 'examples/quickstart.yaml']))"
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "valid" in proc.stdout, proc.stderr

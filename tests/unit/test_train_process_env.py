@@ -9,9 +9,14 @@ from longctx_trainer.mesh import make_mesh
 
 
 def test_env_of_a_multi_process_worker():
-    env = ProcessEnv.from_environ({"JAX_COORDINATOR_ADDRESS": "job-0.job:1234",
-                                   "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3",
-                                   "JAX_LOCAL_DEVICE_IDS": "2, 3"})
+    env = ProcessEnv.from_environ(
+        {
+            "JAX_COORDINATOR_ADDRESS": "job-0.job:1234",
+            "JAX_NUM_PROCESSES": "4",
+            "JAX_PROCESS_ID": "3",
+            "JAX_LOCAL_DEVICE_IDS": "2, 3",
+        }
+    )
     assert env == ProcessEnv("job-0.job:1234", 4, 3, (2, 3))
 
 
@@ -19,11 +24,13 @@ def test_single_process_needs_no_env():
     assert ProcessEnv.from_environ({}) == ProcessEnv(None, 1, 0, None)
 
 
-@pytest.mark.parametrize("environ,message", [
-    ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}, "JAX_COORDINATOR_ADDRESS"),
-    ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "2", "JAX_COORDINATOR_ADDRESS": "a:1"},
-     "JAX_PROCESS_ID=2"),
-])
+@pytest.mark.parametrize(
+    "environ,message",
+    [
+        ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}, "JAX_COORDINATOR_ADDRESS"),
+        ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "2", "JAX_COORDINATOR_ADDRESS": "a:1"}, "JAX_PROCESS_ID=2"),
+    ],
+)
 def test_inconsistent_env_is_refused(environ, message):
     with pytest.raises(ValueError, match=message):
         ProcessEnv.from_environ(environ)

@@ -5,8 +5,14 @@ import numpy as np
 import pytest
 
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.config import (CheckpointConfig, DataConfig, ModelConfig, OptimizerConfig,
-                                    ParallelConfig, TrainerConfig)
+from longctx_trainer.config import (
+    CheckpointConfig,
+    DataConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    TrainerConfig,
+)
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import StepFunctions, train
@@ -19,18 +25,29 @@ class Interrupted(Exception):
 def _config(checkpoint_dir) -> TrainerConfig:
     return TrainerConfig(
         model=ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=128),
-        sequence_length=32, global_batch_tokens=128, steps=6, precision="fp32",
+        sequence_length=32,
+        global_batch_tokens=128,
+        steps=6,
+        precision="fp32",
         parallelism=ParallelConfig(data=2, context=2, tensor=2),
         optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=2),
         data=DataConfig(kind="synthetic", seed=7),
-        checkpoint=CheckpointConfig(path=str(checkpoint_dir), interval_steps=2, keep=2))
+        checkpoint=CheckpointConfig(path=str(checkpoint_dir), interval_steps=2, keep=2),
+    )
 
 
 def _run(config, mesh, fns, emit):
     checkpoints = Checkpoints(config.checkpoint)
     try:
-        return train(config, mesh, emit=emit, metrics=TrainMetrics("test", 0),
-                     checkpoints=checkpoints, peak_flops_per_device=1e12, fns=fns)
+        return train(
+            config,
+            mesh,
+            emit=emit,
+            metrics=TrainMetrics("test", 0),
+            checkpoints=checkpoints,
+            peak_flops_per_device=1e12,
+            fns=fns,
+        )
     finally:
         checkpoints.close()
 
@@ -58,7 +75,7 @@ def test_resume_continues_exactly(tmp_path):
     assert sorted(resumed_losses) == [5, 6]  # it did resume from step 4, not from scratch
     assert resumed_losses == {s: losses[s] for s in (5, 6)}
     assert int(resumed["step"]) == 6
-    for (path, a), b in zip(jax.tree.flatten_with_path(final)[0], jax.tree.leaves(resumed)):
+    for (path, a), b in zip(jax.tree.flatten_with_path(final)[0], jax.tree.leaves(resumed), strict=False):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
     # keep=2: only the two latest checkpoints remain.
     assert sorted(int(p.name) for p in (tmp_path / "parts").iterdir() if p.name.isdigit()) == [4, 6]

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.config import (CheckpointConfig, ModelConfig, ParallelConfig, TrainerConfig)
+from longctx_trainer.config import CheckpointConfig, ModelConfig, ParallelConfig, TrainerConfig
 from longctx_trainer.flops import flops_per_token
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics, package_version
@@ -24,25 +24,38 @@ def _free_port() -> int:
 
 def _scrape(port: int) -> dict:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_exporter_serves_training_metrics(tmp_path):
     config = TrainerConfig(
         job_name="demo",
         model=ModelConfig(layers=1, hidden=32, heads=2, kv_heads=1, ffn=64, vocab=64),
-        sequence_length=16, global_batch_tokens=32, steps=3, precision="fp32",
-        parallelism=ParallelConfig(context=2), checkpoint=CheckpointConfig(
-            path=str(tmp_path), interval_steps=2))
+        sequence_length=16,
+        global_batch_tokens=32,
+        steps=3,
+        precision="fp32",
+        parallelism=ParallelConfig(context=2),
+        checkpoint=CheckpointConfig(path=str(tmp_path), interval_steps=2),
+    )
     metrics = TrainMetrics("demo", rank=0)
     port = _free_port()
     metrics.serve(port)
     metrics.describe(config, jax.default_backend())
     checkpoints = Checkpoints(config.checkpoint)
     events = []
-    train(config, make_mesh(config.parallelism, jax.devices()[:2]), emit=events.append,
-          metrics=metrics, checkpoints=checkpoints, peak_flops_per_device=1e9)
+    train(
+        config,
+        make_mesh(config.parallelism, jax.devices()[:2]),
+        emit=events.append,
+        metrics=metrics,
+        checkpoints=checkpoints,
+        peak_flops_per_device=1e9,
+    )
     checkpoints.close()
 
     last_step = [e for e in events if e["event"] == "step"][-1]
@@ -65,9 +78,20 @@ def test_exporter_serves_training_metrics(tmp_path):
     full = value("longctx_train_mfu_ratio", convention="full")
     assert 0 < causal < full  # same step time, the full convention counts more FLOPs
     assert causal == pytest.approx(last_step["mfu"])
-    assert value("longctx_train_build_info", version=package_version(), model="custom", data="1",
-                 context="2", tensor="1", attention="ring", sequence_length="16",
-                 backend="cpu") == 1
+    assert (
+        value(
+            "longctx_train_build_info",
+            version=package_version(),
+            model="custom",
+            data="1",
+            context="2",
+            tensor="1",
+            attention="ring",
+            sequence_length="16",
+            backend="cpu",
+        )
+        == 1
+    )
 
 
 def test_flops_per_token_conventions():

@@ -1,8 +1,8 @@
 """Starting from a Hugging Face Llama checkpoint (trainer/weights.py).
 
 The checkpoint and the oracle (a numpy forward pass in transformers' conventions, independent of
-the trainer's einsum layout) come from tests/support/hf_checkpoint.py. Loaded into an 8-device mesh (data 2 x context 2 x tensor 2) the trainer's
-model must give the same hidden states and loss (fp32, 2e-5 relative).
+the trainer's einsum layout) come from tests/support/hf_checkpoint.py. Loaded into an 8-device mesh
+(data 2 x context 2 x tensor 2) the trainer's model must give the same hidden states and loss (fp32, 2e-5 relative).
 """
 
 import dataclasses
@@ -29,8 +29,15 @@ def _mesh():
     return make_mesh(ParallelConfig(data=2, context=2, tensor=2), jax.devices()[:8])
 
 
-OPTIONS = model.ModelOptions(compute_dtype=jnp.float32, remat=False, offload=False, chunk_tokens=None,
-                             attention="ring", load_balance="dual_chunk_swap", loss_chunk_tokens=8)
+OPTIONS = model.ModelOptions(
+    compute_dtype=jnp.float32,
+    remat=False,
+    offload=False,
+    chunk_tokens=None,
+    attention="ring",
+    load_balance="dual_chunk_swap",
+    loss_chunk_tokens=8,
+)
 
 
 def test_loaded_model_computes_what_the_hugging_face_model_computes(tmp_path):
@@ -42,7 +49,8 @@ def test_loaded_model_computes_what_the_hugging_face_model_computes(tmp_path):
     tokens = np.random.default_rng(1).integers(0, DIMS.vocab, (2, 16))
     targets = np.roll(tokens, -1, axis=1)
     hidden, permuted_targets = jax.jit(partial(model.final_hidden, dims=DIMS, mesh=mesh, options=OPTIONS))(
-        params, tokens, targets)
+        params, tokens, targets
+    )
     perm = model.permutation(16, 2, "dual_chunk_swap")
     expected = hf_forward(tensors, tokens, DIMS)
     np.testing.assert_allclose(np.asarray(hidden), expected[:, perm], rtol=2e-5, atol=2e-5)
@@ -60,11 +68,11 @@ def test_tied_embeddings_and_bf16_files(tmp_path):
     directory = write_checkpoint(tmp_path, bf16, {**HF_CONFIG, "tie_word_embeddings": True})
     params, _ = load_params(directory, dims, model.param_shardings(dims, _mesh()))
     assert "lm_head" not in params
-    np.testing.assert_array_equal(np.asarray(params["embed"]),
-                                  bf16["model.embed_tokens.weight"].astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(params["embed"]), bf16["model.embed_tokens.weight"].astype(np.float32))
     wo = bf16["model.layers.1.self_attn.o_proj.weight"].astype(np.float32)  # [H, heads*D]
-    np.testing.assert_array_equal(np.asarray(params["layers"]["wo"][1]),
-                                  wo.reshape(dims.hidden, dims.heads, dims.head_dim).transpose(1, 2, 0))
+    np.testing.assert_array_equal(
+        np.asarray(params["layers"]["wo"][1]), wo.reshape(dims.hidden, dims.heads, dims.head_dim).transpose(1, 2, 0)
+    )
 
 
 def test_reader_agrees_with_the_official_library_on_every_tensor(tmp_path):
@@ -74,18 +82,22 @@ def test_reader_agrees_with_the_official_library_on_every_tensor(tmp_path):
     write_checkpoint(tmp_path, {n: a.astype(np.float16) for n, a in tensors.items()}, HF_CONFIG)
     ours = SafetensorsDir(tmp_path)
     official = load_file(str(tmp_path / "model-00001-of-00002.safetensors")) | load_file(
-        str(tmp_path / "model-00002-of-00002.safetensors"))
+        str(tmp_path / "model-00002-of-00002.safetensors")
+    )
     assert set(ours.tensors) == set(official)
     for name, array in official.items():
         np.testing.assert_array_equal(ours.array(name), array)
 
 
-@pytest.mark.parametrize("change,needle", [
-    ({"num_hidden_layers": 3}, "layers: the job's model has 2, the checkpoint 3"),
-    ({"num_key_value_heads": 4}, "kv_heads: the job's model has 2, the checkpoint 4"),
-    ({"rms_norm_eps": 1e-6}, "rms_norm_eps: the checkpoint uses 1e-06"),
-    ({"model_type": "mistral"}, "only llama checkpoints"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"num_hidden_layers": 3}, "layers: the job's model has 2, the checkpoint 3"),
+        ({"num_key_value_heads": 4}, "kv_heads: the job's model has 2, the checkpoint 4"),
+        ({"rms_norm_eps": 1e-6}, "rms_norm_eps: the checkpoint uses 1e-06"),
+        ({"model_type": "mistral"}, "only llama checkpoints"),
+    ],
+)
 def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path, change, needle):
     write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, **change})
     with pytest.raises(WeightsError, match=needle):
@@ -103,24 +115,43 @@ def test_a_missing_tensor_or_directory_is_named(tmp_path):
 
 
 def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path):
-    config = {**HF_CONFIG, "rope_theta": 500000.0,
-              "rope_scaling": {"rope_type": "llama3", "factor": 32.0}}
-    _, notes = load_params(write_checkpoint(tmp_path, hf_tensors(DIMS), config), DIMS,
-                           model.param_shardings(DIMS, _mesh()))
-    assert notes == ["rope_theta 10000 (the checkpoint was trained with 500000)",
-                     "no rope_scaling (the checkpoint has {'rope_type': 'llama3', 'factor': 32.0})"]
-    _, notes = load_params(write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, "rope_scaling": {
-        "type": "yarn", "factor": 4.0}}), DIMS, model.param_shardings(DIMS, _mesh()))
+    config = {**HF_CONFIG, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 32.0}}
+    _, notes = load_params(
+        write_checkpoint(tmp_path, hf_tensors(DIMS), config), DIMS, model.param_shardings(DIMS, _mesh())
+    )
+    assert notes == [
+        "rope_theta 10000 (the checkpoint was trained with 500000)",
+        "no rope_scaling (the checkpoint has {'rope_type': 'llama3', 'factor': 32.0})",
+    ]
+    _, notes = load_params(
+        write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, "rope_scaling": {"type": "yarn", "factor": 4.0}}),
+        DIMS,
+        model.param_shardings(DIMS, _mesh()),
+    )
     assert notes == ["no rope_scaling (the checkpoint has {'type': 'yarn', 'factor': 4.0})"]
 
 
-TRANSFORMERS_4 = {"rope_theta": 500000.0, "rope_scaling": {
-    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 8192}}
+TRANSFORMERS_4 = {
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+}
 # The same RoPE as transformers 5 writes it: one rope_parameters dict, theta inside.
-TRANSFORMERS_5 = {"rope_parameters": {
-    "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+TRANSFORMERS_5 = {
+    "rope_parameters": {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+}
 
 
 @pytest.mark.parametrize("layout", [TRANSFORMERS_4, TRANSFORMERS_5], ids=["transformers-4", "transformers-5"])
@@ -129,8 +160,9 @@ def test_rope_of_either_config_layout_is_read_alike(layout):
 
     theta, scaling = checkpoint_rope({**HF_CONFIG, **layout})
     assert theta == 500000.0
-    assert checkpoint_rope_scaling(scaling) == RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                                                           original_context=8192)
+    assert checkpoint_rope_scaling(scaling) == RopeScaling(
+        factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context=8192
+    )
     matching = dataclasses.replace(DIMS, rope_theta=500000.0, rope_scaling=checkpoint_rope_scaling(scaling))
     assert differences(matching, {**HF_CONFIG, **layout}) == ([], [])  # nothing to report: same RoPE
 
@@ -150,12 +182,16 @@ def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path):
 
     scaled = ModelDims(**{**DIMS.__dict__, "rope_scaling": RopeScaling(factor=8.0, original_context=64)})
     assert not np.allclose(hf_inv_freq(scaled), hf_inv_freq(DIMS))
-    np.testing.assert_allclose(np.asarray(model.rope_frequencies(DIMS.head_dim, DIMS.rope_theta, scaled.rope_scaling)),
-                               hf_inv_freq(scaled), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(model.rope_frequencies(DIMS.head_dim, DIMS.rope_theta, scaled.rope_scaling)),
+        hf_inv_freq(scaled),
+        rtol=1e-6,
+    )
     tensors = hf_tensors(scaled, seed=6)
     mesh = _mesh()
-    params, notes = load_params(write_checkpoint(tmp_path, tensors, hf_config(scaled)), scaled,
-                                model.param_shardings(scaled, mesh))
+    params, notes = load_params(
+        write_checkpoint(tmp_path, tensors, hf_config(scaled)), scaled, model.param_shardings(scaled, mesh)
+    )
     assert notes == []
     tokens = np.random.default_rng(7).integers(0, DIMS.vocab, (2, 16))
     hidden, _ = jax.jit(partial(model.final_hidden, dims=scaled, mesh=mesh, options=OPTIONS))(params, tokens, tokens)
@@ -172,9 +208,14 @@ def test_training_starts_from_the_checkpoint_and_not_from_random_weights(tmp_pat
     tensors = hf_tensors(DIMS, seed=3)
     config = TrainerConfig(
         model=ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0),
-        sequence_length=16, global_batch_tokens=32, steps=1, precision="fp32",
-        parallelism=ParallelConfig(data=2, context=2, tensor=2), data=DataConfig(kind="synthetic", seed=5),
-        init_from=str(write_checkpoint(tmp_path, tensors, HF_CONFIG)))
+        sequence_length=16,
+        global_batch_tokens=32,
+        steps=1,
+        precision="fp32",
+        parallelism=ParallelConfig(data=2, context=2, tensor=2),
+        data=DataConfig(kind="synthetic", seed=5),
+        init_from=str(write_checkpoint(tmp_path, tensors, HF_CONFIG)),
+    )
     mesh = _mesh()
     events = []
     train(config, mesh, emit=events.append, metrics=TrainMetrics("test", 0), peak_flops_per_device=1e12)
@@ -236,8 +277,16 @@ def test_an_index_naming_a_missing_shard_or_a_malformed_header_is_named(tmp_path
     import struct
 
     write_checkpoint(tmp_path, hf_tensors(DIMS), HF_CONFIG)
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-        "model.norm.weight": "model-00001-of-00002.safetensors", "lm_head.weight": "model-00003.safetensors"}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps(
+            {
+                "weight_map": {
+                    "model.norm.weight": "model-00001-of-00002.safetensors",
+                    "lm_head.weight": "model-00003.safetensors",
+                }
+            }
+        )
+    )
     with pytest.raises(WeightsError, match="names files that are not there: model-00003.safetensors"):
         load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
     (tmp_path / "model.safetensors.index.json").unlink()

@@ -5,5 +5,4 @@ from .attention import context_parallel_attention
 from .load_balance import inverse_permutation, permutation
 from .reference import reference_attention
 
-__all__ = ["context_parallel_attention", "inverse_permutation", "permutation",
-           "reference_attention"]
+__all__ = ["context_parallel_attention", "inverse_permutation", "permutation", "reference_attention"]

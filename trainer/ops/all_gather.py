@@ -22,8 +22,9 @@ def make_local_attention(*, scale: float, chunk_tokens, offload: bool):
     reuses them there: the full K/V never return to device memory whole."""
 
     def forward(q, k_chunks, v_chunks, q_pos, k_pos):
-        out, lse = chunked_forward(q, k_chunks, v_chunks, q_pos, k_pos, scale=scale,
-                                   chunk_tokens=chunk_tokens, kv_on_host=offload)
+        out, lse = chunked_forward(
+            q, k_chunks, v_chunks, q_pos, k_pos, scale=scale, chunk_tokens=chunk_tokens, kv_on_host=offload
+        )
         return out.astype(q.dtype), lse
 
     @custom_vjp
@@ -40,8 +41,19 @@ def make_local_attention(*, scale: float, chunk_tokens, offload: bool):
         (q, out, lse, k_chunks, v_chunks), q_pos, k_pos = residuals
         q, out, lse = (to_device(x, offload) for x in (q, out, lse))
         delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-        dq, dk, dv = chunked_backward(q, k_chunks, v_chunks, do, lse, delta, q_pos, k_pos,
-                                      scale=scale, chunk_tokens=chunk_tokens, kv_on_host=offload)
+        dq, dk, dv = chunked_backward(
+            q,
+            k_chunks,
+            v_chunks,
+            do,
+            lse,
+            delta,
+            q_pos,
+            k_pos,
+            scale=scale,
+            chunk_tokens=chunk_tokens,
+            kv_on_host=offload,
+        )
         return dq.astype(q.dtype), dk.astype(k_chunks.dtype), dv.astype(v_chunks.dtype), None, None
 
     local_attention.defvjp(local_fwd, local_bwd)

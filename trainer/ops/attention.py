@@ -17,9 +17,18 @@ from .ring import make_ring_attention
 ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
 
 
-def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring",
-                               load_balance: str = "dual_chunk_swap", chunk_tokens=None,
-                               offload: bool = False):
+def context_parallel_attention(
+    q,
+    k,
+    v,
+    *,
+    mesh,
+    causal: bool,
+    impl: str = "ring",
+    load_balance: str = "dual_chunk_swap",
+    chunk_tokens=None,
+    offload: bool = False,
+):
     """Exact attention over a (data, context, tensor) mesh.
 
     q: [batch, seq, heads, head_dim], k/v: [batch, seq, kv_heads, head_dim], tokens already in
@@ -33,8 +42,7 @@ def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring
     positions = permutation(seq, context, load_balance).astype(np.int32) if causal else None
     if causal and load_balance == "dual_chunk_swap" and context > 1:
         chunk_tokens = _within_layout_chunks(seq // context, chunk_tokens)
-    options = dict(positions=positions, scale=float(q.shape[-1]) ** -0.5,
-                   chunk_tokens=chunk_tokens, offload=offload)
+    options = dict(positions=positions, scale=float(q.shape[-1]) ** -0.5, chunk_tokens=chunk_tokens, offload=offload)
     if impl not in get_args(Attention):
         raise ValueError(f"unknown attention impl {impl!r}; expected one of {get_args(Attention)}")
     if impl == "ring" and context > 1:
@@ -43,8 +51,9 @@ def context_parallel_attention(q, k, v, *, mesh, causal: bool, impl: str = "ring
         local = make_all_gather_attention(axis=CONTEXT, **options)
     # check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;
     # every output is genuinely per-device (sharded like q), nothing relies on replication checks.
-    return jax.shard_map(local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3,
-                         out_specs=ACTIVATION_SPEC, check_vma=False)(q, k, v)
+    return jax.shard_map(local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3, out_specs=ACTIVATION_SPEC, check_vma=False)(
+        q, k, v
+    )
 
 
 def _within_layout_chunks(shard_tokens: int, chunk_tokens):

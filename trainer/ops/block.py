@@ -33,8 +33,7 @@ def _grouped(x, kv_heads):
 
 def _masked_logits(q, k, q_pos, k_pos, scale):
     """Logits [b, kv_heads, group, t, s] in fp32, -inf where the key is in the query's future."""
-    logits = jnp.einsum("btkgd,bskd->bkgts", _grouped(q, k.shape[2]), k,
-                        preferred_element_type=F32) * F32(scale)
+    logits = jnp.einsum("btkgd,bskd->bkgts", _grouped(q, k.shape[2]), k, preferred_element_type=F32) * F32(scale)
     if q_pos is not None:
         visible = q_pos[:, None] >= k_pos[None, :]
         logits = jnp.where(visible, logits, -jnp.inf)
@@ -97,8 +96,7 @@ def block_backward(q, k, v, do, lse, delta, q_pos=None, k_pos=None, *, scale):
     dprobs = jnp.einsum("btkgd,bskd->bkgts", do_g, v, preferred_element_type=F32)
     dlogits = probs * (dprobs - _from_btH(delta, kv_heads)[..., None]) * F32(scale)
     dq = jnp.einsum("bkgts,bskd->btkgd", dlogits.astype(k.dtype), k, preferred_element_type=F32)
-    dk = jnp.einsum("bkgts,btkgd->bskd", dlogits.astype(q.dtype), _grouped(q, kv_heads),
-                    preferred_element_type=F32)
+    dk = jnp.einsum("bkgts,btkgd->bskd", dlogits.astype(q.dtype), _grouped(q, kv_heads), preferred_element_type=F32)
     return dq.reshape(q.shape), dk, dv
 
 

@@ -55,22 +55,28 @@ def _pair_forward(q, k, v, q_pos, k_pos, scale):
     if q_pos is None:
         return block_forward(q, k, v, scale=scale)
     empty = (jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32))
-    return lax.switch(_relation(q_pos, k_pos), [
-        lambda: empty,
-        lambda: block_forward(q, k, v, scale=scale),
-        lambda: block_forward(q, k, v, q_pos, k_pos, scale=scale),
-    ])
+    return lax.switch(
+        _relation(q_pos, k_pos),
+        [
+            lambda: empty,
+            lambda: block_forward(q, k, v, scale=scale),
+            lambda: block_forward(q, k, v, q_pos, k_pos, scale=scale),
+        ],
+    )
 
 
 def _pair_backward(q, k, v, do, lse, delta, q_pos, k_pos, scale):
     if q_pos is None:
         return block_backward(q, k, v, do, lse, delta, scale=scale)
     zeros = (jnp.zeros(q.shape, F32), jnp.zeros(k.shape, F32), jnp.zeros(v.shape, F32))
-    return lax.switch(_relation(q_pos, k_pos), [
-        lambda: zeros,
-        lambda: block_backward(q, k, v, do, lse, delta, scale=scale),
-        lambda: block_backward(q, k, v, do, lse, delta, q_pos, k_pos, scale=scale),
-    ])
+    return lax.switch(
+        _relation(q_pos, k_pos),
+        [
+            lambda: zeros,
+            lambda: block_backward(q, k, v, do, lse, delta, scale=scale),
+            lambda: block_backward(q, k, v, do, lse, delta, q_pos, k_pos, scale=scale),
+        ],
+    )
 
 
 def split_kv(k, v, chunk_tokens, on_host):
@@ -92,15 +98,17 @@ class _KVChunks:
 
     def fetch(self, j):
         j = jnp.minimum(j, self.count - 1)  # the prefetch past the last chunk re-reads it
-        take = lambda x: to_device(lax.dynamic_index_in_dim(x, j, keepdims=False), self.on_host)
+
+        def take(x):
+            return to_device(lax.dynamic_index_in_dim(x, j, keepdims=False), self.on_host)
+
         return take(self.k), take(self.v)
 
     def positions(self, j):
         return None if self.pos is None else self.pos[j]
 
 
-def chunked_forward(q, k_chunks, v_chunks, q_pos, k_pos, *, scale, chunk_tokens=None,
-                    kv_on_host=False):
+def chunked_forward(q, k_chunks, v_chunks, q_pos, k_pos, *, scale, chunk_tokens=None, kv_on_host=False):
     """(out fp32, lse fp32) of local queries `q` over K/V given as `split_kv` stacks;
     positions None = non-causal."""
     q_chunks = _chunk_count(q.shape[1], chunk_tokens)
@@ -114,8 +122,7 @@ def chunked_forward(q, k_chunks, v_chunks, q_pos, k_pos, *, scale, chunk_tokens=
         def one_kv_chunk(carry, j):
             out, lse, k_c, v_c = carry
             k_next, v_next = kv.fetch(j + 1)
-            out, lse = merge_partials(
-                out, lse, *_pair_forward(q_c, k_c, v_c, q_pos_c, kv.positions(j), scale))
+            out, lse = merge_partials(out, lse, *_pair_forward(q_c, k_c, v_c, q_pos_c, kv.positions(j), scale))
             return (out, lse, k_next, v_next), None
 
         init = (jnp.zeros(q_c.shape, F32), jnp.full(q_c.shape[:3], -jnp.inf, F32), *kv.fetch(0))
@@ -127,15 +134,15 @@ def chunked_forward(q, k_chunks, v_chunks, q_pos, k_pos, *, scale, chunk_tokens=
     return _join(out), _join(lse)
 
 
-def chunked_backward(q, k_chunks, v_chunks, do, lse, delta, q_pos, k_pos, *, scale,
-                     chunk_tokens=None, kv_on_host=False):
+def chunked_backward(
+    q, k_chunks, v_chunks, do, lse, delta, q_pos, k_pos, *, scale, chunk_tokens=None, kv_on_host=False
+):
     """(dq, dk, dv) in fp32, dk/dv in natural [b, s, ...] layout; loops over K/V chunks (fetched
     ahead) outside, query chunks inside."""
     q_chunks = _chunk_count(q.shape[1], chunk_tokens)
     kv = _KVChunks(k_chunks, v_chunks, k_pos, kv_on_host)
     if q_chunks == 1 and kv.count == 1 and not kv_on_host:
-        dq, dk, dv = _pair_backward(q, k_chunks[0], v_chunks[0], do, lse, delta, q_pos, k_pos,
-                                    scale)
+        dq, dk, dv = _pair_backward(q, k_chunks[0], v_chunks[0], do, lse, delta, q_pos, k_pos, scale)
         return dq, dk, dv
 
     query_side = tuple(_split(x, q_chunks) for x in (q, do, lse, delta))
@@ -148,8 +155,7 @@ def chunked_backward(q, k_chunks, v_chunks, do, lse, delta, q_pos, k_pos, *, sca
 
         def one_query_chunk(dkv, xs):
             (q_c, do_c, lse_c, delta_c), q_pos_c = xs
-            dq_c, dk_c, dv_c = _pair_backward(q_c, k_c, v_c, do_c, lse_c, delta_c, q_pos_c,
-                                              k_pos_c, scale)
+            dq_c, dk_c, dv_c = _pair_backward(q_c, k_c, v_c, do_c, lse_c, delta_c, q_pos_c, k_pos_c, scale)
             return (dkv[0] + dk_c, dkv[1] + dv_c), dq_c
 
         zeros = (jnp.zeros(k_c.shape, F32), jnp.zeros(v_c.shape, F32))

@@ -20,15 +20,16 @@ from .chunked import chunked_backward, chunked_forward, split_kv
 from .offload import to_device, to_host
 
 
-def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, chunk_tokens,
-                        offload: bool):
+def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool):
     """Per-device ring attention f(q, k, v) -> out for use inside shard_map over `axis`.
 
     `positions` (numpy [seq], layout order) gives true token positions for the causal mask;
     None for non-causal attention.
     """
     shift = [(i, (i + 1) % axis_size) for i in range(axis_size)]
-    rotate = lambda *xs: tuple(lax.ppermute(x, axis, shift) for x in xs)
+
+    def rotate(*xs):
+        return tuple(lax.ppermute(x, axis, shift) for x in xs)
 
     def shard_positions(source, tokens):
         if positions is None:
@@ -45,9 +46,18 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
         q_pos = held_positions(0, tokens)
 
         def attend(out, lse, k, v, step):
-            return merge_partials(out, lse, *chunked_forward(
-                q, *split_kv(k, v, chunk_tokens, on_host=False), q_pos,
-                held_positions(step, tokens), scale=scale, chunk_tokens=chunk_tokens))
+            return merge_partials(
+                out,
+                lse,
+                *chunked_forward(
+                    q,
+                    *split_kv(k, v, chunk_tokens, on_host=False),
+                    q_pos,
+                    held_positions(step, tokens),
+                    scale=scale,
+                    chunk_tokens=chunk_tokens,
+                ),
+            )
 
         def step_and_pass(carry, step):
             out, lse, k, v = carry
@@ -65,16 +75,26 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
         delta = jnp.sum(do.astype(F32) * out.astype(F32), axis=-1)
 
         def grads(k, v, step):
-            return chunked_backward(q, *split_kv(k, v, chunk_tokens, on_host=False), do, lse,
-                                    delta, q_pos, held_positions(step, tokens), scale=scale,
-                                    chunk_tokens=chunk_tokens)
+            return chunked_backward(
+                q,
+                *split_kv(k, v, chunk_tokens, on_host=False),
+                do,
+                lse,
+                delta,
+                q_pos,
+                held_positions(step, tokens),
+                scale=scale,
+                chunk_tokens=chunk_tokens,
+            )
 
         def step_and_pass(carry, step):
             dq, k, v, dk, dv = carry
             dq_s, dk_s, dv_s = grads(k, v, step)
             return (dq + dq_s, *rotate(k, v, dk + dk_s, dv + dv_s)), None
 
-        zeros = lambda x: jnp.zeros(x.shape, F32)
+        def zeros(x):
+            return jnp.zeros(x.shape, F32)
+
         init = (zeros(q), k, v, zeros(k), zeros(v))
         (dq, k, v, dk, dv), _ = lax.scan(step_and_pass, init, jnp.arange(axis_size - 1))
         dq_s, dk_s, dv_s = grads(k, v, axis_size - 1)
