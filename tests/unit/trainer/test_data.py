@@ -104,7 +104,7 @@ def test_windows_are_as_docs_trainer_md_describes():
 
     from longctx_trainer.data import CorpusWindows
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "trainer.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "trainer.md").read_text()
     assert "windows of `sequence_length + 1` tokens" in doc and "start every `sequence_length` tokens" in doc
     stream = np.arange(1 + 4 * 8)
     windows = CorpusWindows(stream, sequence_length=8, seed=0)

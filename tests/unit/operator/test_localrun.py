@@ -20,7 +20,7 @@ def test_readme_names_the_progress_file_the_run_writes():
 
     from longctx_operator.localrun import PROGRESS_FILE
 
-    assert f"`{PROGRESS_FILE}`" in (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"`{PROGRESS_FILE}`" in (Path(__file__).resolve().parents[3] / "README.md").read_text()
 
 
 def test_relative_inputs_are_read_from_the_manifest_folder(tmp_path):

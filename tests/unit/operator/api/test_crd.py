@@ -7,7 +7,7 @@ import yaml
 from longctx_operator.api.crd import crd, crd_yaml
 from longctx_operator.api.rules import RULES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 CRD_FILE = ROOT / "crds" / "longctx.io_longcontextjobs.yaml"
 
 

@@ -11,7 +11,7 @@ from longctx_operator.api.spec import NetworkSpec
 from longctx_operator.render.fabrics import PROFILES
 from longctx_trainer.hardware import FABRICS, GPUS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Run in a fresh interpreter: the API types are built from the catalogue at import, so the fake
 # GPU goes into the catalogue before anything else is imported, and nowhere else.
