@@ -8,7 +8,6 @@ run them. The one skip: buildah cannot run on this machine (the reason is in the
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -176,4 +175,3 @@ def test_second_build_is_a_cache_hit(built):
             built[name]["id"],
             built[name]["archive"],
         )
-
