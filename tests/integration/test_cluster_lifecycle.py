@@ -9,6 +9,7 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
