@@ -154,7 +154,7 @@ def test_operator_starts_with_a_read_only_root(built, tmp_path):
         "--entrypoint",
         "timeout",
         image,
-        "20",
+        "8",
         "longctx",
         "operator",
         "--all-namespaces",
