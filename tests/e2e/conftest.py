@@ -3,7 +3,8 @@
 `kind_kubeconfig` (session): $LONGCTX_E2E_KUBECONFIG when `hack/e2e-kind test` already brought the
 cluster up; otherwise `hack/e2e-kind up` here (deleted again at the end unless LONGCTX_E2E_KEEP=1).
 Where kind or a container engine with a reachable daemon is missing, the tests are skipped with
-the reason `hack/e2e-kind check` gives: the one skip of the suite, for what cannot run here.
+the reason `hack/e2e-kind check` gives, for what cannot run here (the suite's other skip is
+tests/e2e/test_images.py's, where buildah cannot run).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The images the chart deploys: Dockerfiles lint clean, are pinned and match the chart defaults.
 
-No container engine exists where these tests run, so the images are linted, not built."""
+Building and running them is tests/e2e/test_images.py (hack/images/build, docs/images.md)."""
 
 import importlib.util
 import re
@@ -61,6 +61,12 @@ def test_trainer_image_pins_the_tested_jax_with_cuda_and_nvshmem():
     assert '"jax[cuda${CUDA_MAJOR}]==${JAX_VERSION}"' in text
     assert '"nvidia-nvshmem-cu${CUDA_MAJOR}==${NVSHMEM_VERSION}"' in text
     assert re.search(r"^ARG NVSHMEM_VERSION=\d+\.\d+\.\d+$", text, re.MULTILINE)
+
+
+def test_trainer_image_defaults_to_cuda_and_has_a_cpu_variant():
+    text = DOCKERFILES["trainer"].read_text()
+    assert re.search(r"^ARG ACCELERATOR=cuda$", text, re.MULTILINE)
+    assert 'cpu) set -- "jax[cpu]==${JAX_VERSION}"' in text
 
 
 def test_chart_defaults_name_the_images_docs_build():
