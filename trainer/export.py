@@ -13,17 +13,17 @@ or of `--token-ids-from`.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from . import hfconfig
 from .checkpoint import Checkpoints
 from .config import OffloadConfig, ParallelConfig, TrainerConfig, load_config
 from .mesh import make_mesh
 from .train import StepFunctions
-from .weights import EXPORT_DTYPES, TOKEN_FIELDS, require_empty, save_hf_checkpoint
+from .weights import EXPORT_DTYPES, require_empty, save_hf_checkpoint
 
 
 class ExportError(ValueError):
@@ -80,15 +80,13 @@ def _token_ids(source: str | Path | None) -> dict:
     """Without them transformers assumes ids 1 and 2, which are wrong for Llama 3 (128000, 128001)."""
     if not source:
         return {}  # trained from scratch: no tokenizer to take them from
-    path = Path(source) / "config.json"
     try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return hfconfig.token_ids(hfconfig.read(source))
+    except hfconfig.HfConfigError:
         raise ExportError(
-            f"the token ids come from {path}, which cannot be read: mount the weights the "
-            f"job started from there, or name another checkpoint with --token-ids-from"
+            f"the token ids come from {Path(source) / hfconfig.FILE}, which cannot be read: mount the weights "
+            f"the job started from there, or name another checkpoint with --token-ids-from"
         ) from None
-    return {k: config[k] for k in TOKEN_FIELDS if k in config}
 
 
 def main(argv: list[str] | None = None) -> None:

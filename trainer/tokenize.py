@@ -12,10 +12,11 @@ image has no numpy, declares these arguments from here.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import hfconfig
 
 # End-of-document tokens of common tokenizers: Llama 3, Llama 2 / Mistral, GPT-2 style.
 END_OF_TEXT = ("<|end_of_text|>", "</s>", "<|endoftext|>")
@@ -81,10 +82,9 @@ def _text_files(inputs: list[Path], skip: set[Path]) -> list[Path]:
 
 def _model_vocab(tokenizer_path: Path) -> int | None:
     """vocab_size of the checkpoint's config.json next to its tokenizer, if there is one."""
-    config = (tokenizer_path if tokenizer_path.is_dir() else tokenizer_path.parent) / "config.json"
     try:
-        return int(json.loads(config.read_text())["vocab_size"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return hfconfig.vocab(hfconfig.read(tokenizer_path if tokenizer_path.is_dir() else tokenizer_path.parent))
+    except hfconfig.HfConfigError:
         return None
 
 

@@ -17,7 +17,8 @@ conventions, so the mapping is reshapes and transposes only (all views of the ma
 
 RoPE settings may differ from the checkpoint's on purpose (raising the base frequency or the
 scaling factor is how context is extended); `differences` reports them, and only the shapes and
-the norm epsilon must match. Llama 3.1's "llama3" rope_scaling is implemented (model.ropeScaling);
+the norm epsilon must match. config.json itself (either transformers layout) is read and written
+by `hfconfig`. Llama 3.1's "llama3" rope_scaling is implemented (model.ropeScaling);
 other scaling types are reported as not applied.
 """
 
@@ -34,8 +35,9 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from . import hfconfig
 from .model import RMS_NORM_EPS, param_shapes
-from .presets import ModelDims, RopeScaling
+from .presets import ModelDims
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 
@@ -136,29 +138,14 @@ class SafetensorsDir:
         return data[t.begin : t.begin + count * dtype.itemsize].view(dtype).reshape(t.shape)
 
 
-def checkpoint_dims(config: dict) -> dict:
-    """The dimensions a Hugging Face LlamaConfig describes, in ModelDims' names."""
-    try:
-        hidden, heads = config["hidden_size"], config["num_attention_heads"]
-        return {
-            "layers": config["num_hidden_layers"],
-            "hidden": hidden,
-            "heads": heads,
-            "kv_heads": config.get("num_key_value_heads", heads),
-            "head_dim": config.get("head_dim") or hidden // heads,
-            "ffn": config["intermediate_size"],
-            "vocab": config["vocab_size"],
-            "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
-        }
-    except KeyError as e:
-        raise WeightsError(f"config.json has no {e.args[0]}: not a Llama-style checkpoint") from None
-
-
 def differences(dims: ModelDims, config: dict) -> tuple[list[str], list[str]]:
     """(mismatches that make the checkpoint unusable, deliberate RoPE changes to report)."""
     if config.get("model_type", "llama") != "llama":
         return [f"model_type is {config['model_type']!r}, only llama checkpoints are supported"], []
-    theirs = checkpoint_dims(config)
+    try:
+        theirs, rope = hfconfig.dims(config), hfconfig.rope(config)
+    except hfconfig.HfConfigError as e:
+        raise WeightsError(str(e)) from None
     fatal = [
         f"{name}: the job's model has {getattr(dims, name)}, the checkpoint {value}"
         for name, value in theirs.items()
@@ -168,44 +155,12 @@ def differences(dims: ModelDims, config: dict) -> tuple[list[str], list[str]]:
     if not math.isclose(eps, RMS_NORM_EPS, rel_tol=1e-6):
         fatal.append(f"rms_norm_eps: the checkpoint uses {eps}, this trainer {RMS_NORM_EPS}")
     notes = []
-    theta, theirs = checkpoint_rope(config)
-    if not math.isclose(theta, dims.rope_theta, rel_tol=1e-9):
-        notes.append(f"rope_theta {dims.rope_theta:g} (the checkpoint was trained with {theta:g})")
-    parsed = checkpoint_rope_scaling(theirs)
-    if parsed != dims.rope_scaling or (theirs and parsed is None):  # differs, or a type not implemented
+    if not math.isclose(rope.theta, dims.rope_theta, rel_tol=1e-9):
+        notes.append(f"rope_theta {dims.rope_theta:g} (the checkpoint was trained with {rope.theta:g})")
+    if rope.scaling != dims.rope_scaling or not rope.implemented:  # differs, or a type not implemented
         ours = "no rope_scaling" if dims.rope_scaling is None else f"rope_scaling {dims.rope_scaling}"
-        notes.append(f"{ours} (the checkpoint has {theirs or 'none'})")
+        notes.append(f"{ours} (the checkpoint has {rope.parameters or 'none'})")
     return fatal, notes
-
-
-HF_DEFAULT_ROPE_THETA = 10000.0
-"""LlamaConfig's rope_theta when config.json does not say."""
-
-
-def checkpoint_rope(config: dict) -> tuple[float, dict | None]:
-    """(rope_theta, the scaling dict or None) of a Hugging Face config.json in either layout:
-    transformers 5 writes one `rope_parameters` dict ({"rope_type", "rope_theta", "factor", ...};
-    rope_type "default" means no scaling), transformers 4 top-level `rope_theta` and
-    `rope_scaling`. The one place config.json's RoPE is read."""
-    parameters = config.get("rope_parameters")
-    if isinstance(parameters, dict):
-        theta = float(parameters.get("rope_theta", config.get("rope_theta", HF_DEFAULT_ROPE_THETA)))
-        kind = parameters.get("rope_type") or parameters.get("type") or "default"
-        scaling = None if kind == "default" else {k: v for k, v in parameters.items() if k != "rope_theta"}
-        return theta, scaling
-    return float(config.get("rope_theta", HF_DEFAULT_ROPE_THETA)), config.get("rope_scaling") or None
-
-
-def checkpoint_rope_scaling(scaling: dict | None) -> RopeScaling | None:
-    """A Hugging Face rope_scaling of type llama3 as RopeScaling; None for none or another type."""
-    if not scaling or (scaling.get("rope_type") or scaling.get("type")) != "llama3":
-        return None
-    return RopeScaling(
-        factor=float(scaling["factor"]),
-        low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
-        original_context=int(scaling.get("original_max_position_embeddings", 8192)),
-    )
 
 
 @dataclass(frozen=True)
@@ -289,11 +244,9 @@ def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tupl
     RoPE changes (see `differences`). Raises WeightsError naming what does not match."""
     directory = Path(directory)
     try:
-        config = json.loads((directory / "config.json").read_text())
-    except OSError as e:
-        raise WeightsError(f"{directory}/config.json: {e.strerror}") from None
-    except ValueError:
-        raise WeightsError(f"{directory}/config.json: not JSON") from None
+        config = hfconfig.read(directory)
+    except hfconfig.HfConfigError as e:
+        raise WeightsError(str(e)) from None
     fatal, notes = differences(dims, config)
     if fatal:
         raise WeightsError(f"{directory} does not match the job's model: " + "; ".join(fatal))
@@ -334,39 +287,6 @@ def hf_tensors_of(params: dict, dims: ModelDims) -> dict[str, np.ndarray]:
     return out
 
 
-def hf_config_of(dims: ModelDims, max_positions: int, dtype: str) -> dict:
-    """config.json of a LlamaForCausalLM with these dimensions (token ids are the caller's)."""
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_act": "silu",
-        "hidden_size": dims.hidden,
-        "intermediate_size": dims.ffn,
-        "num_attention_heads": dims.heads,
-        "num_key_value_heads": dims.kv_heads,
-        "num_hidden_layers": dims.layers,
-        "head_dim": dims.head_dim,
-        "vocab_size": dims.vocab,
-        "rms_norm_eps": RMS_NORM_EPS,
-        "rope_theta": dims.rope_theta,
-        "tie_word_embeddings": dims.tie_embeddings,
-        "max_position_embeddings": max_positions,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "torch_dtype": dtype,
-    }
-    if dims.rope_scaling is not None:
-        r = dims.rope_scaling
-        config["rope_scaling"] = {
-            "rope_type": "llama3",
-            "factor": r.factor,
-            "low_freq_factor": r.low_freq_factor,
-            "high_freq_factor": r.high_freq_factor,
-            "original_max_position_embeddings": r.original_context,
-        }
-    return config
-
-
 _CODES = {np.dtype(t): code for code, t in _DTYPES.items()}
 
 
@@ -387,8 +307,6 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], dtype: np.dtyp
 
 
 EXPORT_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
-# What a model's config.json says about its tokenizer, kept from the checkpoint it started from.
-TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def require_empty(directory: str | Path) -> None:
@@ -439,6 +357,8 @@ def save_hf_checkpoint(
             "weight_map": {t: name for name, shard in zip(names, shards, strict=False) for t in shard},
         }
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    config = hf_config_of(dims, max_positions, dtype) | (token_ids or {})
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    config = hfconfig.write(
+        dims, max_positions=max_positions, dtype=dtype, rms_norm_eps=RMS_NORM_EPS, token_ids=token_ids or {}
+    )
+    (directory / hfconfig.FILE).write_text(json.dumps(config, indent=2))
     return [directory / name for name in names]

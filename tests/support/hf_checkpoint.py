@@ -12,8 +12,13 @@ from safetensors.numpy import save_file
 
 from longctx_trainer.presets import ModelDims
 
+TRANSFORMERS_4, TRANSFORMERS_5 = "transformers-4", "transformers-5"
 
-def hf_config(dims: ModelDims) -> dict:
+
+def hf_config(dims: ModelDims, layout: str = TRANSFORMERS_4) -> dict:
+    """config.json as LlamaConfig.save_pretrained writes it. transformers 4: top-level rope_theta
+    and, when scaled, rope_scaling; transformers 5: one rope_parameters dict that holds the theta
+    and always names its rope_type ("default" without scaling), nothing at the top level."""
     config = {
         "model_type": "llama",
         "num_hidden_layers": dims.layers,
@@ -23,19 +28,29 @@ def hf_config(dims: ModelDims) -> dict:
         "intermediate_size": dims.ffn,
         "vocab_size": dims.vocab,
         "rms_norm_eps": 1e-5,
-        "rope_theta": dims.rope_theta,
         "tie_word_embeddings": dims.tie_embeddings,
     }
+    scaling = {}
     if dims.rope_scaling:
         r = dims.rope_scaling
-        config["rope_scaling"] = {
+        scaling = {
             "rope_type": "llama3",
             "factor": r.factor,
             "low_freq_factor": r.low_freq_factor,
             "high_freq_factor": r.high_freq_factor,
             "original_max_position_embeddings": r.original_context,
         }
-    return config
+    if layout == TRANSFORMERS_4:
+        return (
+            config
+            | {"transformers_version": "4.57.1", "rope_theta": dims.rope_theta}
+            | ({"rope_scaling": scaling} if scaling else {})
+        )
+    assert layout == TRANSFORMERS_5, layout
+    return config | {
+        "transformers_version": "5.0.0",
+        "rope_parameters": {"rope_type": "default", "rope_theta": dims.rope_theta} | scaling,
+    }
 
 
 def hf_inv_freq(dims: ModelDims) -> np.ndarray:

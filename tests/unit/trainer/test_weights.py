@@ -19,7 +19,16 @@ from longctx_trainer.config import ParallelConfig
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.presets import ModelDims, RopeScaling
 from longctx_trainer.weights import SafetensorsDir, WeightsError, load_params
-from support.hf_checkpoint import hf_config, hf_forward, hf_inv_freq, hf_loss, hf_tensors, write_checkpoint
+from support.hf_checkpoint import (
+    TRANSFORMERS_4,
+    TRANSFORMERS_5,
+    hf_config,
+    hf_forward,
+    hf_inv_freq,
+    hf_loss,
+    hf_tensors,
+    write_checkpoint,
+)
 
 DIMS = ModelDims(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0)
 HF_CONFIG = hf_config(DIMS)
@@ -114,15 +123,24 @@ def test_a_missing_tensor_or_directory_is_named(tmp_path):
         load_params(tmp_path / "absent", DIMS, model.param_shardings(DIMS, _mesh()))
 
 
-def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path):
-    config = {**HF_CONFIG, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 32.0}}
+@pytest.mark.parametrize("layout", [TRANSFORMERS_4, TRANSFORMERS_5])
+def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path, layout):
+    """The job (theta 1e4, no scaling) against a Llama 3.1-style checkpoint: the same two notes
+    whichever transformers saved its config.json."""
+    published = dataclasses.replace(DIMS, rope_theta=500000.0, rope_scaling=RopeScaling(factor=32.0))
     _, notes = load_params(
-        write_checkpoint(tmp_path, hf_tensors(DIMS), config), DIMS, model.param_shardings(DIMS, _mesh())
+        write_checkpoint(tmp_path, hf_tensors(DIMS), hf_config(published, layout)),
+        DIMS,
+        model.param_shardings(DIMS, _mesh()),
     )
     assert notes == [
         "rope_theta 10000 (the checkpoint was trained with 500000)",
-        "no rope_scaling (the checkpoint has {'rope_type': 'llama3', 'factor': 32.0})",
+        "no rope_scaling (the checkpoint has {'rope_type': 'llama3', 'factor': 32.0, 'low_freq_factor': 1.0, "
+        "'high_freq_factor': 4.0, 'original_max_position_embeddings': 8192})",
     ]
+
+
+def test_a_scaling_type_not_implemented_is_reported(tmp_path):
     _, notes = load_params(
         write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, "rope_scaling": {"type": "yarn", "factor": 4.0}}),
         DIMS,
@@ -131,55 +149,12 @@ def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path):
     assert notes == ["no rope_scaling (the checkpoint has {'type': 'yarn', 'factor': 4.0})"]
 
 
-TRANSFORMERS_4 = {
-    "rope_theta": 500000.0,
-    "rope_scaling": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-}
-# The same RoPE as transformers 5 writes it: one rope_parameters dict, theta inside.
-TRANSFORMERS_5 = {
-    "rope_parameters": {
-        "rope_type": "llama3",
-        "rope_theta": 500000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    }
-}
-
-
-@pytest.mark.parametrize("layout", [TRANSFORMERS_4, TRANSFORMERS_5], ids=["transformers-4", "transformers-5"])
-def test_rope_of_either_config_layout_is_read_alike(layout):
-    from longctx_trainer.weights import checkpoint_rope, checkpoint_rope_scaling, differences
-
-    theta, scaling = checkpoint_rope({**HF_CONFIG, **layout})
-    assert theta == 500000.0
-    assert checkpoint_rope_scaling(scaling) == RopeScaling(
-        factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context=8192
-    )
-    matching = dataclasses.replace(DIMS, rope_theta=500000.0, rope_scaling=checkpoint_rope_scaling(scaling))
-    assert differences(matching, {**HF_CONFIG, **layout}) == ([], [])  # nothing to report: same RoPE
-
-
-def test_transformers_5_default_rope_has_no_scaling():
-    from longctx_trainer.weights import checkpoint_rope
-
-    assert checkpoint_rope({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}) == (10000.0, None)
-
-
-def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path):
-    """A Llama 3.1-style checkpoint (llama3 rope_scaling) loads without notes and computes the same
-    hidden states as transformers with that scaling. Head dim 8, theta 1e4, original context 64:
-    the four frequencies make 10.2, 1.02, 0.10 and 0.01 turns in it, one kept, one interpolated,
-    two stretched."""
-    from longctx_trainer.presets import RopeScaling
-
+@pytest.mark.parametrize("layout", [TRANSFORMERS_4, TRANSFORMERS_5])
+def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path, layout):
+    """A Llama 3.1-style checkpoint (llama3 RoPE scaling), its config.json saved by transformers 4
+    or 5, loads without notes and computes the same hidden states as transformers with that
+    scaling. Head dim 8, theta 1e4, original context 64: the four frequencies make 10.2, 1.02, 0.10
+    and 0.01 turns in it, one kept, one interpolated, two stretched."""
     scaled = ModelDims(**{**DIMS.__dict__, "rope_scaling": RopeScaling(factor=8.0, original_context=64)})
     assert not np.allclose(hf_inv_freq(scaled), hf_inv_freq(DIMS))
     np.testing.assert_allclose(
@@ -190,7 +165,7 @@ def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path):
     tensors = hf_tensors(scaled, seed=6)
     mesh = _mesh()
     params, notes = load_params(
-        write_checkpoint(tmp_path, tensors, hf_config(scaled)), scaled, model.param_shardings(scaled, mesh)
+        write_checkpoint(tmp_path, tensors, hf_config(scaled, layout)), scaled, model.param_shardings(scaled, mesh)
     )
     assert notes == []
     tokens = np.random.default_rng(7).integers(0, DIMS.vocab, (2, 16))
