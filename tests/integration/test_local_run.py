@@ -59,28 +59,22 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
 
 
 def test_the_quickstart_learns_from_its_corpus(tmp_path):
-    """The example as written (its corpus read from the manifest's folder, whatever the working
-    directory): the loss falls well below ln 256 = 5.55, the loss of knowing nothing."""
-    from longctx_operator.localrun import PROGRESS_FILE, parse_event
-
+    """The example with its relative corpus path as written (read from the manifest's folder, not
+    the working directory), shortened to 12 steps of 1,024 tokens: the printed loss starts near
+    ln 256 = 5.55, the loss of knowing nothing, and falls by more than 1 nat (README)."""
     manifest = load_example(ROOT / "examples" / "quickstart.yaml")
     manifest["spec"].update({"steps": 12, "sequenceLength": 512, "globalBatchTokens": 1024})
-    job = ROOT / "examples" / f".quickstart-test-{tmp_path.name}.yaml"  # beside the example: same relative paths
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "docs").symlink_to(ROOT / "docs")  # the example's ../docs, seen from the copy's folder
+    job = tmp_path / "examples" / "quickstart.yaml"
     job.write_text(yaml.safe_dump(manifest))
-    try:
-        run_dir = tmp_path / "run"
-        proc = _longctx("run", str(job), "--run-dir", str(run_dir), cwd=tmp_path)
-        out, err = proc.communicate(timeout=600)
-    finally:
-        job.unlink()
+    (tmp_path / "work").mkdir()
+    proc = _longctx("run", str(job), "--run-dir", str(tmp_path / "run"), cwd=tmp_path / "work")
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    losses = [
-        e["loss"]
-        for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines())
-        if e and e["event"] == "step"
-    ]
-    assert len(losses) == 12 and losses[0] > 5.0
-    assert sum(losses[-3:]) / 3 < losses[0] - 0.8, losses
+    losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    assert len(losses) == 12 and losses[0] > 5.3, out
+    assert sum(losses[-3:]) / 3 < losses[0] - 1.0, losses
 
 
 def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
