@@ -163,6 +163,8 @@ class LocalRun:
                     show(progress_line(event, self.job.spec.steps))
                 elif event.get("event") == "checkpoint":
                     show(f"checkpoint at step {event['step']} ({event['seconds']:.1f} s)")
+                elif event.get("event") == "resume":
+                    show(f"resumed from the checkpoint of step {event['step']}")
                 elif event.get("event") == "init":
                     show(
                         f"weights from {event['from']} ({event['seconds']:.1f} s)"

@@ -1,8 +1,9 @@
 """`python -m longctx_trainer --config FILE`: one worker process of a training job.
 
 Process identity comes from the JAX_* environment (see distributed.py). Progress goes to stdout
-as JSON lines, from process 0 only. The metrics exporter listens on config.metrics.port plus
-LONGCTX_LOCAL_PROCESS_ID (default 0), so several processes on one host or pod do not collide.
+as JSON lines: every process prints its "joined" line, the rest comes from process 0 only. The
+metrics exporter listens on config.metrics.port plus LONGCTX_LOCAL_PROCESS_ID (default 0), so
+several processes on one host or pod do not collide.
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ def _print_json(event: dict) -> None:
     print(json.dumps(event), flush=True)
 
 
+def joined_event(process_env: ProcessEnv, rank: int) -> dict:
+    """Every process's first line: who it is and where it met the others (a pod's own log shows
+    that it took part, not only rank 0's)."""
+    return {
+        "event": "joined",
+        "rank": rank,
+        "processes": jax.process_count(),
+        "coordinator": process_env.coordinator_address,
+        "local_devices": jax.local_device_count(),
+        "backend": jax.default_backend(),
+    }
+
+
 def dump_gradients(fns: StepFunctions, config: TrainerConfig, path: Path) -> None:
     """Write the loss and gradients of step 0's batch at the initial parameters (a .npz).
 
@@ -62,11 +76,13 @@ def main(argv: list[str] | None = None) -> None:
 
     try:  # a bad config, env or layout ends with its message, not a traceback
         config = load_config(args.config)
-        initialize(ProcessEnv.from_environ(), config.communication)
+        process_env = ProcessEnv.from_environ()
+        initialize(process_env, config.communication)
         mesh = make_mesh(config.parallelism)
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
     rank = jax.process_index()
+    _print_json(joined_event(process_env, rank))
 
     metrics = TrainMetrics(config.metrics.job, rank)
     if config.metrics.port:

@@ -4,6 +4,7 @@ Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on
   {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
   {"event": "checkpoint", "step", "seconds"}
   {"event": "init", "from", "notes", "seconds"}  (weights from a Hugging Face checkpoint)
+  {"event": "resume", "step"}  (restored from the checkpoint of that step; the next step is step + 1)
   {"event": "done", "step"}
 """
 
@@ -164,6 +165,7 @@ def train(
         state = _initial_weights(config, fns, emit) if config.init_from else fns.init(jax.random.key(config.seed))
     else:  # restored straight into the sharded layout, never initialised first
         state = _restore(checkpoints, start, fns.abstract_state(), batches, config)
+        emit({"event": "resume", "step": start})
     metrics.observe_resume(start)
 
     flops = flops_per_token(config.model.dims(), config.sequence_length).by_convention()

@@ -91,7 +91,11 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
         _finish(p, tmp_path, name) for p, name in zip((*workers, single), ("rank0", "rank1", "single"), strict=False)
     )
 
-    assert rank1 == []  # only process 0 reports progress
+    # Each process says who it is and whom it joined; only process 0 reports progress.
+    joined = {"event": "joined", "processes": 2, "coordinator": coordinator, "local_devices": 2, "backend": "cpu"}
+    assert rank1 == [{**joined, "rank": 1}]
+    assert rank0[0] == {**joined, "rank": 0}
+    assert reference[0]["processes"] == 1 and reference[0]["coordinator"] is None
     losses = [e["loss"] for e in rank0 if e["event"] == "step"]
     expected = [e["loss"] for e in reference if e["event"] == "step"]
     assert len(losses) == 3 and rank0[-1] == {"event": "done", "step": 3}

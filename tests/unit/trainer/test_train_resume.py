@@ -73,6 +73,8 @@ def test_resume_continues_exactly(tmp_path):
     losses = {e["step"]: e["loss"] for e in whole_events if e["event"] == "step"}
     resumed_losses = {e["step"]: e["loss"] for e in resumed_events if e["event"] == "step"}
     assert sorted(resumed_losses) == [5, 6]  # it did resume from step 4, not from scratch
+    assert resumed_events[0] == {"event": "resume", "step": 4}
+    assert not any(e["event"] == "resume" for e in whole_events + first_events)
     assert resumed_losses == {s: losses[s] for s in (5, 6)}
     assert int(resumed["step"]) == 6
     for (path, a), b in zip(jax.tree.flatten_with_path(final)[0], jax.tree.leaves(resumed), strict=False):
