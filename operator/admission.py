@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import reasons
+from .reasons import Reason
+
 GPU = "nvidia.com/gpu"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -25,7 +28,7 @@ class GangRequest:
 @dataclass(frozen=True)
 class Admission:
     fits: bool
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -101,7 +104,7 @@ def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserv
     """Whether `request` fits now. `reserved_nodes`: nodes promised to gangs admitted a moment ago
     whose pods the caller has not seen yet."""
     if request.gpus_per_pod == 0:
-        return Admission(True, "NoGPUsRequested", "the gang requests no GPUs; the scheduler places it")
+        return Admission(True, reasons.NO_GPUS_REQUESTED, "the gang requests no GPUs; the scheduler places it")
     matching = [n for n in nodes if node_matches(n, request)]
     free = free_gpus(matching, pods)
     candidates = sum(1 for gpus in free.values() if gpus >= request.gpus_per_pod)
@@ -109,12 +112,12 @@ def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserv
     available = max(0, candidates - waiting)
     if available >= request.pods:
         return Admission(
-            True, "GangFits", f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each"
+            True, reasons.GANG_FITS, f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each"
         )
     selector = ",".join(f"{k}={v}" for k, v in sorted(request.node_selector.items())) or "any"
     return Admission(
         False,
-        "InsufficientGPUs",
+        reasons.INSUFFICIENT_GPUS,
         f"the gang needs {request.pods} nodes with {request.gpus_per_pod} free {GPU} "
         f"(node selector {selector}); {available} available of {len(matching)} matching "
         f"nodes ({waiting} taken by GPU pods waiting to be scheduled)",

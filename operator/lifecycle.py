@@ -19,27 +19,34 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from . import names
+from . import conditions, names, reasons
 from .admission import Admission
 from .api.advice import advice
 from .api.spec import LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
+from .conditions import ConditionType
 from .observe import WorkloadObservation, parse_time
 from .planner import Plan, PlanError
+from .reasons import Reason
 from .render.layout import ResolvedLayout
 from .resolve import resolve_layout
 
 TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
 ADMISSION_RETRY_SECONDS = 5.0
-WARNING_WHEN_TRUE = ("Failed", "Restarting")
-WARNING_WHEN_FALSE = ("Admitted", "LayoutPlanned", "WorkloadCreated", "PodAnnotationsAccepted")
+WARNING_WHEN_TRUE = (conditions.FAILED, conditions.RESTARTING)
+WARNING_WHEN_FALSE = (
+    conditions.ADMITTED,
+    conditions.LAYOUT_PLANNED,
+    conditions.WORKLOAD_CREATED,
+    conditions.POD_ANNOTATIONS_ACCEPTED,
+)
 
 
 @dataclass(frozen=True)
 class Event:
     type: str  # Normal | Warning
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -104,7 +111,7 @@ class _Next:
     def set(self, **values) -> None:
         self.status = self.status.model_copy(update=values)
 
-    def condition(self, kind: str, status: bool, reason: str, message: str = "") -> None:
+    def condition(self, kind: ConditionType, status: bool, reason: Reason, message: str = "") -> None:
         value = "True" if status else "False"
         old = next((c for c in self.status.conditions if c.type == kind), None)
         if old and old.status == value and old.reason == reason and old.message == message:
@@ -132,16 +139,16 @@ class _Next:
             self.events.append(event)
             self.condition_events.append(event)
 
-    def clear(self, kind: str, reason: str, message: str) -> None:
+    def clear(self, kind: ConditionType, reason: Reason, message: str) -> None:
         """Sets `kind` False only where it is True now, so conditions never reached stay absent."""
         if any(c.type == kind and c.status == "True" for c in self.status.conditions):
             self.condition(kind, False, reason, message)
 
-    def restart_clock(self, kind: str) -> None:
+    def restart_clock(self, kind: ConditionType) -> None:
         """Forgets `kind`, so setting it again records a new transition time and Event."""
         self.set(conditions=[c for c in self.status.conditions if c.type != kind])
 
-    def condition_since(self, kind: str, status: str = "True") -> datetime | None:
+    def condition_since(self, kind: ConditionType, status: str = "True") -> datetime | None:
         c = next((c for c in self.status.conditions if c.type == kind and c.status == status), None)
         return parse_time(c.last_transition_time) if c else None
 
@@ -152,19 +159,19 @@ class _Next:
 def _plan(n: _Next, spec: LongContextJobSpec) -> bool:
     """Plans the layout for a new or changed spec; False when the planner rejects it."""
     if n.status.layout is not None and n.status.observed_generation == n.spec_generation:
-        return next((c.status == "True" for c in n.status.conditions if c.type == "LayoutPlanned"), True)
+        return next((c.status == "True" for c in n.status.conditions if c.type == conditions.LAYOUT_PLANNED), True)
     n.set(observed_generation=n.spec_generation)
     try:
         layout, plan = resolve_layout(spec)
     except PlanError as e:
-        n.condition("LayoutPlanned", False, "PlanFailed", str(e))
+        n.condition(conditions.LAYOUT_PLANNED, False, reasons.PLAN_FAILED, str(e))
         return False
     status = layout_status(spec, layout, plan)
     n.set(layout=status)
     n.condition(
-        "LayoutPlanned",
+        conditions.LAYOUT_PLANNED,
         True,
-        "Planned",
+        reasons.PLANNED,
         f"data {layout.data} x context {layout.context} x tensor {layout.tensor}, "
         f"{status.processes} processes"
         + (f", offload chunks of {layout.chunk_tokens} tokens" if layout.offload and layout.chunk_tokens else ""),
@@ -173,18 +180,18 @@ def _plan(n: _Next, spec: LongContextJobSpec) -> bool:
     return True
 
 
-def _fail(n: _Next, reason: str, message: str) -> Decision:
+def _fail(n: _Next, reason: Reason, message: str) -> Decision:
     n.set(phase="Failed", reason=reason, message=message, completion_time=timestamp(n.now))
-    n.clear("Running", reason, message)
-    n.condition("Failed", True, reason, message)
+    n.clear(conditions.RUNNING, reason, message)
+    n.condition(conditions.FAILED, True, reason, message)
     return n.decision()
 
 
-def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: str, message: str) -> Decision:
+def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: Reason, message: str) -> Decision:
     """Any failed rank takes the whole gang down: delete it, then restart it or give up."""
     n.actions.append(DeleteWorkload(generation))
     n.set(current_workload=None)
-    n.clear("Rendezvous", reason, message)
+    n.clear(conditions.RENDEZVOUS, reason, message)
     if n.status.restarts >= spec.restart_policy.max_restarts:
         return _fail(
             n,
@@ -193,9 +200,9 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: st
             f"restartPolicy.maxRestarts is {spec.restart_policy.max_restarts})",
         )
     n.set(phase="Restarting", reason=reason, message=message, restarts=n.status.restarts + 1)
-    n.clear("Running", reason, message)
-    n.restart_clock("Restarting")
-    n.condition("Restarting", True, reason, f"gang restart {n.status.restarts}: {message}")
+    n.clear(conditions.RUNNING, reason, message)
+    n.restart_clock(conditions.RESTARTING)
+    n.condition(conditions.RESTARTING, True, reason, f"gang restart {n.status.restarts}: {message}")
     return n.decision(requeue_after=float(spec.restart_policy.backoff_seconds))
 
 
@@ -208,10 +215,10 @@ def _evicted(n: _Next, generation: int) -> Decision:
         "stopped and requeued, and resumes from its last checkpoint when Kueue admits it again"
     )
     n.actions.append(DeleteWorkload(generation))
-    n.set(phase="Pending", reason="EvictedByKueue", message=message, current_workload=None, workers=None)
-    n.clear("Running", "EvictedByKueue", message)
-    n.clear("Rendezvous", "EvictedByKueue", message)
-    n.condition("Admitted", False, "EvictedByKueue", message)
+    n.set(phase="Pending", reason=reasons.EVICTED_BY_KUEUE, message=message, current_workload=None, workers=None)
+    n.clear(conditions.RUNNING, reasons.EVICTED_BY_KUEUE, message)
+    n.clear(conditions.RENDEZVOUS, reasons.EVICTED_BY_KUEUE, message)
+    n.condition(conditions.ADMITTED, False, reasons.EVICTED_BY_KUEUE, message)
     return n.decision(requeue_after=DELETE_WAIT_SECONDS)
 
 
@@ -225,30 +232,37 @@ def _admit_next(
 ) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
-        return _fail(n, "PlanFailed", next(c.message for c in n.status.conditions if c.type == "LayoutPlanned"))
+        return _fail(
+            n, reasons.PLAN_FAILED, next(c.message for c in n.status.conditions if c.type == conditions.LAYOUT_PLANNED)
+        )
     if pod_annotations_error is not None:  # waits for the job's annotation to change
-        n.set(phase="Pending", reason="PodAnnotationsRejected", message=pod_annotations_error)
-        n.condition("PodAnnotationsAccepted", False, "PodAnnotationsRejected", pod_annotations_error)
+        n.set(phase="Pending", reason=reasons.POD_ANNOTATIONS_REJECTED, message=pod_annotations_error)
+        n.condition(conditions.POD_ANNOTATIONS_ACCEPTED, False, reasons.POD_ANNOTATIONS_REJECTED, pod_annotations_error)
         return n.decision()
-    if any(c.type == "PodAnnotationsAccepted" for c in n.status.conditions):
-        n.condition("PodAnnotationsAccepted", True, "PodAnnotationsAccepted", "the pod annotations are allowed")
+    if any(c.type == conditions.POD_ANNOTATIONS_ACCEPTED for c in n.status.conditions):
+        n.condition(
+            conditions.POD_ANNOTATIONS_ACCEPTED,
+            True,
+            reasons.POD_ANNOTATIONS_ACCEPTED,
+            "the pod annotations are allowed",
+        )
     mode = spec.scheduling.admission
     if mode == "builtin":
         verdict = admit()
         if not verdict.fits:
             n.set(phase="Pending", reason=verdict.reason, message=verdict.message)
-            n.condition("Admitted", False, verdict.reason, verdict.message)
+            n.condition(conditions.ADMITTED, False, verdict.reason, verdict.message)
             return n.decision(requeue_after=ADMISSION_RETRY_SECONDS)
-        admitted = ("Admitted", True, verdict.reason, verdict.message)
+        admitted = (conditions.ADMITTED, True, verdict.reason, verdict.message)
     elif mode == "kueue":
         admitted = (
-            "Admitted",
+            conditions.ADMITTED,
             False,
-            "QueuedInKueue",
+            reasons.QUEUED_IN_KUEUE,
             f"Job created suspended in LocalQueue {spec.scheduling.queue_name}; Kueue admits it",
         )
     else:
-        admitted = ("Admitted", True, "AdmissionDisabled", "scheduling.admission is none")
+        admitted = (conditions.ADMITTED, True, reasons.ADMISSION_DISABLED, "scheduling.admission is none")
     generation = (n.status.workload_generation or 0) + 1
     workload = names.workload_name(job_name, generation)
     n.set(
@@ -260,7 +274,7 @@ def _admit_next(
         workers=None,
     )
     n.condition(*admitted)
-    n.restart_clock("WorkloadCreated")  # a new generation's create has its own history and clock
+    n.restart_clock(conditions.WORKLOAD_CREATED)  # a new generation's create has its own history and clock
     n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
     return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))
 
@@ -274,18 +288,18 @@ def _startup_left(n: _Next, spec: LongContextJobSpec, since: datetime) -> float:
 def _create_refused(n: _Next, spec: LongContextJobSpec, generation: int, error: str) -> Decision:
     """The API server refuses the generation's workload (quota, policy webhook, ...): say so in the
     status and keep trying until the startup timeout, which then counts as a failed start."""
-    n.condition("WorkloadCreated", False, "WorkloadCreateFailed", error)
-    left = _startup_left(n, spec, n.condition_since("WorkloadCreated", "False") or n.now)
+    n.condition(conditions.WORKLOAD_CREATED, False, reasons.WORKLOAD_CREATE_FAILED, error)
+    left = _startup_left(n, spec, n.condition_since(conditions.WORKLOAD_CREATED, "False") or n.now)
     if left < 0:
         return _gang_failed(
             n,
             spec,
             generation,
-            "StartupTimeout",
+            reasons.STARTUP_TIMEOUT,
             f"startup timeout: the workload was not created within "
             f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds): {error}",
         )
-    n.set(reason="WorkloadCreateFailed", message=error)
+    n.set(reason=reasons.WORKLOAD_CREATE_FAILED, message=error)
     n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
     return n.decision(requeue_after=max(0.5, left + 0.5))
 
@@ -298,8 +312,8 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         # Not seen yet (just created) or removed by someone else: create-or-get it again.
         n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
-    if any(c.type == "WorkloadCreated" for c in n.status.conditions):
-        n.condition("WorkloadCreated", True, "Created", f"Job {n.status.current_workload} created")
+    if any(c.type == conditions.WORKLOAD_CREATED for c in n.status.conditions):
+        n.condition(conditions.WORKLOAD_CREATED, True, reasons.CREATED, f"Job {n.status.current_workload} created")
     n.set(
         workers=WorkersStatus(
             total=observed.total, ready=observed.ready, failed=observed.failed, succeeded=observed.succeeded
@@ -308,54 +322,58 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
     if observed.complete:
         n.set(
             phase="Succeeded",
-            reason="Completed",
+            reason=reasons.COMPLETED,
             message=f"all {observed.total} ranks completed",
             completion_time=timestamp(n.now),
         )
-        n.clear("Running", "Completed", f"generation {generation} completed")
-        n.clear("Rendezvous", "Completed", f"generation {generation} completed")
-        n.condition("Succeeded", True, "Completed", f"all {observed.total} ranks completed")
+        n.clear(conditions.RUNNING, reasons.COMPLETED, f"generation {generation} completed")
+        n.clear(conditions.RENDEZVOUS, reasons.COMPLETED, f"generation {generation} completed")
+        n.condition(conditions.SUCCEEDED, True, reasons.COMPLETED, f"all {observed.total} ranks completed")
         return n.decision()
     if observed.failure is not None:
-        return _gang_failed(n, spec, generation, "RankFailed", observed.failure.describe())
+        return _gang_failed(n, spec, generation, reasons.RANK_FAILED, observed.failure.describe())
     if observed.suspended:
-        admitted = any(c.type == "Admitted" and c.status == "True" for c in n.status.conditions)
+        admitted = any(c.type == conditions.ADMITTED and c.status == "True" for c in n.status.conditions)
         if not admitted:  # Kueue has not admitted it yet
             return n.decision()
         return _evicted(n, generation)
     if spec.scheduling.admission == "kueue":
-        n.condition("Admitted", True, "AdmittedByKueue", "Kueue unsuspended the Job")
+        n.condition(conditions.ADMITTED, True, reasons.ADMITTED_BY_KUEUE, "Kueue unsuspended the Job")
         if n.status.phase == "Pending":
-            n.set(phase="Admitted", reason="AdmittedByKueue", message="Kueue unsuspended the Job")
+            n.set(phase="Admitted", reason=reasons.ADMITTED_BY_KUEUE, message="Kueue unsuspended the Job")
     if observed.all_running:
         n.set(
             phase="Running",
-            reason="AllRanksRunning",
+            reason=reasons.ALL_RANKS_RUNNING,
             message=f"{observed.total} ranks Running",
             start_time=n.status.start_time or timestamp(n.now),
         )
-        n.condition("Running", True, "AllRanksRunning", f"{observed.total} ranks Running")
+        n.condition(conditions.RUNNING, True, reasons.ALL_RANKS_RUNNING, f"{observed.total} ranks Running")
         if observed.all_ready:
-            n.condition("Rendezvous", True, "AllRanksReady", f"all {observed.total} ranks Ready")
+            n.condition(conditions.RENDEZVOUS, True, reasons.ALL_RANKS_READY, f"all {observed.total} ranks Ready")
         if n.status.restarts:
-            n.condition("Restarting", False, "Recovered", f"generation {generation} is Running")
+            n.condition(conditions.RESTARTING, False, reasons.RECOVERED, f"generation {generation} is Running")
         return n.decision()
     if n.status.phase == "Running":
         return n.decision()
     # Kueue unsuspends a Job later than it was created: the clock starts at the later of both.
-    times = [t for t in (observed.created, n.condition_since("Admitted")) if t is not None]
+    times = [t for t in (observed.created, n.condition_since(conditions.ADMITTED)) if t is not None]
     left = _startup_left(n, spec, max(times) if times else n.now)
     if left < 0:
         return _gang_failed(
             n,
             spec,
             generation,
-            "StartupTimeout",
+            reasons.STARTUP_TIMEOUT,
             f"startup timeout: {observed.running} of {observed.total} ranks Running after "
             f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds)",
         )
     if observed.running and n.status.phase != "Starting":
-        n.set(phase="Starting", reason="RanksStarting", message=f"{observed.running} of {observed.total} ranks Running")
+        n.set(
+            phase="Starting",
+            reason=reasons.RANKS_STARTING,
+            message=f"{observed.running} of {observed.total} ranks Running",
+        )
     return n.decision(requeue_after=max(0.5, left + 0.5))
 
 
@@ -382,13 +400,15 @@ def decide(
         if observed.exists and not observed.deleting:
             n.actions.append(DeleteWorkload(current))
         n.set(current_workload=None)
-        n.set(phase="Suspended", reason="Suspended", message="spec.suspend is true; the workload is deleted")
-        n.clear("Running", "Suspended", "spec.suspend is true")
-        n.clear("Rendezvous", "Suspended", "spec.suspend is true")
-        n.condition("Suspended", True, "Suspended", "spec.suspend is true; the workload is deleted")
+        n.set(phase="Suspended", reason=reasons.SUSPENDED, message="spec.suspend is true; the workload is deleted")
+        n.clear(conditions.RUNNING, reasons.SUSPENDED, "spec.suspend is true")
+        n.clear(conditions.RENDEZVOUS, reasons.SUSPENDED, "spec.suspend is true")
+        n.condition(conditions.SUSPENDED, True, reasons.SUSPENDED, "spec.suspend is true; the workload is deleted")
         return n.decision()
     if status.phase == "Suspended":
-        n.condition("Suspended", False, "Resumed", "the next generation resumes from the last checkpoint")
+        n.condition(
+            conditions.SUSPENDED, False, reasons.RESUMED, "the next generation resumes from the last checkpoint"
+        )
     if status.current_workload:  # a generation was admitted and not deleted since
         return _watch_workload(n, spec, job_name, observed)
     if observed.exists:  # the previous generation is (still being) deleted
@@ -396,7 +416,7 @@ def decide(
             n.actions.append(DeleteWorkload(current))
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
     if status.phase == "Restarting":
-        since = n.condition_since("Restarting") or now
+        since = n.condition_since(conditions.RESTARTING) or now
         remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from . import metrics
+from . import metrics, reasons
 from .admission import Admission, GangRequest, Reservations, admit_gang
 from .annotations import pod_annotations
 from .api.spec import LongContextJob
@@ -181,7 +181,7 @@ class Reconciler:
         if not self.nodes_visible:
             return Admission(
                 False,
-                "NodesNotReadable",
+                reasons.NODES_NOT_READABLE,
                 "builtin admission counts free GPUs on nodes, which this "
                 "operator may not read (namespace-scoped RBAC): use scheduling.admission kueue or none",
             )

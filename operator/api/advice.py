@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import reasons
+from ..reasons import Reason
 from .spec import LongContextJobSpec
 
 
 @dataclass(frozen=True)
 class Advice:
-    reason: str  # the Event reason
+    reason: Reason  # the Event reason
     field: str
     message: str
 
@@ -38,7 +40,7 @@ def advice(spec: LongContextJobSpec) -> list[Advice]:
         )
         found.append(
             Advice(
-                "CheckpointNotPersistent",
+                reasons.CHECKPOINT_NOT_PERSISTENT,
                 "spec.checkpoint.persistentVolumeClaim",
                 f"on Kubernetes, checkpoint.path {spec.checkpoint.path!r} is not on shared storage: {where}, "
                 f"and a gang restart starts again from step 0; mount a ReadWriteMany claim here or use an "

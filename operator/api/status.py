@@ -14,6 +14,8 @@ Phase = Literal["Pending", "Admitted", "Starting", "Running", "Restarting", "Suc
 class Condition(ApiModel):
     """A Kubernetes-style condition (Admitted, LayoutPlanned, Rendezvous, Running, Restarting, ...)."""
 
+    # str, not conditions.ConditionType (nor reasons.Reason below): an enum in the CRD would make the
+    # API server refuse, and this model fail to read, a status another operator version wrote.
     type: str = Field(max_length=64)
     status: Literal["True", "False", "Unknown"]
     reason: str | None = Field(None, max_length=128)

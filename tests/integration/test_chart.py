@@ -16,6 +16,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from longctx_operator import reasons
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -352,7 +354,7 @@ def test_namespace_scope_installs_and_says_nodes_are_not_readable(helm, tmp_path
     notes = " ".join(render_notes(helm, tmp_path / "notes", values).split())
     assert "cannot read nodes (readNodes: false)" in notes
     assert "spec.scheduling.admission to kueue" in notes and "or none" in notes
-    assert "stays Pending with reason NodesNotReadable" in notes
+    assert f"stays Pending with reason {reasons.NODES_NOT_READABLE}" in notes
 
 
 def render_notes(helm: str, tmp_path: Path, values: dict | None = None, api_versions=()) -> str:

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from longctx_operator import conditions as cond
+from longctx_operator import reasons
+
 _spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
 h = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(h)
@@ -81,19 +84,19 @@ def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
     assert status["workers"]["total"] == 2 and status["workers"]["succeeded"] == 2
     assert status["layout"]["processes"] == 2
     assert h.conditions(done) == {
-        "LayoutPlanned": ("True", "Planned"),
-        "Admitted": ("True", "GangFits"),
-        "Running": ("False", "Completed"),
-        "Rendezvous": ("False", "Completed"),
-        "Succeeded": ("True", "Completed"),
+        cond.LAYOUT_PLANNED: ("True", reasons.PLANNED),
+        cond.ADMITTED: ("True", reasons.GANG_FITS),
+        cond.RUNNING: ("False", reasons.COMPLETED),
+        cond.RENDEZVOUS: ("False", reasons.COMPLETED),
+        cond.SUCCEEDED: ("True", reasons.COMPLETED),
     }
     assert h.events(kubectl, "happy") == [
-        ("Normal", "Planned"),
-        ("Warning", "CheckpointNotPersistent"),
-        ("Normal", "GangFits"),
-        ("Normal", "AllRanksRunning"),
-        ("Normal", "AllRanksReady"),
-        ("Normal", "Completed"),
+        ("Normal", reasons.PLANNED),
+        ("Warning", reasons.CHECKPOINT_NOT_PERSISTENT),
+        ("Normal", reasons.GANG_FITS),
+        ("Normal", reasons.ALL_RANKS_RUNNING),
+        ("Normal", reasons.ALL_RANKS_READY),
+        ("Normal", reasons.COMPLETED),
     ]
     kids = h.children(kubectl, "happy")
     assert (kids["services"], kids["configmaps"], kids["jobs"]) == (["happy"], ["happy-trainer"], ["happy-g1"])
@@ -117,9 +120,9 @@ def test_one_failed_rank_restarts_the_whole_gang(operator, kubectl, wait_until):
     assert (done["status"]["restarts"], done["status"]["workloadGeneration"]) == (1, 2)
     assert h.children(kubectl, "flaky")["jobs"] == ["flaky-g2"]
     events = h.event_objects(kubectl, "flaky")
-    reasons = [e["reason"] for e in events]
-    assert reasons.index("RankFailed") < reasons.index("Recovered") < reasons.index("Completed")
-    failed = next(e for e in events if e["reason"] == "RankFailed" and e["type"] == "Warning")
+    seen = [e["reason"] for e in events]
+    assert seen.index(reasons.RANK_FAILED) < seen.index(reasons.RECOVERED) < seen.index(reasons.COMPLETED)
+    failed = next(e for e in events if e["reason"] == reasons.RANK_FAILED and e["type"] == "Warning")
     assert failed["message"].startswith("gang restart 1: rank 1 (pod flaky-g1-1-")
     assert failed["message"].endswith("container trainer terminated: Error, exit code 7")
 
@@ -128,13 +131,13 @@ def test_failing_every_time_fails_after_max_restarts(operator, kubectl, wait_unt
     kubectl.apply(pool_job("doomed", pod_annotations={"longctx.io/fail": "true", "longctx.io/exit-code": "3"}))
     failed = h.wait_phase(kubectl, wait_until, "doomed", "Failed")
     status = failed["status"]
-    assert (status["reason"], status["restarts"], status["workloadGeneration"]) == ("RankFailed", 1, 2)
+    assert (status["reason"], status["restarts"], status["workloadGeneration"]) == (reasons.RANK_FAILED, 1, 2)
     assert "rank 0 (pod doomed-g2-0-" in status["message"]
     assert "container trainer terminated: Error, exit code 3" in status["message"]
     assert "maxRestarts is 1" in status["message"]
-    assert h.conditions(failed)["Failed"] == ("True", "RankFailed")
+    assert h.conditions(failed)[cond.FAILED] == ("True", reasons.RANK_FAILED)
     wait_until(lambda: not h.children(kubectl, "doomed")["jobs"], timeout=30, what="failed workload deleted")
-    assert ("Warning", "RankFailed") in h.events(kubectl, "doomed")
+    assert ("Warning", reasons.RANK_FAILED) in h.events(kubectl, "doomed")
 
 
 def test_startup_timeout_is_a_failure_with_its_own_reason(operator, kubectl, wait_until):
@@ -151,7 +154,7 @@ def test_startup_timeout_is_a_failure_with_its_own_reason(operator, kubectl, wai
         )
     )
     failed = h.wait_phase(kubectl, wait_until, "stuck", "Failed", timeout=60)
-    assert failed["status"]["reason"] == "StartupTimeout"
+    assert failed["status"]["reason"] == reasons.STARTUP_TIMEOUT
     assert "0 of 2 ranks Running after 10s" in failed["status"]["message"]
 
 
@@ -171,17 +174,22 @@ def test_a_workload_the_api_server_refuses_is_reported_then_times_out(operator, 
 
     def reported():
         obj = kubectl.json("get", "longcontextjob", "refused")
-        return obj if h.conditions(obj).get("WorkloadCreated") == ("False", "WorkloadCreateFailed") else None
+        refusal = ("False", reasons.WORKLOAD_CREATE_FAILED)
+        return obj if h.conditions(obj).get(cond.WORKLOAD_CREATED) == refusal else None
 
     status = wait_until(reported, timeout=30, what="the refusal in the status")["status"]
-    assert (status["phase"], status["reason"]) == ("Admitted", "WorkloadCreateFailed")
+    assert (status["phase"], status["reason"]) == ("Admitted", reasons.WORKLOAD_CREATE_FAILED)
     assert "403 Forbidden" in status["message"] and "exceeded quota: no-jobs" in status["message"]
     failed = h.wait_phase(kubectl, wait_until, "refused", "Failed", timeout=90)["status"]
-    assert failed["reason"] == "StartupTimeout"
+    assert failed["reason"] == reasons.STARTUP_TIMEOUT
     assert "the workload was not created within 10s" in failed["message"]
     assert "count/jobs.batch" in failed["message"]
     warnings = [e for e in h.event_objects(kubectl, "refused") if e["type"] == "Warning"]
-    assert [e["reason"] for e in warnings] == ["CheckpointNotPersistent", "WorkloadCreateFailed", "StartupTimeout"]
+    assert [e["reason"] for e in warnings] == [
+        reasons.CHECKPOINT_NOT_PERSISTENT,
+        reasons.WORKLOAD_CREATE_FAILED,
+        reasons.STARTUP_TIMEOUT,
+    ]
     assert h.children(kubectl, "refused")["jobs"] == []
 
 
@@ -198,13 +206,13 @@ def test_not_enough_gpus_stays_pending_then_starts_when_nodes_are_added(
 ):
     kubectl.apply(h.job_manifest("waiting", pool=namespace, pod_annotations=FAST))
     pending = h.wait_phase(kubectl, wait_until, "waiting", "Pending", timeout=30)
-    assert pending["status"]["reason"] == "InsufficientGPUs"
+    assert pending["status"]["reason"] == reasons.INSUFFICIENT_GPUS
     assert "needs 2 nodes with 8 free nvidia.com/gpu" in pending["status"]["message"]
-    assert h.conditions(pending)["Admitted"] == ("False", "InsufficientGPUs")
+    assert h.conditions(pending)[cond.ADMITTED] == ("False", reasons.INSUFFICIENT_GPUS)
     assert h.children(kubectl, "waiting") == {"services": [], "configmaps": [], "jobs": [], "pods": []}
     gpu_pool(2)
     done = h.wait_phase(kubectl, wait_until, "waiting", "Succeeded", timeout=90)
-    assert h.conditions(done)["Admitted"] == ("True", "GangFits")
+    assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.GANG_FITS)
     nodes = {p["spec"]["nodeName"] for p in kubectl.pods("longctx.io/job-name=waiting")}
     assert nodes == {"sim-gpu-0900", "sim-gpu-0901"}
 
@@ -220,13 +228,13 @@ def test_kueue_job_is_created_suspended_and_runs_once_unsuspended(operator, kube
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     queued = kubectl.json("get", "lcj", "queued")
     assert queued["status"]["phase"] == "Pending"
-    assert h.conditions(queued)["Admitted"] == ("False", "QueuedInKueue")
+    assert h.conditions(queued)[cond.ADMITTED] == ("False", reasons.QUEUED_IN_KUEUE)
     assert kubectl.pods("longctx.io/job-name=queued") == []
     kubectl.run(
         "patch", "job", job["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":false}}'
     )  # Kueue's part
     done = h.wait_phase(kubectl, wait_until, "queued", "Succeeded")
-    assert h.conditions(done)["Admitted"] == ("True", "AdmittedByKueue")
+    assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.ADMITTED_BY_KUEUE)
     assert done["status"]["workloadGeneration"] == 1
 
 
@@ -244,7 +252,7 @@ def test_suspend_then_resume_runs_the_next_generation(operator, kubectl, wait_un
     resumed = h.wait_phase(kubectl, wait_until, "pausable", "Running", timeout=60)
     assert (resumed["status"]["workloadGeneration"], resumed["status"]["restarts"]) == (2, 0)
     assert h.children(kubectl, "pausable")["jobs"] == ["pausable-g2"]
-    assert h.conditions(resumed)["Suspended"] == ("False", "Resumed")
+    assert h.conditions(resumed)[cond.SUSPENDED] == ("False", reasons.RESUMED)
 
 
 def test_delete_removes_every_child(operator, kubectl, wait_until):
@@ -390,19 +398,19 @@ def test_pod_annotations_outside_the_allow_list_hold_the_job_with_a_reason(opera
     held = wait_until(
         lambda: (
             (obj := kubectl.json("get", "lcj", "sneaky"))
-            and h.conditions(obj).get("PodAnnotationsAccepted", (None,))[0] == "False"
+            and h.conditions(obj).get(cond.POD_ANNOTATIONS_ACCEPTED, (None,))[0] == "False"
             and obj
         ),
         timeout=30,
         what="PodAnnotationsAccepted False",
     )
     assert held["status"]["phase"] == "Pending"
-    assert h.conditions(held)["PodAnnotationsAccepted"] == ("False", "PodAnnotationsRejected")
+    assert h.conditions(held)[cond.POD_ANNOTATIONS_ACCEPTED] == ("False", reasons.POD_ANNOTATIONS_REJECTED)
     assert "k8s.v1.cni.cncf.io/networks" in next(
-        c["message"] for c in held["status"]["conditions"] if c["type"] == "PodAnnotationsAccepted"
+        c["message"] for c in held["status"]["conditions"] if c["type"] == cond.POD_ANNOTATIONS_ACCEPTED
     )
     assert not h.children(kubectl, "sneaky")["jobs"]
-    assert ("Warning", "PodAnnotationsRejected") in h.events(kubectl, "sneaky")
+    assert ("Warning", reasons.POD_ANNOTATIONS_REJECTED) in h.events(kubectl, "sneaky")
     kubectl.run("annotate", "lcj", "sneaky", "--overwrite", f"longctx.io/pod-annotations={json.dumps(FAST)}")
     h.wait_phase(kubectl, wait_until, "sneaky", "Succeeded")
 

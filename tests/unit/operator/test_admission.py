@@ -1,5 +1,6 @@
 """Builtin gang admission against hand-counted nodes and pods."""
 
+from longctx_operator import reasons
 from longctx_operator.admission import GangRequest, admit_gang, free_gpus, node_matches, pod_gpus, tolerates
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -71,13 +72,13 @@ def test_node_matching_needs_labels_tolerations_readiness():
 def test_gang_fits_exactly():
     nodes = [node(n) for n in "abcd"]
     verdict = admit_gang(gang(2), nodes, [pod("a", 8), pod("b", 1)])  # c and d are free
-    assert verdict.fits and verdict.reason == "GangFits"
+    assert verdict.fits and verdict.reason == reasons.GANG_FITS
 
 
 def test_gang_does_not_fit_and_says_why():
     nodes = [node(n) for n in "abcd"] + [node("e", labels={})]
     verdict = admit_gang(gang(3), nodes, [pod("a", 8), pod("b", 1)])
-    assert not verdict.fits and verdict.reason == "InsufficientGPUs"
+    assert not verdict.fits and verdict.reason == reasons.INSUFFICIENT_GPUS
     assert "needs 3 nodes with 8 free nvidia.com/gpu" in verdict.message
     assert "2 available of 4 matching nodes" in verdict.message
 

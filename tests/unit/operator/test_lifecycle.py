@@ -4,6 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from longctx_operator import conditions as cond
+from longctx_operator import reasons
 from longctx_operator.admission import Admission
 from longctx_operator.api.spec import LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus
@@ -11,8 +13,8 @@ from longctx_operator.lifecycle import ADMISSION_RETRY_SECONDS, CreateWorkload, 
 from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-FITS = Admission(True, "GangFits", "2 of 4 free nodes")
-NO_FIT = Admission(False, "InsufficientGPUs", "the gang needs 2 nodes; 1 available")
+FITS = Admission(True, reasons.GANG_FITS, "2 of 4 free nodes")
+NO_FIT = Admission(False, reasons.INSUFFICIENT_GPUS, "the gang needs 2 nodes; 1 available")
 
 
 def spec(**over) -> LongContextJobSpec:
@@ -57,9 +59,12 @@ def test_new_job_is_planned_admitted_and_created():
     assert (
         d.status.layout.processes == 2 and d.status.layout.data * d.status.layout.context * d.status.layout.tensor == 16
     )
-    assert conditions(d.status) == {"LayoutPlanned": ("True", "Planned"), "Admitted": ("True", "GangFits")}
+    assert conditions(d.status) == {
+        cond.LAYOUT_PLANNED: ("True", reasons.PLANNED),
+        cond.ADMITTED: ("True", reasons.GANG_FITS),
+    }
     assert d.actions == (CreateWorkload(1, d.actions[0].layout),)
-    assert [e.reason for e in d.events] == ["Planned", "GangFits"]
+    assert [e.reason for e in d.events] == [reasons.PLANNED, reasons.GANG_FITS]
     assert d.status.observed_generation == 1
 
 
@@ -67,18 +72,18 @@ def test_planning_warns_once_about_checkpoints_a_restart_cannot_find():
     s = spec(checkpoint={"persistentVolumeClaim": None})
     planned, _ = step(s, LongContextJobStatus())
     assert [(e.type, e.reason) for e in planned.events] == [
-        ("Normal", "Planned"),
-        ("Warning", "CheckpointNotPersistent"),
-        ("Normal", "GangFits"),
+        ("Normal", reasons.PLANNED),
+        ("Warning", reasons.CHECKPOINT_NOT_PERSISTENT),
+        ("Normal", reasons.GANG_FITS),
     ]
     assert "2 different disks" in planned.events[1].message
     again, _ = step(s, planned.status, running(), now=T0 + timedelta(seconds=5))
-    assert "CheckpointNotPersistent" not in [e.reason for e in again.events]
+    assert reasons.CHECKPOINT_NOT_PERSISTENT not in [e.reason for e in again.events]
 
 
 def test_no_room_stays_pending_and_creates_nothing():
     d, _ = step(spec(), LongContextJobStatus(), admission=NO_FIT)
-    assert (d.status.phase, d.status.reason) == ("Pending", "InsufficientGPUs")
+    assert (d.status.phase, d.status.reason) == ("Pending", reasons.INSUFFICIENT_GPUS)
     assert d.status.message == NO_FIT.message and d.actions == ()
     assert d.requeue_after == ADMISSION_RETRY_SECONDS
     assert d.events[-1].type == "Warning"
@@ -96,8 +101,8 @@ def test_planner_rejection_fails_the_job():
     )
     d, asked = step(bad, LongContextJobStatus())
     assert not asked and d.actions == ()
-    assert (d.status.phase, d.status.reason) == ("Failed", "PlanFailed")
-    assert conditions(d.status)["LayoutPlanned"][0] == "False"
+    assert (d.status.phase, d.status.reason) == ("Failed", reasons.PLAN_FAILED)
+    assert conditions(d.status)[cond.LAYOUT_PLANNED][0] == "False"
 
 
 def test_admitted_to_running_to_succeeded():
@@ -106,19 +111,19 @@ def test_admitted_to_running_to_succeeded():
     starting, _ = step(s, admitted.status, WorkloadObservation(exists=True, created=T0, total=2, running=1))
     assert starting.status.phase == "Starting" and starting.actions == ()
     run, _ = step(s, starting.status, running(ready=1), now=T0 + timedelta(seconds=2))
-    assert run.status.phase == "Running" and "Rendezvous" not in conditions(run.status)
+    assert run.status.phase == "Running" and cond.RENDEZVOUS not in conditions(run.status)
     ready, _ = step(s, run.status, running(), now=T0 + timedelta(seconds=3))
-    assert conditions(ready.status)["Rendezvous"] == ("True", "AllRanksReady")
+    assert conditions(ready.status)[cond.RENDEZVOUS] == ("True", reasons.ALL_RANKS_READY)
     assert ready.status.workers.ready == 2 and ready.status.start_time == "2026-01-01T00:00:02Z"
     done, _ = step(s, ready.status, WorkloadObservation(exists=True, total=2, succeeded=2, complete=True))
     assert done.status.phase == "Succeeded" and done.actions == ()
-    assert conditions(done.status)["Succeeded"] == ("True", "Completed")
-    assert conditions(done.status)["Running"] == ("False", "Completed")
+    assert conditions(done.status)[cond.SUCCEEDED] == ("True", reasons.COMPLETED)
+    assert conditions(done.status)[cond.RUNNING] == ("False", reasons.COMPLETED)
     # One Event per transition: Running, Rendezvous and Succeeded change together on completion.
     assert [e.reason for e in run.events + ready.events + done.events] == [
-        "AllRanksRunning",
-        "AllRanksReady",
-        "Completed",
+        reasons.ALL_RANKS_RUNNING,
+        reasons.ALL_RANKS_READY,
+        reasons.COMPLETED,
     ]
     assert done.events[-1].message == "all 2 ranks completed"
     assert step(s, done.status, MISSING)[0].actions == ()  # terminal
@@ -150,7 +155,7 @@ def test_failed_rank_restarts_the_gang_after_backoff():
     failed, _ = step(s, run.status, failed_rank(), now=T0 + timedelta(seconds=5))
     assert failed.actions == (DeleteWorkload(1),)
     assert (failed.status.phase, failed.status.restarts, failed.status.current_workload) == ("Restarting", 1, None)
-    assert conditions(failed.status)["Restarting"][0] == "True"
+    assert conditions(failed.status)[cond.RESTARTING][0] == "True"
     assert "rank 1" in failed.status.message and "exit code 7" in failed.status.message
     assert failed.requeue_after == 10
     deleting, _ = step(
@@ -164,7 +169,7 @@ def test_failed_rank_restarts_the_gang_after_backoff():
     assert (next_gen.status.workload_generation, next_gen.status.current_workload) == (2, "job-g2")
     recovered, _ = step(s, next_gen.status, running(), now=T0 + timedelta(seconds=17))
     assert recovered.status.phase == "Running" and recovered.status.restarts == 1
-    assert conditions(recovered.status)["Restarting"] == ("False", "Recovered")
+    assert conditions(recovered.status)[cond.RESTARTING] == ("False", reasons.RECOVERED)
 
 
 def test_failing_every_time_fails_after_max_restarts():
@@ -174,10 +179,10 @@ def test_failing_every_time_fails_after_max_restarts():
     status = step(s, status, MISSING, now=T0 + timedelta(seconds=20))[0].status
     final, _ = step(s, status, failed_rank(), now=T0 + timedelta(seconds=25))
     assert final.actions == (DeleteWorkload(2),)
-    assert (final.status.phase, final.status.reason, final.status.restarts) == ("Failed", "RankFailed", 1)
+    assert (final.status.phase, final.status.reason, final.status.restarts) == ("Failed", reasons.RANK_FAILED, 1)
     assert "rank 1 (pod job-g1-1-x) failed: container trainer terminated: Error, exit code 7" in final.status.message
     assert "maxRestarts is 1" in final.status.message
-    assert conditions(final.status)["Failed"] == ("True", "RankFailed")
+    assert conditions(final.status)[cond.FAILED] == ("True", reasons.RANK_FAILED)
 
 
 def test_startup_timeout_counts_as_a_failure():
@@ -188,7 +193,7 @@ def test_startup_timeout_counts_as_a_failure():
     assert waiting.actions == () and waiting.requeue_after == pytest.approx(10.5)
     late, _ = step(s, waiting.status, pending, now=T0 + timedelta(seconds=61))
     assert late.actions == (DeleteWorkload(1),)
-    assert (late.status.phase, late.status.reason) == ("Restarting", "StartupTimeout")
+    assert (late.status.phase, late.status.reason) == ("Restarting", reasons.STARTUP_TIMEOUT)
     assert "1 of 2 ranks Running after 60s" in late.status.message
 
 
@@ -206,17 +211,17 @@ def test_a_refused_workload_is_in_the_status_and_retried():
     assert first.actions == (CreateWorkload(1, admitted.actions[0].layout),)
     assert (first.status.phase, first.status.reason, first.status.message) == (
         "Admitted",
-        "WorkloadCreateFailed",
+        reasons.WORKLOAD_CREATE_FAILED,
         QUOTA,
     )
-    assert conditions(first.status)["WorkloadCreated"] == ("False", "WorkloadCreateFailed")
-    assert [(e.type, e.reason, e.message) for e in first.events] == [("Warning", "WorkloadCreateFailed", QUOTA)]
+    assert conditions(first.status)[cond.WORKLOAD_CREATED] == ("False", reasons.WORKLOAD_CREATE_FAILED)
+    assert [(e.type, e.reason, e.message) for e in first.events] == [("Warning", reasons.WORKLOAD_CREATE_FAILED, QUOTA)]
     assert first.requeue_after == pytest.approx(60.5)
     again, _ = step(s, first.status, refused(), now=T0 + timedelta(seconds=30))
     assert again.events == () and again.actions == first.actions  # one Event per refusal episode
     created, _ = step(s, again.status, running(created=T0 + timedelta(seconds=40)), now=T0 + timedelta(seconds=41))
     assert created.status.phase == "Running"
-    assert conditions(created.status)["WorkloadCreated"] == ("True", "Created")
+    assert conditions(created.status)[cond.WORKLOAD_CREATED] == ("True", reasons.CREATED)
 
 
 def test_a_workload_refused_past_the_startup_timeout_restarts_then_fails():
@@ -225,16 +230,16 @@ def test_a_workload_refused_past_the_startup_timeout_restarts_then_fails():
     status = step(s, status, refused(), now=T0 + timedelta(seconds=1))[0].status
     late, _ = step(s, status, refused(), now=T0 + timedelta(seconds=62))
     assert late.actions == (DeleteWorkload(1),)
-    assert (late.status.phase, late.status.reason, late.status.restarts) == ("Restarting", "StartupTimeout", 1)
+    assert (late.status.phase, late.status.reason, late.status.restarts) == ("Restarting", reasons.STARTUP_TIMEOUT, 1)
     assert "not created within 60s" in late.status.message and "count/jobs.batch" in late.status.message
     # The next generation gets a whole startup timeout of its own before giving up.
     gen2, _ = step(s, late.status, MISSING, now=T0 + timedelta(seconds=73))
     assert gen2.actions == (CreateWorkload(2, gen2.actions[0].layout),)
-    assert "WorkloadCreated" not in conditions(gen2.status)
+    assert cond.WORKLOAD_CREATED not in conditions(gen2.status)
     status = step(s, gen2.status, refused(), now=T0 + timedelta(seconds=74))[0].status
     assert step(s, status, refused(), now=T0 + timedelta(seconds=130))[0].status.phase == "Admitted"
     final, _ = step(s, status, refused(), now=T0 + timedelta(seconds=135))
-    assert (final.status.phase, final.status.reason) == ("Failed", "StartupTimeout")
+    assert (final.status.phase, final.status.reason) == ("Failed", reasons.STARTUP_TIMEOUT)
     assert "maxRestarts is 1" in final.status.message
 
 
@@ -246,7 +251,11 @@ def test_a_refusal_before_a_suspension_does_not_time_out_the_resumed_generation(
     resumed, _ = step(s, status, MISSING, now=T0 + timedelta(seconds=600))
     assert resumed.actions == (CreateWorkload(2, resumed.actions[0].layout),)
     again, _ = step(s, resumed.status, refused(), now=T0 + timedelta(seconds=601))
-    assert (again.status.phase, again.status.reason, again.status.restarts) == ("Admitted", "WorkloadCreateFailed", 0)
+    assert (again.status.phase, again.status.reason, again.status.restarts) == (
+        "Admitted",
+        reasons.WORKLOAD_CREATE_FAILED,
+        0,
+    )
 
 
 def test_suspend_deletes_and_resume_creates_the_next_generation():
@@ -256,25 +265,28 @@ def test_suspend_deletes_and_resume_creates_the_next_generation():
     suspended, _ = step(spec(suspend=True), run.status, running(), spec_generation=2)
     assert suspended.actions == (DeleteWorkload(1),)
     assert suspended.status.phase == "Suspended" and suspended.status.current_workload is None
-    assert conditions(suspended.status)["Running"] == ("False", "Suspended")
+    assert conditions(suspended.status)[cond.RUNNING] == ("False", reasons.SUSPENDED)
     still, _ = step(spec(suspend=True), suspended.status, MISSING, spec_generation=2)
     assert still.actions == () and still.events == ()
     resumed, _ = step(s, still.status, MISSING, spec_generation=3)
     assert resumed.actions == (CreateWorkload(2, admitted.actions[0].layout),)
-    assert resumed.status.restarts == 0 and conditions(resumed.status)["Suspended"] == ("False", "Resumed")
+    assert resumed.status.restarts == 0 and conditions(resumed.status)[cond.SUSPENDED] == ("False", reasons.RESUMED)
 
 
 def test_kueue_creates_suspended_and_waits_for_kueue():
     s = spec(scheduling={"admission": "kueue", "queueName": "team-a"})
     queued, asked = step(s, LongContextJobStatus())
     assert not asked and queued.actions[0].generation == 1
-    assert (queued.status.phase, conditions(queued.status)["Admitted"]) == ("Pending", ("False", "QueuedInKueue"))
+    assert (queued.status.phase, conditions(queued.status)[cond.ADMITTED]) == (
+        "Pending",
+        ("False", reasons.QUEUED_IN_KUEUE),
+    )
     held = WorkloadObservation(exists=True, suspended=True, created=T0, total=2)
     waiting, _ = step(s, queued.status, held, now=T0 + timedelta(hours=1))
     assert waiting.actions == () and waiting.status.phase == "Pending"
     unsuspended, _ = step(s, waiting.status, running(), now=T0 + timedelta(hours=1, seconds=1))
     assert unsuspended.status.phase == "Running"
-    assert conditions(unsuspended.status)["Admitted"] == ("True", "AdmittedByKueue")
+    assert conditions(unsuspended.status)[cond.ADMITTED] == ("True", reasons.ADMITTED_BY_KUEUE)
 
 
 def test_kueue_taking_a_running_job_back_stops_the_gang_and_queues_the_next_generation():
@@ -288,14 +300,14 @@ def test_kueue_taking_a_running_job_back_stops_the_gang_and_queues_the_next_gene
     evicted, _ = step(s, run.status, preempted, now=T0 + timedelta(minutes=5))
     assert [type(a).__name__ for a in evicted.actions] == ["DeleteWorkload"]
     assert evicted.actions[0].generation == 1
-    assert (evicted.status.phase, evicted.status.reason) == ("Pending", "EvictedByKueue")
-    assert conditions(evicted.status)["Running"] == ("False", "EvictedByKueue")
-    assert conditions(evicted.status)["Admitted"] == ("False", "EvictedByKueue")
+    assert (evicted.status.phase, evicted.status.reason) == ("Pending", reasons.EVICTED_BY_KUEUE)
+    assert conditions(evicted.status)[cond.RUNNING] == ("False", reasons.EVICTED_BY_KUEUE)
+    assert conditions(evicted.status)[cond.ADMITTED] == ("False", reasons.EVICTED_BY_KUEUE)
     assert evicted.status.current_workload is None and evicted.status.restarts == 0
-    assert ("Warning", "EvictedByKueue") in [(e.type, e.reason) for e in evicted.events]
+    assert ("Warning", reasons.EVICTED_BY_KUEUE) in [(e.type, e.reason) for e in evicted.events]
     requeued, _ = step(s, evicted.status, MISSING, now=T0 + timedelta(minutes=5, seconds=2))
     assert [(type(a).__name__, a.generation) for a in requeued.actions] == [("CreateWorkload", 2)]
-    assert conditions(requeued.status)["Admitted"] == ("False", "QueuedInKueue")
+    assert conditions(requeued.status)[cond.ADMITTED] == ("False", reasons.QUEUED_IN_KUEUE)
     assert requeued.status.restarts == 0
 
 

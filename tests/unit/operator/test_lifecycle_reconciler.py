@@ -2,6 +2,7 @@
 
 import asyncio
 
+from longctx_operator import reasons
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
 from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
@@ -111,7 +112,7 @@ def test_builtin_admission_without_node_access_says_so():
         }
     )
     verdict = Reconciler(kube=None, config=OperatorConfig(read_nodes=False))._admission(("n", "j"), job)
-    assert not verdict.fits and verdict.reason == "NodesNotReadable" and "kueue or none" in verdict.message
+    assert not verdict.fits and verdict.reason == reasons.NODES_NOT_READABLE and "kueue or none" in verdict.message
 
 
 def test_a_refused_create_is_described_from_the_api_error():
@@ -185,7 +186,7 @@ def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():
     def job(generation, observed):
         return {
             "metadata": {"namespace": "n", "name": "j", "generation": generation},
-            "status": {"observedGeneration": observed, "reason": "WorkloadCreateFailed"},
+            "status": {"observedGeneration": observed, "reason": reasons.WORKLOAD_CREATE_FAILED},
         }
 
     reconciler = Reconciler(kube=None, config=OperatorConfig())
@@ -205,7 +206,7 @@ def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
     reconciler = Reconciler(kube=None, config=OperatorConfig())
     for name, status in (
         ("new", {}),
-        ("no-room", {"phase": "Pending", "reason": "InsufficientGPUs"}),
+        ("no-room", {"phase": "Pending", "reason": reasons.INSUFFICIENT_GPUS}),
         ("in-kueue", {"phase": "Pending", "currentWorkload": "in-kueue-g1"}),
         ("running", {"phase": "Running", "currentWorkload": "running-g1"}),
     ):

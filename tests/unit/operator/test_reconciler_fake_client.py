@@ -12,6 +12,8 @@ import threading
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from longctx_operator import conditions as cond
+from longctx_operator import reasons
 from longctx_operator.config import OperatorConfig
 from longctx_operator.kube import NotOwned
 from longctx_operator.reconciler import Reconciler
@@ -128,7 +130,7 @@ def test_a_new_job_gets_its_service_config_and_job_in_order_with_events():
     assert kube.job["status"]["phase"] == "Admitted" and kube.job["status"]["workloadGeneration"] == 1
     job = kube.objects[("Job", "team", "fake-g1")]
     assert job["spec"]["completions"] == 2
-    assert ("Normal", "Planned") in [(t, r) for t, r, _ in kube.events]
+    assert ("Normal", reasons.PLANNED) in [(t, r) for t, r, _ in kube.events]
 
 
 def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
@@ -173,10 +175,10 @@ def test_a_refused_create_is_reported_in_the_status_and_retried():
         await settle(reconciler)
 
     run(go())
-    assert kube.job["status"]["reason"] == "WorkloadCreateFailed"
+    assert kube.job["status"]["reason"] == reasons.WORKLOAD_CREATE_FAILED
     assert "403 Forbidden" in kube.job["status"]["message"]
     assert [c for c in kube.calls if c[:2] == ("create", "Job")] == [("create", "Job", "fake-g1")] * 2
-    assert ("Warning", "WorkloadCreateFailed") in [(t, r) for t, r, _ in kube.events]
+    assert ("Warning", reasons.WORKLOAD_CREATE_FAILED) in [(t, r) for t, r, _ in kube.events]
 
 
 def test_a_name_owned_by_someone_else_is_never_taken():
@@ -203,8 +205,8 @@ def test_pod_annotations_outside_the_allow_list_create_nothing():
     run(go())
     assert not [c for c in kube.calls if c[0] == "create"]
     conditions = {c["type"]: c for c in kube.job["status"]["conditions"]}
-    assert conditions["PodAnnotationsAccepted"]["status"] == "False"
-    assert ("Warning", "PodAnnotationsRejected") in [(t, r) for t, r, _ in kube.events]
+    assert conditions[cond.POD_ANNOTATIONS_ACCEPTED]["status"] == "False"
+    assert ("Warning", reasons.POD_ANNOTATIONS_REJECTED) in [(t, r) for t, r, _ in kube.events]
 
 
 def _serving(text: str):

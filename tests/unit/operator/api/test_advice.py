@@ -2,6 +2,7 @@
 
 import pytest
 
+from longctx_operator import reasons
 from longctx_operator.api.advice import advice
 from longctx_operator.api.spec import LongContextJobSpec
 
@@ -26,7 +27,10 @@ def test_shared_checkpoint_storage_gets_no_warning(checkpoint):
 
 def test_multi_node_checkpoints_on_pod_disks_are_never_complete():
     [warning] = advice(spec(nodes=4, path="/ckpt"))
-    assert (warning.reason, warning.field) == ("CheckpointNotPersistent", "spec.checkpoint.persistentVolumeClaim")
+    assert (warning.reason, warning.field) == (
+        reasons.CHECKPOINT_NOT_PERSISTENT,
+        "spec.checkpoint.persistentVolumeClaim",
+    )
     assert "'/ckpt'" in warning.message and "4 different disks" in warning.message
     assert "starts again from step 0" in warning.message
     assert str(warning).startswith(
