@@ -52,6 +52,10 @@ def initialize(env: ProcessEnv, communication: str = "nccl") -> None:
             num_processes=env.num_processes,
             process_id=env.process_id,
             local_device_ids=list(env.local_device_ids) if env.local_device_ids else None,
+            # The pod environment names everything; JAX's own cluster detection would otherwise
+            # try each cluster type, and its Kubernetes one reads a service-account token that
+            # trainer pods do not mount (automountServiceAccountToken: false) and fails the start.
+            cluster_detection_method="deactivate",
         )
     if communication == "nvshmem":
         local = jax.local_devices()
