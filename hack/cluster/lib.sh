@@ -16,8 +16,14 @@ bin_dirs() {
   echo "$(component_dir etcd "$ETCD_VERSION")/bin"
   echo "$(component_dir kwok "$KWOK_VERSION")/bin"
   echo "$(component_dir helm "$HELM_VERSION")/bin"
+  echo "$(component_dir node "$KUBERNETES_VERSION")/bin"
+  echo "$(component_dir coredns "$COREDNS_VERSION")/bin"
 }
 
 cluster_path() { local IFS=:; local dirs; mapfile -t dirs < <(bin_dirs); echo "${dirs[*]}"; }
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# Sockets and runtime state of a cluster's real nodes (hack/cluster/real-nodes): under /run, since a
+# unix socket path must stay under 108 bytes and a cluster's state folder may be a long tmp path.
+real_nodes_run_dir() { echo "/run/longctx/$(sha256sum <<<"$1" | cut -c1-12)"; }
