@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
     rank = jax.process_index()
+    # Ctrl-C, `kill` or a deleted pod's SIGTERM end the process where it stands, by the kernel:
+    # unwinding (Python's KeyboardInterrupt) would run JAX's exit hooks, which wait at a barrier
+    # for the other ranks, which wait for this one, and the whole gang would hang; and JAX's
+    # preemption service, started by jax.distributed.initialize, catches SIGTERM without exiting.
+    # The gang resumes from the last checkpoint. (In a pod the launcher is PID 1: these apply.)
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, signal.SIG_DFL)
     _print_json(joined_event(process_env, rank))
 
     metrics = TrainMetrics(config.metrics.job, rank)

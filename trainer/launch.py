@@ -1,11 +1,14 @@
 """In-pod launcher: `python -m longctx_trainer.launch --config FILE` is every trainer pod's command.
 
-With one process per pod it becomes the trainer (JAX_PROCESS_ID is already the pod's completion
-index). With LONGCTX_PROCESSES_PER_POD = P > 1 (NVSHMEM needs one GPU per process) it starts P
-trainer processes: process l of pod i gets JAX_PROCESS_ID = i * P + l, JAX_LOCAL_DEVICE_IDS = its
-LONGCTX_DEVICES_PER_PROCESS GPUs and LONGCTX_LOCAL_PROCESS_ID = l (which offsets its metrics port).
-JAX cannot lose a process, so when one exits non-zero the others are stopped and the pod fails
-with that exit code; SIGTERM is forwarded to every process.
+It stays the pod's first process (PID 1) and starts the trainer processes as its children: the
+kernel ignores a signal to PID 1 that has no handler, and the trainer must die at once on SIGTERM
+or SIGINT (see __main__.py), which only a child with the default dispositions does. With one
+process per pod the child gets the pod's environment unchanged (JAX_PROCESS_ID is already the
+pod's completion index). With LONGCTX_PROCESSES_PER_POD = P > 1 (NVSHMEM needs one GPU per
+process) it starts P: process l of pod i gets JAX_PROCESS_ID = i * P + l, JAX_LOCAL_DEVICE_IDS =
+its LONGCTX_DEVICES_PER_PROCESS GPUs and LONGCTX_LOCAL_PROCESS_ID = l (which offsets its metrics
+port). JAX cannot lose a process, so when one exits non-zero the others are stopped and the pod
+fails with that exit code; SIGTERM and SIGINT are forwarded to every process.
 """
 
 from __future__ import annotations
@@ -69,16 +72,16 @@ def supervise(procs: list[subprocess.Popen]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     per_pod = int(os.environ.get(podenv.PROCESSES_PER_POD, "1"))
-    if per_pod == 1:
-        os.execv(sys.executable, TRAINER + args)
-    procs = [subprocess.Popen(TRAINER + args, env=process_env(os.environ, local)) for local in range(per_pod)]
+    envs = [dict(os.environ)] if per_pod == 1 else [process_env(os.environ, local) for local in range(per_pod)]
+    procs = [subprocess.Popen(TRAINER + args, env=env) for env in envs]
 
     def forward(signum, frame):
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, forward)
     return supervise(procs)
 
 

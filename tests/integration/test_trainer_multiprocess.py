@@ -8,9 +8,11 @@ gradients are reduced across the processes.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +110,44 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
     assert sorted(multi.files) == sorted(ref.files) and len(ref.files) > 5
     for name in ref.files:
         np.testing.assert_allclose(multi[name], ref[name], rtol=2e-5, atol=1e-7, err_msg=name)
+
+
+def test_a_signalled_rank_exits_at_once_and_its_peer_fails(tmp_path):
+    """A rank stopped mid-run (Ctrl-C, `kill`, a deleted pod's SIGTERM) must end, not hang in JAX's
+    exit barrier waiting for the others: the gang restart depends on it. Its peer, blocked on the
+    lost rank, still ends on the SIGTERM of the gang's deletion."""
+    config = tmp_path / "long.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {**CONFIG, "steps": 100_000, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}}
+        )
+    )
+    coordinator = f"127.0.0.1:{_free_port()}"
+    workers = [
+        _start(
+            config,
+            f"rank{rank}",
+            2,
+            JAX_COORDINATOR_ADDRESS=coordinator,
+            JAX_NUM_PROCESSES="2",
+            JAX_PROCESS_ID=str(rank),
+        )
+        for rank in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 300
+        while not any(e["event"] == "checkpoint" for e in _events(tmp_path / "rank0.out")):
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                pytest.fail(f"no checkpoint before the signal: {(tmp_path / 'rank0.err').read_text()[-3000:]}")
+            time.sleep(0.5)
+        workers[1].send_signal(signal.SIGINT)
+        assert workers[1].wait(timeout=60) == -signal.SIGINT  # killed by the signal, no unwinding
+        workers[0].send_signal(signal.SIGTERM)  # as the operator's gang deletion does
+        assert workers[0].wait(timeout=60) == -signal.SIGTERM
+    finally:
+        for worker in workers:
+            worker.kill()
+
+
+def _events(out: Path) -> list[dict]:
+    return [e for e in map(parse_event, out.read_text().splitlines()) if e is not None] if out.exists() else []
