@@ -1,4 +1,8 @@
-"""The kind cluster of the e2e tests (hack/e2e-kind, docs/e2e.md).
+"""The clusters of the e2e tests: the local cluster with real nodes (hack/cluster/real-nodes,
+docs/cluster.md), and kind (hack/e2e-kind, docs/e2e.md).
+
+`real_cluster` (session): see its docstring; it runs wherever containers can (root, containerd,
+runc, cgroups), which includes this project's CI machines.
 
 `kind_kubeconfig` (session): $LONGCTX_E2E_KUBECONFIG when `hack/e2e-kind test` already brought the
 cluster up; otherwise `hack/e2e-kind up` here (deleted again at the end unless LONGCTX_E2E_KEEP=1).
@@ -9,12 +13,16 @@ tests/e2e/test_images.py's, where buildah cannot run).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "e2e-kind"
@@ -36,3 +44,124 @@ def kind_kubeconfig() -> Iterator[Path]:
     finally:
         if os.environ.get("LONGCTX_E2E_KEEP") != "1":
             subprocess.run([str(SCRIPT), "down"], check=False)
+
+
+CLUSTER = REPO / "hack" / "cluster"
+CHART = REPO / "charts" / "longctx"
+OPERATOR_NAMESPACE = "longctx-system"
+
+
+@dataclass(frozen=True)
+class RealCluster:
+    """The local cluster with real nodes (hack/cluster/up --real-nodes) and the chart's operator
+    running in it as a pod from the image built here; `seconds` times each stage of bringing it up."""
+
+    state: Path
+    kubeconfig: Path
+    images: dict[str, dict]
+    seconds: dict[str, float]
+
+    @property
+    def path(self) -> str:
+        """The cached cluster binaries' folders (kubectl, helm), for PATH."""
+        return cluster_path()
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        env = os.environ | {"KUBECONFIG": str(self.kubeconfig), "PATH": f"{cluster_path()}:{os.environ['PATH']}"}
+        result = subprocess.run(
+            ["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=timeout
+        )
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}{result.stdout}"
+        return result.stdout
+
+
+def cluster_path() -> str:
+    return subprocess.run([str(CLUSTER / "path")], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _timed(seconds: dict[str, float], stage: str, command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    begin = time.monotonic()
+    result = subprocess.run(command, **kwargs)
+    seconds[stage] = time.monotonic() - begin
+    assert result.returncode == 0, f"{stage}: {' '.join(command)} failed ({result.returncode}); its output is above"
+    return result
+
+
+def _helm_values(images: dict[str, dict]) -> dict:
+    operator_repo, operator_tag = images["operator"]["ref"].rsplit(":", 1)
+    trainer_repo, trainer_tag = images["trainer-cpu"]["ref"].rsplit(":", 1)
+    return {
+        "image": {"repository": operator_repo, "tag": operator_tag, "pullPolicy": "Never"},
+        "defaults": {
+            "trainerImage": {"repository": trainer_repo, "tag": trainer_tag},
+            "trainerImagePullPolicy": "Never",
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory) -> Iterator[RealCluster]:
+    """Builds the images (a cache hit after tests/e2e/test_images.py), starts a cluster with two real
+    nodes and no simulated ones, loads the images into the nodes' containerd and installs the chart;
+    skipped, with the reason, only where containers cannot run."""
+    check = subprocess.run([str(CLUSTER / "real-nodes"), "check"], capture_output=True, text=True)
+    if check.returncode == 3:
+        pytest.skip(check.stderr.strip())
+    assert check.returncode == 0, check.stderr
+    seconds: dict[str, float] = {}
+    built = _timed(
+        seconds, "images", [str(REPO / "hack" / "images" / "build"), "--json"], stdout=subprocess.PIPE, text=True
+    )
+    images = {r["image"]: r for r in map(json.loads, built.stdout.splitlines())}
+    state = tmp_path_factory.mktemp("real-cluster")
+    env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state / "cluster")}
+    try:
+        _timed(
+            seconds,
+            "cluster",
+            [str(CLUSTER / "up"), "--nodes", "0", "--real-nodes", "2"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        archives = [images["operator"]["archive"], images["trainer-cpu"]["archive"]]
+        _timed(seconds, "load", [str(CLUSTER / "load-image"), *archives], env=env)
+        cluster = RealCluster(state / "cluster", state / "cluster" / "kubeconfig", images, seconds)
+        values = state / "values.yaml"
+        values.write_text(yaml.safe_dump(_helm_values(images)))
+        helm = ["helm", "--kubeconfig", str(cluster.kubeconfig), "install", "longctx", str(CHART)]
+        helm += [
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--create-namespace",
+            "--values",
+            str(values),
+            "--wait",
+            "--timeout",
+            "300s",
+        ]
+        _timed(seconds, "helm", helm, env=env | {"PATH": f"{cluster_path()}:{os.environ['PATH']}"})
+        yield cluster
+    finally:
+        subprocess.run([str(CLUSTER / "down")], env=env, check=False)
+    assert not _leftovers(state / "cluster"), _leftovers(state / "cluster")
+
+
+def _leftovers(state: Path) -> list[str]:
+    """What `hack/cluster/down` must not leave behind: processes, mounts or pod bridges of the cluster."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(state) in cmdline:
+                found.append(f"process {proc.name}: {cmdline[:200]}")
+    found += [
+        f"mount {line.split()[4]}"
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if str(state) in line
+    ]
+    found += [f"bridge {link.name}" for link in Path("/sys/class/net").iterdir() if link.name.startswith("lcx")]
+    return found

@@ -1,0 +1,371 @@
+"""The product end to end on real nodes of the local cluster (hack/cluster/real-nodes): the chart's
+operator runs as a pod from the image built here, the quickstart's two trainer pods run as
+containers on two kubelets, meet at rank 0 through the headless Service's DNS name (CoreDNS),
+train, checkpoint to a volume both reach, and Succeed with progress scraped from rank 0's pod IP.
+Debian's Prometheus scrapes the trainer pods through the chart's PodMonitor, translated to
+Prometheus's own configuration. The fault test kills a trainer process and deletes a pod mid-run;
+each time the operator restarts the whole gang, which resumes from the last checkpoint. Every
+claim is read from the containers' own output (`kubectl logs`), not only from the job's status."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+NAME = QUICKSTART["metadata"]["name"]
+COORDINATOR_PORT = 8476  # spec.network.coordinatorPort's default (operator/api/spec.py)
+QUICKSTART_METRICS_PORT = 9400  # spec.metrics.port's default
+TIMEOUT_SECONDS = 900
+
+
+def pod_monitor(cluster) -> dict:
+    """The chart's trainer PodMonitor, as `helm template` renders it where the Prometheus Operator's
+    API is served."""
+    rendered = subprocess.run(
+        ["helm", "template", "longctx", str(REPO / "charts" / "longctx"), "--api-versions", "monitoring.coreos.com/v1"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PATH": f"{cluster.path}:{os.environ['PATH']}"},
+    ).stdout
+    return next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "PodMonitor")
+
+
+def scrape_config(monitor: dict, targets_file: Path) -> dict:
+    """What the Prometheus Operator generates from a PodMonitor, for the parts this one uses: its
+    relabelings, and the namespace, pod and container target labels. Debian's Prometheus is built
+    without Kubernetes service discovery, so the targets come from a file that `Targets` writes
+    from the API server's pod list with the same `__meta_kubernetes_*` labels."""
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    relabel = [
+        {"source_labels": r["sourceLabels"], "regex": r["regex"], "action": r["action"]}
+        for r in endpoint["relabelings"]
+    ]
+    for label, meta in (("namespace", "namespace"), ("pod", "pod_name"), ("container", "pod_container_name")):
+        relabel.append({"source_labels": [f"__meta_kubernetes_{meta}"], "target_label": label})
+    return {
+        "job_name": monitor["metadata"]["name"],
+        "metrics_path": endpoint["path"],
+        "scrape_interval": "2s",
+        "scrape_timeout": "1s",
+        "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "2s"}],
+        "relabel_configs": relabel,
+    }
+
+
+class Targets:
+    """The pods the PodMonitor selects (its selector: a label that exists), one target per declared
+    container port, labelled as Kubernetes service discovery labels them."""
+
+    def __init__(self, cluster, monitor: dict, path: Path):
+        (self.selector,) = monitor["spec"]["selector"]["matchExpressions"]
+        assert self.selector["operator"] == "Exists", self.selector
+        self.cluster, self.path = cluster, path
+        path.write_text("[]")
+
+    def refresh(self) -> None:
+        pods = json.loads(self.cluster.kubectl("get", "pods", "-A", "-l", self.selector["key"], "-o", "json"))
+        groups = [
+            {
+                "targets": [f"{pod['status']['podIP']}:{port['containerPort']}"],
+                "labels": {
+                    "__meta_kubernetes_namespace": pod["metadata"]["namespace"],
+                    "__meta_kubernetes_pod_name": pod["metadata"]["name"],
+                    "__meta_kubernetes_pod_container_name": container["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                },
+            }
+            for pod in pods["items"]
+            if pod["status"].get("podIP")
+            for container in pod["spec"]["containers"]
+            for port in container.get("ports", [])
+        ]
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps(groups))
+        partial.rename(self.path)  # Prometheus never reads half a file
+
+
+@dataclass
+class Prometheus:
+    targets: Targets
+    port: int
+
+    def query(self, expr: str) -> list[dict]:
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.load(response)["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def prometheus(real_cluster, tmp_path_factory):
+    """Debian's Prometheus on this machine (it reaches pod IPs like any node), scraping the trainer
+    pods as the chart's PodMonitor says."""
+    bin_dir = subprocess.run([str(REPO / "hack" / "prometheus")], check=True, capture_output=True, text=True)
+    workdir = tmp_path_factory.mktemp("prometheus")
+    monitor = pod_monitor(real_cluster)
+    targets = Targets(real_cluster, monitor, workdir / "targets.json")
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [scrape_config(monitor, targets.path)]}))
+    server = Prometheus(targets, free_port())
+    log = (workdir / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            f"{bin_dir.stdout.strip()}/prometheus",
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{server.port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                server.query("up")
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"prometheus did not start: {(workdir / 'prometheus.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+        yield server
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def events(log: str) -> list[dict]:
+    """The trainer's JSON progress lines in a container log."""
+    found = []
+    for line in log.splitlines():
+        start = line.find('{"event"')
+        if start >= 0:
+            found.append(json.loads(line[start:]))
+    return found
+
+
+class Job:
+    """One LongContextJob in its own namespace, with a hostPath volume for its checkpoints."""
+
+    def __init__(self, cluster, spec_changes: dict):
+        self.cluster = cluster
+        self.namespace = f"real-{uuid.uuid4().hex[:6]}"
+        self.checkpoints = cluster.state / "volumes" / self.namespace
+        self.checkpoints.mkdir(parents=True)
+        self.checkpoints.chmod(0o777)  # the trainer's uid 1000 writes there; hostPath has no fsGroup
+        cluster.kubectl("create", "namespace", self.namespace)
+        manifest = json.loads(json.dumps(QUICKSTART))
+        manifest["spec"]["data"] = {"kind": "synthetic"}  # the example's corpus is not in the image
+        manifest["spec"]["checkpoint"] |= {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints"}
+        for key, value in spec_changes.items():
+            manifest["spec"][key] = value
+        self.steps = manifest["spec"]["steps"]
+        volume = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": self.namespace},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "hostPath": {"path": str(self.checkpoints), "type": "Directory"},
+                "claimRef": {"namespace": self.namespace, "name": "checkpoints"},
+            },
+        }
+        claim = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "checkpoints", "namespace": self.namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": self.namespace,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        self.apply(volume, claim)
+        self.applied_at = time.monotonic()
+        self.apply(manifest)
+
+    def apply(self, *docs: dict) -> None:
+        text = "\n---\n".join(yaml.safe_dump(d) for d in docs)
+        self.cluster.kubectl("apply", "--namespace", self.namespace, "-f", "-", input=text)
+
+    def get(self) -> dict:
+        return json.loads(self.cluster.kubectl("get", "longcontextjob", NAME, "-n", self.namespace, "-o", "json"))
+
+    def pods(self, generation: int) -> list[dict]:
+        selector = f"longctx.io/job-name={NAME},longctx.io/generation={generation}"
+        listed = json.loads(self.cluster.kubectl("get", "pods", "-n", self.namespace, "-l", selector, "-o", "json"))
+        return sorted(listed["items"], key=lambda pod: pod["metadata"]["name"])
+
+    def wait(self, predicate, what: str, timeout: float = TIMEOUT_SECONDS) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get()
+            if predicate(job):
+                return job
+            assert (job.get("status") or {}).get("phase") != "Failed" or "Failed" in what, self.describe(job)
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out waiting for {what}\n{self.describe(job)}")
+            time.sleep(2)
+
+    def describe(self, job: dict) -> str:
+        pods = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-o", "wide", check=False)
+        events = self.cluster.kubectl("get", "events", "-n", self.namespace, check=False)
+        return f"status: {json.dumps(job.get('status'), indent=1)}\n{pods}\n{events}"
+
+    def log_text(self, pod: dict, check: bool = True) -> str:
+        return self.cluster.kubectl("logs", "-n", self.namespace, pod["metadata"]["name"], "-c", "trainer", check=check)
+
+    def logs(self, pod: dict) -> list[dict]:
+        return events(self.log_text(pod))
+
+    def delete(self) -> None:
+        self.cluster.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
+        self.cluster.kubectl("delete", "persistentvolume", self.namespace, "--wait=false", check=False)
+
+
+def phase(job: dict) -> str | None:
+    return (job.get("status") or {}).get("phase")
+
+
+def check_joined(job: Job, generation: int) -> list[list[dict]]:
+    """Both pods' containers joined the same two-process job at rank 0's DNS name, on two nodes."""
+    pods = job.pods(generation)
+    assert len(pods) == 2 and len({p["spec"]["nodeName"] for p in pods}) == 2, [p["spec"] for p in pods]
+    logs = [job.logs(pod) for pod in pods]
+    coordinator = f"{NAME}-g{generation}-0.{NAME}:{COORDINATOR_PORT}"
+    for rank, pod_events in enumerate(logs):
+        joined = pod_events[0]
+        assert joined["event"] == "joined" and joined["rank"] == rank, pod_events[:3]
+        assert joined["processes"] == 2 and joined["coordinator"] == coordinator, joined
+    return logs
+
+
+def test_quickstart_trains_on_real_pods_and_succeeds(real_cluster, prometheus):
+    job = Job(real_cluster, {})
+    try:
+        seen: dict = {}
+
+        def finished(current: dict) -> bool:
+            prometheus.targets.refresh()
+            progress = (current.get("status") or {}).get("progress") or {}
+            if progress.get("tokensPerSecond"):
+                seen.update(progress)
+            return phase(current) in ("Succeeded", "Failed")
+
+        final = job.wait(finished, "the quickstart to finish")
+        assert phase(final) == "Succeeded", job.describe(final)
+        assert final["status"]["workers"]["succeeded"] == 2
+        # Progress came from rank 0's exporter, scraped by the operator pod at the pod's IP.
+        assert seen.get("tokensPerSecond", 0) > 0 and seen.get("step", 0) >= 1, seen
+        rank0, rank1 = check_joined(job, 1)
+        steps = [e["step"] for e in rank0 if e["event"] == "step"]
+        assert steps == list(range(1, job.steps + 1)), steps
+        assert rank0[-1] == {"event": "done", "step": job.steps}
+        assert [e["event"] for e in rank1] == ["joined"]  # only rank 0 reports progress
+        interval = QUICKSTART["spec"]["checkpoint"]["intervalSteps"]
+        saved = sorted(int(p.name) for p in job.checkpoints.iterdir() if p.name.isdigit())
+        assert saved and saved[-1] == job.steps and all(s % interval == 0 or s == job.steps for s in saved), saved
+        # Prometheus scraped both trainer pods at their pod IPs, through the PodMonitor's selection.
+        pods = {p["metadata"]["name"]: p["status"]["podIP"] for p in job.pods(1)}
+        scraped = prometheus.query(f'max_over_time(longctx_train_step{{namespace="{job.namespace}"}}[1h])')
+        seen = {r["metric"]["pod"]: (r["metric"]["instance"], float(r["value"][1])) for r in scraped}
+        assert set(seen) == set(pods), (seen, pods)
+        for pod, (instance, step) in seen.items():
+            assert instance == f"{pods[pod]}:{QUICKSTART_METRICS_PORT}" and step >= 1, (pod, instance, step)
+    finally:
+        job.delete()
+
+
+def check_resumed(rank0: list[dict]) -> int:
+    """Rank 0 of a restarted generation restored a checkpoint and went on from the step after it."""
+    resume = next((e for e in rank0 if e["event"] == "resume"), None)
+    assert resume is not None and resume["step"] > 0 and resume["step"] % CHECKPOINT_INTERVAL == 0, rank0[:3]
+    first = next(e for e in rank0 if e["event"] == "step")
+    assert first["step"] == resume["step"] + 1, (resume, first)
+    return resume["step"]
+
+
+CHECKPOINT_INTERVAL = 5
+
+
+def test_gang_restarts_from_checkpoint_after_a_kill_and_a_pod_delete(real_cluster):
+    # Shorter steps than the quickstart's and frequent checkpoints, so that each fault lands mid-run.
+    job = Job(
+        real_cluster,
+        {
+            "steps": 100,
+            "sequenceLength": 512,
+            "globalBatchTokens": 1024,
+            "checkpoint": {
+                "path": "/checkpoints",
+                "persistentVolumeClaim": "checkpoints",
+                "intervalSteps": CHECKPOINT_INTERVAL,
+            },
+            "restartPolicy": {"maxRestarts": 2, "backoffSeconds": 1},
+        },
+    )
+
+    def kill_trainer(pod: str) -> None:  # PID 1, the launcher, forwards the signal to the trainer
+        real_cluster.kubectl("exec", "-n", job.namespace, pod, "-c", "trainer", "--", "sh", "-c", "kill -INT 1")
+
+    def delete_pod(pod: str) -> None:
+        real_cluster.kubectl("delete", "pod", "-n", job.namespace, pod, "--wait=false")
+
+    try:
+        before_fault = {}
+        for generation, inject in enumerate((kill_trainer, delete_pod), start=1):
+
+            def past_a_checkpoint(current: dict, generation=generation) -> bool:
+                """This generation saved a checkpoint of its own (after the one it resumed from)."""
+                status = current.get("status") or {}
+                if status.get("workloadGeneration") != generation:
+                    return False
+                saved = (status.get("progress") or {}).get("lastCheckpointStep") or 0
+                if generation == 1:
+                    return saved > 0
+                rank0 = job.pods(generation)[:1]
+                log = "".join(job.log_text(pod, check=False) for pod in rank0)  # empty until it starts
+                resume = [e for e in events(log) if e["event"] == "resume"]
+                return bool(resume) and saved > resume[0]["step"]
+
+            job.wait(past_a_checkpoint, f"generation {generation} to pass a checkpoint")
+            before_fault[generation] = check_joined(job, generation)  # the pods go with the restart
+            inject(job.pods(generation)[1]["metadata"]["name"])
+            restarted = job.wait(
+                lambda current, g=generation: (current.get("status") or {}).get("workloadGeneration") == g + 1,
+                f"the gang restart after {inject.__name__}",
+            )
+            assert restarted["status"]["restarts"] == generation, restarted["status"]
+        final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
+        assert phase(final) == "Succeeded" and final["status"]["restarts"] == 2, job.describe(final)
+        last_rank0, _ = check_joined(job, 3)
+        assert last_rank0[-1] == {"event": "done", "step": job.steps}
+        first_rank0 = before_fault[1][0]
+        assert not any(e["event"] == "resume" for e in first_rank0)  # generation 1 started from scratch
+        resumed = [check_resumed(before_fault[2][0]), check_resumed(last_rank0)]
+        assert resumed[0] < resumed[1], resumed  # generation 3 resumed from generation 2's progress
+    finally:
+        job.delete()
