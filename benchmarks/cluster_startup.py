@@ -1,7 +1,10 @@
 """Start-up costs of the local control plane (hack/cluster): cold build, warm start, time for N
-simulated GPU nodes to become Ready, and the control plane's memory before and after.
+simulated GPU nodes to become Ready, and the control plane's memory before and after. With
+--real-nodes, also: the image builds, a cluster with two real nodes Ready, the images loaded into
+them, the chart's operator running, and the time from `kubectl apply` of the quickstart to its
+first training step logged by a real trainer pod.
 
-    python benchmarks/cluster_startup.py [--nodes 1000] [--cold-build]
+    python benchmarks/cluster_startup.py [--nodes 1000] [--cold-build] [--real-nodes]
 
 Without --cold-build the cold build time is the one the cache recorded when it was built
 (build-seconds per component); with it, everything is rebuilt into empty temporary build and
@@ -11,11 +14,14 @@ binary caches (the Go module download cache is kept, so network time is not coun
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
@@ -23,12 +29,14 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 
 def versions() -> dict[str, str]:
+    """Each cached component's version; `node` (kubelet, kube-proxy) has the control plane's."""
     pairs = (
         line.split("=", 1)
         for line in (SCRIPTS / "versions.env").read_text().splitlines()
         if "=" in line and not line.startswith("#")
     )
-    return {key.removesuffix("_VERSION").lower(): value.strip() for key, value in pairs}
+    found = {key.removesuffix("_VERSION").lower(): value.strip() for key, value in pairs}
+    return found | {"node": found["kubernetes"]}
 
 
 def recorded_build_seconds(cache: Path) -> dict[str, int]:
@@ -61,10 +69,84 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     return time.monotonic() - start
 
 
+def first_step_on_real_nodes() -> list[tuple[str, str]]:
+    """Images built (or cached), two real nodes, images loaded, chart installed, then the quickstart
+    applied and timed until rank 0's container logs its first step."""
+    built = subprocess.run([str(REPO / "hack" / "images" / "build"), "--json"], check=True, stdout=subprocess.PIPE)
+    images = {r["image"]: r for r in map(json.loads, built.stdout.splitlines())}
+    rows = [
+        (f"image build: {name}" + (" (recorded in cache)" if r["cached"] else ""), f"{r['build_seconds']} s")
+        for name, r in images.items()
+    ]
+    path = subprocess.run([str(SCRIPTS / "path")], check=True, capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="longctx-bench-real-") as state_dir:
+        env = os.environ | {"LONGCTX_CLUSTER_DIR": state_dir, "PATH": f"{path}:{os.environ['PATH']}"}
+        kubeconfig = f"{state_dir}/kubeconfig"
+
+        def kubectl(*args: str, input: str | None = None) -> str:
+            cmd = ["kubectl", "--kubeconfig", kubeconfig, *args]
+            return subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, input=input).stdout
+
+        try:
+            rows.append(
+                (
+                    "start with 2 real nodes Ready",
+                    f"{timed([str(SCRIPTS / 'up'), '--nodes', '0', '--real-nodes', '2'], env):.1f} s",
+                )
+            )
+            archives = [images["operator"]["archive"], images["trainer-cpu"]["archive"]]
+            rows.append(
+                ("images loaded into both nodes", f"{timed([str(SCRIPTS / 'load-image'), *archives], env):.1f} s")
+            )
+            operator_repo, operator_tag = images["operator"]["ref"].rsplit(":", 1)
+            trainer_repo, trainer_tag = images["trainer-cpu"]["ref"].rsplit(":", 1)
+            helm = ["helm", "--kubeconfig", kubeconfig, "install", "longctx", str(REPO / "charts" / "longctx")]
+            helm += ["-n", "longctx-system", "--create-namespace", "--wait", "--timeout", "300s"]
+            helm += ["--set", f"image.repository={operator_repo},image.tag={operator_tag},image.pullPolicy=Never"]
+            helm += [
+                "--set",
+                f"defaults.trainerImage.repository={trainer_repo},defaults.trainerImage.tag={trainer_tag}",
+            ]
+            helm += ["--set", "defaults.trainerImagePullPolicy=Never"]
+            rows.append(("helm install (operator pod Ready)", f"{timed(helm, env):.1f} s"))
+            manifest = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+            manifest["spec"]["data"] = {"kind": "synthetic"}
+            manifest["spec"]["checkpoint"] = {"path": "/tmp/checkpoints", "intervalSteps": 1000}
+            start = time.monotonic()
+            kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+            name = manifest["metadata"]["name"]
+            while (
+                '"event": "step"'
+                not in subprocess.run(
+                    [
+                        "kubectl",
+                        "--kubeconfig",
+                        kubeconfig,
+                        "logs",
+                        "-l",
+                        f"longctx.io/job-name={name}",
+                        "-c",
+                        "trainer",
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            ):
+                if time.monotonic() - start > 900:
+                    raise SystemExit("no training step within 15 minutes of kubectl apply")
+                time.sleep(1)
+            rows.append(("kubectl apply to first training step (real pods)", f"{time.monotonic() - start:.1f} s"))
+        finally:
+            subprocess.run([str(SCRIPTS / "down")], env=env, check=False)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes to add to the default 4")
     parser.add_argument("--cold-build", action="store_true", help="rebuild everything into empty caches")
+    parser.add_argument("--real-nodes", action="store_true", help="also time images, real nodes, first step")
     args = parser.parse_args()
 
     subprocess.run([str(SCRIPTS / "build")], check=True)  # the warm start below must not include a build
@@ -103,6 +185,8 @@ def main() -> None:
             f"{sum(idle_rss.values()):.0f} / {sum(loaded_rss.values()):.0f} MiB",
         )
     )
+    if args.real_nodes:
+        rows += first_step_on_real_nodes()
     width = max(len(label) for label, _ in rows)
     print(f"{'measure'.ljust(width)}  value")
     for label, value in rows:
