@@ -25,10 +25,10 @@ from .api.advice import advice
 from .api.spec import LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .conditions import ConditionType
+from .layout import ResolvedLayout
 from .observe import WorkloadObservation, parse_time
 from .planner import Plan, PlanError
 from .reasons import Reason
-from .render.layout import ResolvedLayout
 from .resolve import resolve_layout
 
 TERMINAL = ("Succeeded", "Failed")

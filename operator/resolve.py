@@ -6,8 +6,8 @@ from longctx_operator.planner import Plan, PlanRequest, plan
 
 from .api.quantity import parse_quantity
 from .api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec
-from .render.layout import ResolvedLayout
-from .render.trainer_config import model_config
+from .layout import ResolvedLayout
+from .model import model_config
 
 
 def plan_request(spec: LongContextJobSpec) -> PlanRequest:

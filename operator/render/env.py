@@ -10,8 +10,8 @@ from longctx_trainer import podenv
 
 from .. import names
 from ..api.spec import LongContextJobSpec
+from ..layout import ResolvedLayout
 from .fabrics import FabricProfile
-from .layout import ResolvedLayout
 from .nvshmem import XLA_FLAG as NVSHMEM_XLA_FLAG
 from .nvshmem import nvshmem_env
 

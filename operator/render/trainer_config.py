@@ -6,36 +6,15 @@ from longctx_trainer.config import (
     CheckpointConfig,
     DataConfig,
     MetricsConfig,
-    ModelConfig,
     OffloadConfig,
     OptimizerConfig,
     ParallelConfig,
-    RopeScalingConfig,
     TrainerConfig,
 )
 
-from ..api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
-from .layout import ResolvedLayout
-
-
-def model_config(model: ModelSpec) -> ModelConfig:
-    rope = {}  # what the spec sets; the rest is the preset's (or the defaults)
-    if model.rope_scaling:
-        rope["rope_scaling"] = RopeScalingConfig(**model.rope_scaling.model_dump())
-    if model.rope_theta:
-        rope["rope_theta"] = model.rope_theta
-    if model.preset:
-        return ModelConfig.from_preset(model.preset).model_copy(update=rope)
-    return ModelConfig(
-        layers=model.layers,
-        hidden=model.hidden,
-        heads=model.heads,
-        kv_heads=model.kv_heads,
-        ffn=model.ffn,
-        vocab=model.vocab,
-        tie_embeddings=bool(model.tie_embeddings),
-        **rope,
-    )
+from ..api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec
+from ..layout import ResolvedLayout
+from ..model import model_config
 
 
 def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> TrainerConfig:

@@ -17,9 +17,9 @@ from longctx_trainer.hardware import FABRICS, GPUS, Fabric
 from .. import names
 from ..api.spec import LongContextJob, LongContextJobSpec
 from ..config import OperatorConfig
+from ..layout import ResolvedLayout
 from .env import worker_env
 from .fabrics import FabricProfile, fabric_profile
-from .layout import ResolvedLayout
 from .trainer_config import trainer_config
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -12,7 +12,8 @@ import yaml
 from pydantic import BaseModel
 
 from longctx_operator.api import parse_job
-from longctx_operator.render import ResolvedLayout, render_workload
+from longctx_operator.layout import ResolvedLayout
+from longctx_operator.render import render_workload
 from longctx_trainer.config import TrainerConfig, load_config
 from support.manifests import apply_case
 

@@ -10,7 +10,8 @@ import yaml
 from longctx_operator.api import parse_job
 from longctx_operator.cli import main
 from longctx_operator.config import OperatorConfig
-from longctx_operator.render import ResolvedLayout, render_workload
+from longctx_operator.layout import ResolvedLayout
+from longctx_operator.render import render_workload
 from longctx_operator.render import workload as workload_module
 from longctx_operator.resolve import resolve_layout
 from longctx_trainer.config import TrainerConfig

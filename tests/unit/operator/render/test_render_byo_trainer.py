@@ -8,7 +8,8 @@ import kubernetes_validate
 import pytest
 
 from longctx_operator.api import parse_job, problems
-from longctx_operator.render import ResolvedLayout, render_workload
+from longctx_operator.layout import ResolvedLayout
+from longctx_operator.render import render_workload
 from support.manifests import apply_case
 
 BASE = {

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from longctx_operator.api import parse_job, problems
 from longctx_operator.api import spec as api
-from longctx_operator.render import ResolvedLayout, render_workload, render_yaml
+from longctx_operator.layout import ResolvedLayout
+from longctx_operator.render import render_workload, render_yaml
 
 K8S_VERSION = "1.36"
 MARKER = "zq7marker"

@@ -1,4 +1,5 @@
-"""The resolved layout a workload is rendered for (from the planner, or a manual spec)."""
+"""The resolved layout: what `resolve` decides (the planner's choice, or a CPU job's manual spec) and
+what the renderer and the lifecycle take, so rendering does not depend on planning."""
 
 from __future__ import annotations
 
