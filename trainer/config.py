@@ -21,7 +21,7 @@ from .presets import PRESETS, ModelDims, RopeScaling
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
 Attention = Literal["ring", "all_gather"]
 LoadBalance = Literal["dual_chunk_swap", "striped", "none"]
-Precision = Literal["bf16", "fp32"]
+Precision = Literal["bf16", "fp32", "fp8"]
 Schedule = Literal["cosine", "constant"]
 DataKind = Literal["synthetic", "tokens", "text"]
 CollectivePermute = Literal["nccl", "nvshmem"]
@@ -104,6 +104,15 @@ class OffloadConfig(_Strict):
     )
 
 
+class Fp8Config(_Strict):
+    """FP8 matmuls (precision fp8): e4m3 inputs and weights, e5m2 output gradients, per-tensor
+    delayed scaling. Activations and attention stay bf16; master weights and optimizer state fp32."""
+
+    amax_history: int = Field(
+        16, gt=0, le=1024, description="Uses of a tensor whose largest magnitude sets its next FP8 scale."
+    )
+
+
 class OptimizerConfig(_Strict):
     learning_rate: float = Field(3e-4, gt=0)
     warmup_steps: int = Field(100, ge=0)
@@ -146,6 +155,7 @@ class TrainerConfig(_Strict):
     global_batch_tokens: int = Field(gt=0)
     steps: int = Field(gt=0)
     precision: Precision = "bf16"
+    fp8: Fp8Config = Fp8Config()
     remat: bool = True
     seed: int = 0
     log_every: int = Field(1, gt=0)

@@ -8,8 +8,9 @@ scale derived from them ("delayed scaling", as Transformer Engine and Flax's FP8
 scale of step s comes from amaxes of steps before s, so no extra pass over the tensor is needed.
 
 The state is not trained: `fp8_einsum`'s custom VJP returns each operand's *updated* state as the
-"gradient" of its state, and the training step stores those in place of an optimizer update
-(`is_fp8_state` marks them). Master weights stay in full precision; only the matmul sees FP8.
+"gradient" of its state, and the training step stores those as they are, apart from the weights
+the optimizer updates (params["fp8"], see longctx_trainer.model and .train). Master weights stay
+in full precision; only the matmul sees FP8.
 """
 
 from __future__ import annotations
@@ -33,11 +34,6 @@ def fp8_max(dtype) -> float:
 def new_state(history: int = AMAX_HISTORY) -> dict:
     """A tensor's scaling state: scale 1 and an empty amax history."""
     return {"scale": jnp.ones((), F32), "amax_history": jnp.zeros((history,), F32)}
-
-
-def is_fp8_state(path) -> bool:
-    """Whether a pytree path (jax.tree_util key path) is FP8 scaling state, not a parameter."""
-    return any(getattr(key, "key", None) == "fp8" for key in path)
 
 
 def quantize_dequantize(x: jax.Array, dtype, scale: jax.Array, out_dtype) -> jax.Array:

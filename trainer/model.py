@@ -20,6 +20,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from . import fp8
 from .config import TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
@@ -50,6 +51,12 @@ HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
 FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
 TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 
+FP8_MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+"""The layer weights whose matmuls run in FP8 under precision fp8. The LM head stays in the compute
+precision (FP8 logits hurt the loss most, and its chunked loss scan would need one scaling state per
+chunk); attention stays bf16 with fp32 statistics."""
+FP8_STATE = "fp8"  # params key of the FP8 scaling state: params["fp8"]["layers"][matmul]
+
 RMS_NORM_EPS = 1e-5  # Llama 3's
 LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see remat_policy)
 
@@ -65,11 +72,13 @@ class ModelOptions:
     attention: str
     load_balance: str
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
+    fp8_history: int | None = None  # amax history length of the FP8 matmuls; None = no FP8
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> ModelOptions:
         return cls(
-            compute_dtype=jnp.bfloat16 if config.precision == "bf16" else jnp.float32,
+            compute_dtype=jnp.float32 if config.precision == "fp32" else jnp.bfloat16,
+            fp8_history=config.fp8.amax_history if config.precision == "fp8" else None,
             remat=config.remat,
             offload=config.offload.enabled,
             chunk_tokens=config.offload.chunk_tokens,
@@ -107,15 +116,39 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
     return P(*fitted)
 
 
-def param_specs(dims: ModelDims, mesh: Mesh) -> dict:
+def fp8_state(dims: ModelDims, history: int) -> dict:
+    """Fresh FP8 scaling state of every FP8 matmul, stacked over layers like the weights."""
+    one = fp8.einsum_state(history)
+    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (dims.layers, *x.shape)), one)
+    return {"layers": dict.fromkeys(FP8_MATMULS, stacked)}
+
+
+def param_specs(dims: ModelDims, mesh: Mesh, fp8_history: int | None = None) -> dict:
+    """Partition specs of the parameters (and, with FP8, of the scaling state: replicated, a few
+    scalars per matmul)."""
     shapes = param_shapes(dims)
     specs = {k: _fit(_TOP_SPECS[k], s, mesh) for k, s in shapes.items() if k != "layers"}
     specs["layers"] = {k: _fit(_LAYER_SPECS[k], s, mesh) for k, s in shapes["layers"].items()}
+    if fp8_history is not None:
+        specs[FP8_STATE] = jax.tree.map(lambda _: P(), jax.eval_shape(partial(fp8_state, dims, fp8_history)))
     return specs
 
 
-def param_shardings(dims: ModelDims, mesh: Mesh) -> dict:
-    return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(dims, mesh))
+def param_shardings(dims: ModelDims, mesh: Mesh, fp8_history: int | None = None) -> dict:
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(dims, mesh, fp8_history))
+
+
+def split_fp8_state(params: dict) -> tuple[dict, dict | None]:
+    """(the weights, the FP8 scaling state or None)."""
+    weights = {k: v for k, v in params.items() if k != FP8_STATE}
+    return weights, params.get(FP8_STATE)
+
+
+def with_fp8_state(params: dict, dims: ModelDims, fp8_history: int | None) -> dict:
+    """params with fresh FP8 scaling state added (FP8 runs), or unchanged."""
+    if fp8_history is None or FP8_STATE in params:
+        return params
+    return {**params, FP8_STATE: fp8_state(dims, fp8_history)}
 
 
 def init_params(dims: ModelDims, key: jax.Array) -> dict:
@@ -168,13 +201,19 @@ def rope(x: jax.Array, positions: jax.Array, theta: float, scaling: RopeScaling 
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOptions):
-    dt = options.compute_dtype
+def _layer(x, layer, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOptions):
+    p, scaling = layer  # this layer's weights and (FP8 runs) its matmuls' scaling state, else None
+
+    def matmul(spec: str, a: jax.Array, name: str) -> jax.Array:
+        if scaling is None:
+            return jnp.einsum(spec, a, p[name].astype(options.compute_dtype))
+        return fp8.fp8_einsum(spec, a, p[name], scaling[name])  # quantized from the fp32 master
+
     x = checkpoint_name(x, LAYER_INPUT)
     h = rms_norm(x, p["attn_norm"])
-    q = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wq"].astype(dt)), mesh, HEADS)
-    k = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wk"].astype(dt)), mesh, HEADS)
-    v = _constrain(jnp.einsum("bsh,hnd->bsnd", h, p["wv"].astype(dt)), mesh, HEADS)
+    q = _constrain(matmul("bsh,hnd->bsnd", h, "wq"), mesh, HEADS)
+    k = _constrain(matmul("bsh,hnd->bsnd", h, "wk"), mesh, HEADS)
+    v = _constrain(matmul("bsh,hnd->bsnd", h, "wv"), mesh, HEADS)
     q, k = (rope(t, positions, dims.rope_theta, dims.rope_scaling) for t in (q, k))
     a = context_parallel_attention(
         q,
@@ -188,11 +227,11 @@ def _layer(x, p, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOption
         offload=options.offload,
     )
     a = _constrain(a, mesh, HEADS)
-    x = _constrain(x + jnp.einsum("bsnd,ndh->bsh", a, p["wo"].astype(dt)), mesh, ACTIVATION)
+    x = _constrain(x + matmul("bsnd,ndh->bsh", a, "wo"), mesh, ACTIVATION)
     h = rms_norm(x, p["mlp_norm"])
-    gate = _constrain(jnp.einsum("bsh,hf->bsf", h, p["w_gate"].astype(dt)), mesh, FFN)
-    up = _constrain(jnp.einsum("bsh,hf->bsf", h, p["w_up"].astype(dt)), mesh, FFN)
-    y = jnp.einsum("bsf,fh->bsh", jax.nn.silu(gate) * up, p["w_down"].astype(dt))
+    gate = _constrain(matmul("bsh,hf->bsf", h, "w_gate"), mesh, FFN)
+    up = _constrain(matmul("bsh,hf->bsf", h, "w_up"), mesh, FFN)
+    y = matmul("bsf,fh->bsh", jax.nn.silu(gate) * up, "w_down")
     return _constrain(x + y, mesh, ACTIVATION)
 
 
@@ -228,7 +267,8 @@ def final_hidden(
     body = partial(_layer, positions=positions, dims=dims, mesh=mesh, options=options)
     if options.remat:
         body = jax.checkpoint(body, policy=remat_policy(options, mesh), prevent_cse=False)
-    x, _ = jax.lax.scan(lambda carry, p: (body(carry, p), None), x, params["layers"])
+    scaling = params[FP8_STATE]["layers"] if options.fp8_history is not None else None
+    x, _ = jax.lax.scan(lambda carry, layer: (body(carry, layer), None), x, (params["layers"], scaling))
     return rms_norm(x, params["final_norm"]), targets
 
 

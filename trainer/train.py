@@ -53,6 +53,7 @@ def _decay_mask(params: dict) -> dict:
 
 
 def make_optimizer(opt: OptimizerConfig, steps: int) -> optax.GradientTransformation:
+    """Clipped AdamW over the weights (FP8 scaling state is never the optimizer's: see `_step`)."""
     return optax.chain(
         optax.clip_by_global_norm(opt.grad_clip),
         optax.adamw(
@@ -74,16 +75,19 @@ class StepFunctions:
 
     def __post_init__(self):
         dims, mesh = self.config.model.dims(), self.mesh
+        options = model.ModelOptions.from_config(self.config)
+        self.fp8_history = options.fp8_history
         self.optimizer = make_optimizer(self.config.optimizer, self.config.steps)
-        self.loss = partial(model.loss_fn, dims=dims, mesh=mesh, options=model.ModelOptions.from_config(self.config))
-        params = model.param_shardings(dims, mesh)
+        self.loss = partial(model.loss_fn, dims=dims, mesh=mesh, options=options)
+        params = model.param_shardings(dims, mesh, self.fp8_history)
+        self.weight_shardings = model.param_shardings(dims, mesh)  # the optimizer's, and a checkpoint's to fill
         replicated = NamedSharding(mesh, P())
-        abstract_params = jax.eval_shape(partial(model.init_params, dims), jax.random.key(0))
+        abstract_weights = jax.eval_shape(partial(model.init_params, dims), jax.random.key(0))
         opt_state = optax.tree_map_params(
             self.optimizer,
             lambda _, sharding: sharding,
-            jax.eval_shape(self.optimizer.init, abstract_params),
-            params,
+            jax.eval_shape(self.optimizer.init, abstract_weights),
+            self.weight_shardings,
             transform_non_params=lambda _: replicated,
         )
         self.state_shardings = {"params": params, "opt_state": opt_state, "step": replicated}
@@ -114,16 +118,28 @@ class StepFunctions:
             self._compiled = self.step.lower(state, inputs, targets).compile()
         return self._compiled
 
+    def _initial_params(self, key: jax.Array) -> dict:
+        dims = self.config.model.dims()
+        return model.with_fp8_state(model.init_params(dims, key), dims, self.fp8_history)
+
     def _init(self, key: jax.Array) -> dict:
-        return self._init_with(model.init_params(self.config.model.dims(), key))
+        return self._init_with(self._initial_params(key))
 
     def _init_with(self, params: dict) -> dict:
-        return {"params": params, "opt_state": self.optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
+        weights, _ = model.split_fp8_state(params)
+        params = model.with_fp8_state(params, self.config.model.dims(), self.fp8_history)
+        return {"params": params, "opt_state": self.optimizer.init(weights), "step": jnp.zeros((), jnp.int32)}
 
     def _step(self, state: dict, inputs: jax.Array, targets: jax.Array) -> tuple[dict, jax.Array]:
+        """One AdamW step of the weights. With FP8, the "gradient" of the scaling state is its
+        updated value (fp8_einsum's backward returns it there) and replaces it as it is."""
         loss, grads = jax.value_and_grad(self.loss)(state["params"], inputs, targets)
-        updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
-        params = optax.apply_updates(state["params"], updates)
+        weights, _ = model.split_fp8_state(state["params"])
+        weight_grads, scaling = model.split_fp8_state(grads)
+        updates, opt_state = self.optimizer.update(weight_grads, state["opt_state"], weights)
+        params = optax.apply_updates(weights, updates)
+        if scaling is not None:
+            params = {**params, model.FP8_STATE: scaling}
         return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, loss
 
 
@@ -140,7 +156,7 @@ def _restore(
 
 def _initial_weights(config: TrainerConfig, fns: StepFunctions, emit: Emit) -> dict:
     begin = time.perf_counter()
-    params, notes = load_params(config.init_from, config.model.dims(), fns.state_shardings["params"])
+    params, notes = load_params(config.init_from, config.model.dims(), fns.weight_shardings)
     state = fns.init_with(params)
     emit({"event": "init", "from": config.init_from, "notes": notes, "seconds": time.perf_counter() - begin})
     return state

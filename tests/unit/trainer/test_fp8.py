@@ -95,12 +95,3 @@ def test_the_reference_would_catch_a_missing_saturation():
     unclipped = np.asarray(x / 1.0).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
     assert not np.isfinite(unclipped).all()
     assert np.isfinite(np_qdq(x, fp8.E4M3, 1.0)).all()
-
-
-def test_state_paths_are_recognised():
-    tree = {"params": {"wq": 1}, "fp8": {"wq": fp8.einsum_state()}}
-    marks = {
-        jax.tree_util.keystr(path): fp8.is_fp8_state(path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)
-    }
-    assert marks["['params']['wq']"] is False
-    assert all(mark for key, mark in marks.items() if key.startswith("['fp8']"))

@@ -1,0 +1,84 @@
+"""precision fp8 in the model and the training loop: the layer matmuls run in FP8 (e4m3/e5m2 in the
+step's program; FP8 GEMMs on a GPU), their scaling state follows the delayed-scaling rule step by step, and training
+on real text tracks bf16 with context parallelism (the 200-step comparison is
+benchmarks/fp8_convergence.py; checkpoint resume with FP8 state is in test_train_resume.py)."""
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longctx_trainer import fp8, model
+from longctx_trainer.config import DataConfig, Fp8Config, ModelConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.mesh import make_mesh
+from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.train import StepFunctions, train
+
+CORPUS = Path(json.__file__).parent  # byte-level Python sources, on every machine
+
+
+def _config(precision: str, context: int, steps: int, history: int = 16) -> TrainerConfig:
+    return TrainerConfig(
+        model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256),
+        sequence_length=64,
+        global_batch_tokens=256,
+        steps=steps,
+        precision=precision,
+        fp8=Fp8Config(amax_history=history),
+        parallelism=ParallelConfig(context=context),
+        optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=5),
+        data=DataConfig(kind="text", path=str(CORPUS), seed=5),
+        seed=2,
+    )
+
+
+def _train(config: TrainerConfig) -> tuple[list[float], dict]:
+    events = []
+    state = train(
+        config,
+        make_mesh(config.parallelism, jax.devices()[: config.parallelism.devices]),
+        emit=events.append,
+        metrics=TrainMetrics("test", 0),
+        peak_flops_per_device=1e12,
+    )
+    return [e["loss"] for e in events if e["event"] == "step"], state
+
+
+def test_fp8_tracks_bf16_with_context_parallelism_and_keeps_its_scaling_state():
+    bf16, _ = _train(_config("bf16", context=4, steps=30))
+    fp8_losses, state = _train(_config("fp8", context=4, steps=30, history=8))
+    assert bf16 != fp8_losses  # the FP8 path really ran: its rounding shows in the losses
+    assert fp8_losses[-1] < fp8_losses[0] - 1.0  # it learns (uniform bytes start at ln 256)
+    np.testing.assert_allclose(np.mean(fp8_losses[-5:]), np.mean(bf16[-5:]), rtol=0.02)
+
+    # Every matmul's operands have their own state: the last 8 amaxes, and the scale they give.
+    scaling = jax.tree.map(np.asarray, state["params"]["fp8"]["layers"])
+    assert set(scaling) == set(model.FP8_MATMULS)
+    for name, per_layer in scaling.items():
+        for operand, dtype in (("x", fp8.E4M3), ("w", fp8.E4M3), ("grad", fp8.E5M2)):
+            history, scale = per_layer[operand]["amax_history"], per_layer[operand]["scale"]
+            assert history.shape == (2, 8) and (history > 0).all(), (name, operand, history)
+            np.testing.assert_allclose(scale, history.max(axis=1) / fp8.fp8_max(dtype), rtol=1e-6)
+        assert not np.array_equal(per_layer["w"]["amax_history"][0], per_layer["w"]["amax_history"][1])
+
+
+def _lowered_step(precision: str):
+    config = _config(precision, context=2, steps=1)
+    fns = StepFunctions(config, make_mesh(config.parallelism, jax.devices()[:2]))
+    tokens = jax.ShapeDtypeStruct((config.batch_size, config.sequence_length), jnp.int32)
+    return fns.step.lower(fns.abstract_state(), tokens, tokens)
+
+
+def test_the_step_program_quantizes_to_e4m3_and_e5m2():
+    fp8_text, bf16_text = _lowered_step("fp8").as_text(), _lowered_step("bf16").as_text()
+    assert "f8E4M3FN" in fp8_text and "f8E5M2" in fp8_text
+    assert "f8E4M3FN" not in bf16_text and "f8E5M2" not in bf16_text
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="FP8 GEMMs need a GPU with FP8 tensor cores")
+def test_a_gpu_runs_the_layer_matmuls_as_fp8_gemms():
+    text = _lowered_step("fp8").compile().as_text()
+    assert "__cublas$lt$matmul$f8" in text, "XLA did not rewrite the quantized dots into FP8 GEMMs"
