@@ -101,12 +101,13 @@ TRAINING = (
     PanelSpec(
         "Model FLOPs utilisation",
         "MFU under both conventions: causal (6N plus the causal half of attention) and full "
-        "(the 12*L*H*Q*T attention term counted without the causal discount).",
+        "(the 12*L*H*Q*T attention term counted without the causal discount), against the dense "
+        "bf16 peak; fp8 jobs on GPUs also against the FP8 peak (peak=fp8).",
         "percentunit",
         (
             Query(
-                f"avg by (namespace, job_name, convention) (longctx_train_mfu_ratio{{{JOB}}})",
-                "{{job_name}} {{convention}}",
+                f"avg by (namespace, job_name, convention, peak) (longctx_train_mfu_ratio{{{JOB}}})",
+                "{{job_name}} {{convention}} {{peak}}",
             ),
         ),
     ),

@@ -35,6 +35,7 @@ LOSS = "longctx_train_loss"
 MFU = "longctx_train_mfu_ratio"
 LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
 MFU_CONVENTION = "causal"
+MFU_PEAK = "bf16"  # a trainer without the peak label reports against the bf16 peak (the contract)
 MAX_BODY_BYTES = 1 * 2**20
 """A trainer's exposition is a few kilobytes; anything past this is not read."""
 TIMEOUT_SECONDS = 2.0
@@ -45,13 +46,16 @@ class MetricsUnreadable(Exception):
 
 
 def _rank0_values(text: str) -> dict[str, float]:
-    """Sample name -> value for rank 0 (or unlabelled samples), MFU only in the causal convention."""
+    """Sample name -> value for rank 0 (or unlabelled samples), MFU only in the causal convention
+    against the bf16 peak."""
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.labels.get("rank", "0") != "0":
                 continue
-            if sample.name == MFU and sample.labels.get("convention") != MFU_CONVENTION:
+            if sample.name == MFU and (
+                sample.labels.get("convention") != MFU_CONVENTION or sample.labels.get("peak", MFU_PEAK) != MFU_PEAK
+            ):
                 continue
             values[sample.name] = sample.value
     return values

@@ -43,8 +43,9 @@ class TrainMetrics:
         self.mfu = make(
             Gauge,
             "longctx_train_mfu_ratio",
-            "Model FLOPs utilisation; convention causal = 6N + 6LHQT, full = 6N + 12LHQT FLOPs per token.",
-            ("convention",),
+            "Model FLOPs utilisation; convention causal = 6N + 6LHQT, full = 6N + 12LHQT FLOPs per token; "
+            "peak bf16 = against the dense bf16 peak (always), fp8 = against the dense FP8 peak (fp8 runs on GPUs).",
+            ("convention", "peak"),
         )
         self.checkpoint_duration = make(
             Histogram,
@@ -81,16 +82,19 @@ class TrainMetrics:
             backend=backend,
         ).set(1)
 
-    def observe_step(self, step: int, tokens: int, seconds: float, loss: float, mfu: dict[str, float]) -> None:
-        """Record one finished step; `step` is the absolute step count after it."""
+    def observe_step(
+        self, step: int, tokens: int, seconds: float, loss: float, mfu: dict[tuple[str, str], float]
+    ) -> None:
+        """Record one finished step; `step` is the absolute step count after it; `mfu` is keyed by
+        (convention, peak)."""
         self.tokens.labels(**self._labels).inc(tokens)
         self.steps.labels(**self._labels).inc()
         self.step.labels(**self._labels).set(step)
         self.tokens_per_second.labels(**self._labels).set(tokens / seconds)
         self.step_duration.labels(**self._labels).observe(seconds)
         self.loss.labels(**self._labels).set(loss)
-        for convention, value in mfu.items():
-            self.mfu.labels(**self._labels, convention=convention).set(value)
+        for (convention, peak), value in mfu.items():
+            self.mfu.labels(**self._labels, convention=convention, peak=peak).set(value)
 
     def observe_resume(self, step: int) -> None:
         self.step.labels(**self._labels).set(step)

@@ -1,4 +1,4 @@
-"""Peak FLOP/s of the device the trainer runs on: the denominator of MFU."""
+"""Peak FLOP/s of the device the trainer runs on: the denominators of MFU."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ def measured_peak_flops(device: jax.Device, size: int = 512, repeats: int = 5) -
         matmul(a).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
+
+
+def fp8_peak_flops(device: jax.Device) -> float | None:
+    """The catalogue's dense FP8 peak of the GPU; None where it has none (or is no GPU: FP8 on a
+    CPU is emulated and has no peak of its own)."""
+    gpu = gpu_of_device_kind(device.device_kind)
+    return gpu.fp8_flops if gpu else None
 
 
 def peak_flops(device: jax.Device) -> float:

@@ -290,7 +290,8 @@ EXPORTER = textwrap.dedent("""
     step = 0
     while True:
         step += 1
-        m.observe_step(step, tokens=4096, seconds=0.5, loss=10.0 / step, mfu={"causal": 0.25, "full": 0.3})
+        mfu = {("causal", "bf16"): 0.25, ("full", "bf16"): 0.3}
+        m.observe_step(step, tokens=4096, seconds=0.5, loss=10.0 / step, mfu=mfu)
         if step % 5 == 0:
             m.observe_checkpoint(step, 0.01)
         time.sleep(0.2)

@@ -16,7 +16,13 @@ from longctx_trainer.metrics import TrainMetrics
 def exposition(rank=0, steps=True):
     m = TrainMetrics("job", rank)
     if steps:
-        m.observe_step(12, tokens=8192, seconds=0.25, loss=3.5, mfu={"causal": 0.41, "full": 0.52})
+        m.observe_step(
+            12,
+            tokens=8192,
+            seconds=0.25,
+            loss=3.5,
+            mfu={("causal", "bf16"): 0.41, ("full", "bf16"): 0.52, ("causal", "fp8"): 0.2},
+        )
         m.observe_checkpoint(10, 0.1)
     return generate_latest(m.registry).decode()
 
@@ -64,6 +70,15 @@ def test_non_finite_and_huge_values_never_reach_the_status():
     )
     p = parse_progress(text, "t")
     assert (p.step, p.loss, p.tokens_per_second, p.mfu) == (None, None, None, 0.5)
+
+
+def test_mfu_is_the_causal_convention_against_the_bf16_peak():
+    text = (
+        'longctx_train_step 3\nlongctx_train_mfu_ratio{convention="causal",peak="fp8"} 0.2\n'
+        'longctx_train_mfu_ratio{convention="full",peak="bf16"} 0.6\n'
+        'longctx_train_mfu_ratio{convention="causal",peak="bf16"} 0.4\n'
+    )
+    assert parse_progress(text, "t").mfu == 0.4
 
 
 def test_an_unparsable_body_is_an_error_that_does_not_quote_it():

@@ -55,6 +55,7 @@ def test_exporter_serves_training_metrics(tmp_path):
         metrics=metrics,
         checkpoints=checkpoints,
         peak_flops_per_device=1e9,
+        fp8_peak_flops_per_device=2e9,
     )
     checkpoints.close()
 
@@ -74,10 +75,11 @@ def test_exporter_serves_training_metrics(tmp_path):
     assert value("longctx_train_checkpoint_duration_seconds_count") == 2  # steps 2 and 3
     assert value("longctx_train_last_checkpoint_step") == 3
     assert value("longctx_train_last_checkpoint_timestamp_seconds") > 1.7e9
-    causal = value("longctx_train_mfu_ratio", convention="causal")
-    full = value("longctx_train_mfu_ratio", convention="full")
+    causal = value("longctx_train_mfu_ratio", convention="causal", peak="bf16")
+    full = value("longctx_train_mfu_ratio", convention="full", peak="bf16")
     assert 0 < causal < full  # same step time, the full convention counts more FLOPs
-    assert causal == pytest.approx(last_step["mfu"])
+    assert causal == pytest.approx(last_step["mfu"])  # the event reports MFU against the bf16 peak
+    assert value("longctx_train_mfu_ratio", convention="causal", peak="fp8") == pytest.approx(causal / 2)
     assert (
         value(
             "longctx_train_build_info",
