@@ -14,7 +14,7 @@ from typing import Any
 
 from longctx_trainer import podenv
 from longctx_trainer.config import sequence_split
-from longctx_trainer.hardware import FABRICS
+from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
@@ -22,6 +22,7 @@ from .spec import TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
 
 RDMA_FABRICS = tuple(name for name, fabric in FABRICS.items() if fabric.rdma)
 GPU_NIC_NETWORKS = {name: f.gpu_nic_networks for name, f in FABRICS.items() if f.gpu_nic_networks}
+FP8_GPU_TYPES = (*(name for name, gpu in GPUS.items() if gpu.fp8_flops), CPU)  # cpu: emulated
 FABRIC_GPU_TYPES = {name: f.gpu_types for name, f in FABRICS.items() if f.gpu_types}
 MAX_NAME_LENGTH = 40  # leaves room for "-g<generation>-<index>" within a 63-character hostname
 DIMENSIONS = ("layers", "hidden", "heads", "kvHeads", "ffn", "vocab")
@@ -311,6 +312,13 @@ RULES: tuple[Rule, ...] = (
             or (s.sequence_length // s.parallelism.context) % s.offload.chunk_tokens == 0
         ),
         ".offload.chunkTokens",
+    ),
+    Rule(
+        "spec",
+        f"self.precision != 'fp8' || self.resources.gpuType in {_cel_list(FP8_GPU_TYPES)}",
+        f"precision fp8 needs FP8 tensor cores: resources.gpuType {_or(FP8_GPU_TYPES)}",
+        lambda s: s.precision != "fp8" or s.resources.gpu_type in FP8_GPU_TYPES,
+        ".precision",
     ),
     Rule(
         "spec",

@@ -158,6 +158,14 @@ class OffloadSpec(ApiModel):
     """Tokens per chunk on each device; omitted means the planner sizes it so compute hides transfer."""
 
 
+class Fp8Spec(ApiModel):
+    """FP8 matmuls (precision fp8): per-tensor delayed scaling."""
+
+    amax_history: int = Field(16, ge=1, le=1024)
+    """Uses of a tensor whose largest magnitude sets its next FP8 scale (Transformer Engine's
+    amax_history_len)."""
+
+
 class CommunicationSpec(ApiModel):
     """Collective implementation for the ring's collective-permutes."""
 
@@ -331,7 +339,10 @@ class LongContextJobSpec(ApiModel):
     """Optimizer steps."""
     optimizer: OptimizerSpec = OptimizerSpec()
     precision: Precision = "bf16"
-    """Compute precision (master weights and optimizer state stay fp32)."""
+    """Compute precision (master weights and optimizer state stay fp32). fp8: the layer matmuls in
+    FP8 (e4m3 forward, e5m2 gradients), activations and attention in bf16; GPUs with FP8 tensor
+    cores only (H100, H200, B200), or cpu where it is emulated for testing."""
+    fp8: Fp8Spec = Fp8Spec()
     parallelism: ParallelismSpec = ParallelismSpec()
     offload: OffloadSpec = OffloadSpec()
     communication: CommunicationSpec = CommunicationSpec()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from longctx_trainer.config import (
     CheckpointConfig,
     DataConfig,
+    Fp8Config,
     MetricsConfig,
     OffloadConfig,
     OptimizerConfig,
@@ -26,6 +27,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
         global_batch_tokens=spec.batch_tokens,
         steps=spec.steps,
         precision=spec.precision,
+        fp8=Fp8Config(amax_history=spec.fp8.amax_history),
         parallelism=ParallelConfig(
             data=layout.data,
             context=layout.context,

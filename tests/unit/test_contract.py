@@ -83,6 +83,7 @@ MAPPING = [
     ({"spec.globalBatchTokens": 4096}, LAYOUT, "global_batch_tokens", 4096),
     ({"spec.steps": 7}, LAYOUT, "steps", 7),
     ({"spec.precision": "fp32"}, LAYOUT, "precision", "fp32"),
+    ({"spec.precision": "fp8", "spec.fp8.amaxHistory": 32}, LAYOUT, "fp8.amax_history", 32),
     ({"spec.globalBatchTokens": 2048}, ResolvedLayout(2, 1, 2, 1), "parallelism.data", 2),
     ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.context", 4),
     ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.tensor", 1),
