@@ -150,8 +150,9 @@ def _plan_request_from_flags(args):
 
 def cmd_plan(args) -> int:
     import json
+    from dataclasses import replace
 
-    from .planner import PlanError, format_table, plan, to_json
+    from .planner import PlanError, against_bf16_json, format_against_bf16, format_table, plan, to_json
     from .resolve import plan_request
 
     try:
@@ -170,10 +171,17 @@ def cmd_plan(args) -> int:
         chosen = plan(request)
     except PlanError as e:
         raise UsageError(str(e)) from None
+    fp8 = request.precision == "fp8"
+    if fp8:
+        try:
+            bf16 = plan(replace(request, precision="bf16"))
+        except PlanError:  # e.g. bf16 does not fit where fp8 does
+            bf16 = None
     if args.output == "json":
-        print(json.dumps(to_json(chosen), indent=2))
+        out = to_json(chosen) | ({"againstBf16": against_bf16_json(chosen, bf16)} if fp8 else {})
+        print(json.dumps(out, indent=2))
     else:
-        print(format_table(chosen))
+        print(format_table(chosen) + ("\n" + format_against_bf16(chosen, bf16) if fp8 else ""))
     return 0
 
 
@@ -333,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--gpu", help="GPU type (default: the API's, h100-80gb), e.g. h200-141gb")
     p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
-    p.add_argument("--precision", help="bf16 (the API's default) or fp32")
+    p.add_argument("--precision", help="bf16 (the API's default), fp32 or fp8 (shown against bf16)")
     p.add_argument("--attention", help="ring (the API's default) or allGather")
     p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")
     p.add_argument("--context", type=int, help="pin context parallelism")

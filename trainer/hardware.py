@@ -60,6 +60,10 @@ class Gpu:
         return self.bf16_flops * self.matmul_efficiency
 
     @property
+    def achievable_fp8_flops(self) -> float | None:
+        return self.fp8_flops * self.matmul_efficiency if self.fp8_flops else None
+
+    @property
     def achievable_nvlink(self) -> float:
         return self.nvlink_bandwidth * self.link_efficiency
 

@@ -8,7 +8,7 @@ from longctx_trainer.hardware import FABRICS, GIB, GPUS
 from .layouts import Layout, Rejection
 from .memory import MemoryBreakdown
 from .plan import Candidate, Plan, PlanError, PlanRequest, plan
-from .report import format_table, to_json
+from .report import against_bf16_json, format_against_bf16, format_table, to_json
 from .timing import StepTime
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "PlanError",
     "PlanRequest",
     "Rejection",
+    "against_bf16_json",
+    "format_against_bf16",
     "StepTime",
     "flops_per_token",
     "format_table",

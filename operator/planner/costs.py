@@ -3,7 +3,8 @@
 
 Everything here is arithmetic over `ModelDims` and a few layout numbers; no layout search.
 Conventions:
-- `b` is the byte width of the compute precision (2 for bf16, 4 for fp32).
+- `b` is the byte width of the compute precision (2 for bf16, 4 for fp32; 2 for fp8, whose
+  activations stay bf16: only the layer matmuls' operands are FP8, quantized as they are used).
 - Model state is sharded ZeRO-3 style over all data*context*tensor devices.
 - "tokens" in the activation formulas are the tokens a device holds at once: its sequences
   times the sequence shard (or times the offload chunk for the per-layer working set).
@@ -13,14 +14,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.config import FP8_MATMULS, Fp8Config
 from longctx_trainer.presets import ModelDims
 
 FP32 = 4
+FP8 = 1
 ADAM_MOMENT_BYTES = 2 * FP32  # m and v in fp32
 
 
 def dtype_bytes(precision: str) -> int:
-    return {"bf16": 2, "fp32": 4}[precision]
+    return {"bf16": 2, "fp32": 4, "fp8": 2}[precision]
+
+
+def fp8_scaling_bytes(model: ModelDims, precision: str, history: int = Fp8Config().amax_history) -> int:
+    """FP8 delayed-scaling state, replicated: per layer and FP8 matmul, three operands (input,
+    weight, output gradient) with an fp32 scale and amax history each (the default history)."""
+    if precision != "fp8":
+        return 0
+    return model.layers * len(FP8_MATMULS) * 3 * (history + 1) * FP32
 
 
 def kv_dim(model: ModelDims) -> int:
@@ -60,9 +71,11 @@ def state_bytes_per_device(model: ModelDims, precision: str, devices: int) -> St
 
 def gathered_params_bytes(model: ModelDims, precision: str, tensor: int) -> int:
     """ZeRO-3 gathers full (tensor-sharded) weights just in time: two layers in flight (the one
-    computing, the one prefetched) plus the LM head for the loss."""
+    computing, the one prefetched) plus the LM head for the loss. fp8 adds the FP8 copies of the
+    two layers' weights that their GEMMs read."""
     b = dtype_bytes(precision)
-    return -(-(2 * model.params_per_layer() + model.vocab * model.hidden) * b // tensor)
+    per_layer = b + (FP8 if precision == "fp8" else 0)
+    return -(-(2 * model.params_per_layer() * per_layer + model.vocab * model.hidden * b) // tensor)
 
 
 def embedding_lookup_bytes(model: ModelDims, precision: str, tokens: int) -> int:

@@ -11,6 +11,7 @@ from .costs import (
     activation_bytes,
     attention_working_set_bytes,
     embedding_lookup_bytes,
+    fp8_scaling_bytes,
     gathered_params_bytes,
     kv_bytes,
     loss_chunk_tokens,
@@ -25,13 +26,14 @@ class MemoryBreakdown:
     master_weights: int  # fp32 master copy, shard
     optimizer_moments: int  # Adam m and v, shard
     gradients: int  # shard
-    gathered_params: int  # ZeRO-3 just-in-time full layers and LM head
+    gathered_params: int  # ZeRO-3 just-in-time full layers and LM head (and their FP8 copies)
     activations: int  # saved for backward, one layer's recompute working set, loss chunk logits
     attention_working_set: int  # K/V blocks in flight and accumulators of one chunk
     embedding_lookup: int  # whole table gathered for the lookup; never alive with the two above
     host_offloaded: int  # in host memory, not part of total
     capacity: int  # HBM of the GPU
     usable: int  # capacity * memory margin
+    fp8_scaling: int = 0  # FP8 delayed-scaling state, replicated (precision fp8)
 
     @property
     def layers_phase(self) -> int:
@@ -53,6 +55,7 @@ class MemoryBreakdown:
             + self.optimizer_moments
             + self.gradients
             + self.gathered_params
+            + self.fp8_scaling
             + max(self.layers_phase, self.embedding_lookup)
         )
 
@@ -115,4 +118,5 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         host_offloaded=act.host + host_kv,
         capacity=inp.capacity,
         usable=int(inp.capacity * inp.margin),
+        fp8_scaling=fp8_scaling_bytes(m, p),
     )

@@ -144,6 +144,8 @@ def validate_request(req: PlanRequest) -> None:
     for name, (path, allowed) in _CHOICES.items():
         if getattr(req, name) not in allowed:
             raise PlanError(f"{getattr(req, name)!r} is not one of {', '.join(allowed)}", path)
+    if req.precision == "fp8" and not GPUS[req.gpu].fp8_flops:
+        raise PlanError(f"{req.gpu} has no FP8 tensor cores; use bf16", "spec.precision")
     for name, path in _AXIS_FIELDS.items():
         value = getattr(req, name)
         if value is not None and value < 1:

@@ -78,6 +78,8 @@ def format_table(plan: Plan) -> str:
         "Memory per GPU (GiB):",
     ]
     lines += [f"  {label:<26}{_gib(getattr(mem, name)):>8}" for name, label in _MEMORY_ROWS]
+    if mem.fp8_scaling:
+        lines += [f"  {'FP8 scaling state':<26}{_gib(mem.fp8_scaling):>8}"]
     lines += [
         f"  {'total':<26}{_gib(mem.total):>8}  of {_gib(mem.usable)} usable "
         f"({req.memory_margin:.0%} of {_gib(mem.capacity)}); peak in the {mem.peak_phase}",
@@ -103,7 +105,7 @@ def format_table(plan: Plan) -> str:
 
 
 def _memory_json(mem) -> dict:
-    out = {name: getattr(mem, name) for name, _ in _MEMORY_ROWS}
+    out = {name: getattr(mem, name) for name, _ in _MEMORY_ROWS} | {"fp8_scaling": mem.fp8_scaling}
     out = {_camel(k): v for k, v in out.items()}
     out.update(total=mem.total, usable=mem.usable, capacity=mem.capacity, hostOffloaded=mem.host_offloaded)
     return {"bytes": out, "gib": {k: round(v / GIB, 3) for k, v in out.items()}, "peakPhase": mem.peak_phase}
@@ -151,4 +153,32 @@ def to_json(plan: Plan) -> dict:
         "mfu": plan.mfu,
         "mfuFullAttention": plan.mfu_full_attention,
         "candidates": [_candidate_json(c) for c in plan.candidates],
+    }
+
+
+def format_against_bf16(fp8: Plan, bf16: Plan | None) -> str:
+    """What precision fp8 changes: the same request planned in bf16 (None: it does not fit)."""
+    head = "Against bf16 (the same job planned in bf16):"
+    if bf16 is None:
+        return f"{head} bf16 does not fit on these GPUs; fp8 does\n"
+    return (
+        f"{head}\n"
+        f"  layout {bf16.layout} -> {fp8.layout}; step {bf16.step_seconds:.3f} s -> {fp8.step_seconds:.3f} s "
+        f"({bf16.step_seconds / fp8.step_seconds:.2f}x); tokens/s {bf16.tokens_per_second:,.0f} -> "
+        f"{fp8.tokens_per_second:,.0f}\n"
+        f"  memory per GPU {_gib(bf16.memory.total)} -> {_gib(fp8.memory.total)} GiB; MFU (bf16 peak, causal) "
+        f"{100 * bf16.mfu:.1f}% -> {100 * fp8.mfu:.1f}%\n"
+    )
+
+
+def against_bf16_json(fp8: Plan, bf16: Plan | None) -> dict:
+    if bf16 is None:
+        return {"fits": False}
+    return {
+        "fits": True,
+        "layout": {"data": bf16.layout.data, "context": bf16.layout.context, "tensor": bf16.layout.tensor},
+        "stepSeconds": bf16.step_seconds,
+        "tokensPerSecond": bf16.tokens_per_second,
+        "memoryPerGPU": bf16.memory.total,
+        "speedup": bf16.step_seconds / fp8.step_seconds,
     }

@@ -86,13 +86,16 @@ def link_bandwidth(inp: StepInputs, group_span: int) -> float:
 
 def compute_seconds(inp: StepInputs) -> float:
     """Hardware FLOPs at the sustained rate. Recompute runs every layer's forward again: 2 more
-    FLOPs per layer weight and a third more causal attention (forward is 1/3 of forward+backward)."""
+    FLOPs per layer weight and a third more causal attention (forward is 1/3 of forward+backward).
+    With fp8 the layer matmuls run at the FP8 rate; the LM head and attention stay bf16."""
     f = flops_per_token(inp.model, inp.sequence_length)
-    dense = f.dense + (2 * inp.model.non_embedding_param_count() if inp.recompute else 0)
+    layers = inp.model.non_embedding_param_count() * (8 if inp.recompute else 6)
+    head = f.dense - 6 * inp.model.non_embedding_param_count()
     attention = f.attention_causal * (4 / 3 if inp.recompute else 1)
     attention *= imbalance(inp.load_balance, inp.layout.context)
-    per_device = (dense + attention) * inp.global_batch_tokens / inp.layout.devices
-    return per_device / inp.gpu.achievable_flops
+    layer_rate = inp.gpu.achievable_fp8_flops if inp.precision == "fp8" else inp.gpu.achievable_flops
+    tokens = inp.global_batch_tokens / inp.layout.devices
+    return tokens * (layers / layer_rate + (head + attention) / inp.gpu.achievable_flops)
 
 
 def attention_forward_seconds_per_layer(inp: StepInputs) -> float:

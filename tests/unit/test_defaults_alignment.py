@@ -14,6 +14,7 @@ from longctx_operator.api.spec import (
     CheckpointSpec,
     CommunicationSpec,
     DataSpec,
+    Fp8Spec,
     LongContextJobSpec,
     MetricsSpec,
     ModelSpec,
@@ -26,6 +27,7 @@ from longctx_operator.planner.costs import dtype_bytes
 from longctx_trainer.config import (
     CheckpointConfig,
     DataConfig,
+    Fp8Config,
     MetricsConfig,
     ModelConfig,
     OptimizerConfig,
@@ -45,6 +47,7 @@ FAMILIES = {
     "data": (DataSpec, DataConfig),
     "checkpoint": (CheckpointSpec, CheckpointConfig),
     "metrics": (MetricsSpec, MetricsConfig),
+    "fp8": (Fp8Spec, Fp8Config),
     "job": (LongContextJobSpec, TrainerConfig, PlanRequest),
 }
 # Defaults that differ on purpose.
@@ -87,4 +90,4 @@ def test_the_collective_permute_default_is_the_trainers():
 
 
 def test_every_precision_has_a_byte_width():
-    assert [dtype_bytes(p) for p in get_args(Precision)] == [2, 4]
+    assert [dtype_bytes(p) for p in get_args(Precision)] == [2, 4, 2]  # fp8 activations stay bf16

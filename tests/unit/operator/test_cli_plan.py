@@ -78,3 +78,19 @@ def test_plan_from_a_manifest_keeps_offload_within_its_memory_limit(tmp_path, ca
     path.write_text(yaml.safe_dump(job))
     assert main(["plan", str(path)]) == 0
     assert "GiB per pod of 819.20 usable, 80% of resources.memory" in capsys.readouterr().out
+
+
+def test_plan_fp8_shows_the_difference_against_bf16(capsys):
+    assert main(FLAGS + ["--precision", "fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "Against bf16 (the same job planned in bf16):" in out and "FP8 scaling state" in out
+    assert main(FLAGS + ["--precision", "fp8", "--output", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["againstBf16"]["fits"] and plan["againstBf16"]["speedup"] > 1
+    assert plan["memory"]["bytes"]["fp8Scaling"] > 0
+
+
+def test_plan_fp8_on_a_gpu_without_it_is_one_line(capsys):
+    assert main(FLAGS[:-1] + ["a100-80gb", "--precision", "fp8"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--precision" in err and "FP8" in err
