@@ -28,7 +28,7 @@ from .mesh import make_mesh
 from .metrics import TrainMetrics
 from .model import ModelOptions
 from .ops.block import attention_kernel
-from .peak import peak_flops
+from .peak import fp8_peak_flops, peak_flops
 from .train import StepFunctions, train
 from .weights import WeightsError
 
@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     options = ModelOptions.from_config(config)
     kernel, why = attention_kernel(options.compute_dtype, config.model.hidden // config.model.heads)
     emit({"event": "attention_kernel", "kernel": kernel, "why": why})
+    fp8_peak = fp8_peak_flops(jax.local_devices()[0]) if config.precision == "fp8" else None
+    if config.precision == "fp8":  # say so where FP8 is only FP8's rounding, not its speed
+        emit({"event": "fp8", "emulated": fp8_peak is None, "device": jax.local_devices()[0].device_kind})
     try:
         train(
             config,
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
             metrics=metrics,
             checkpoints=checkpoints,
             peak_flops_per_device=peak_flops(jax.local_devices()[0]),
+            fp8_peak_flops_per_device=fp8_peak,
             fns=fns,
         )
     except WeightsError as error:

@@ -104,6 +104,12 @@ class OffloadConfig(_Strict):
     )
 
 
+FP8_MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+"""The layer weights whose matmuls run in FP8 under precision fp8. The LM head stays in bf16 (FP8
+logits hurt the loss most, and its chunked loss scan would need one scaling state per chunk);
+attention stays bf16 with fp32 statistics."""
+
+
 class Fp8Config(_Strict):
     """FP8 matmuls (precision fp8): e4m3 inputs and weights, e5m2 output gradients, per-tensor
     delayed scaling. Activations and attention stay bf16; master weights and optimizer state fp32."""

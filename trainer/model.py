@@ -21,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import fp8
-from .config import TrainerConfig
+from .config import FP8_MATMULS, TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.offload import host_offload_available
@@ -51,10 +51,6 @@ HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
 FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
 TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 
-FP8_MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
-"""The layer weights whose matmuls run in FP8 under precision fp8. The LM head stays in the compute
-precision (FP8 logits hurt the loss most, and its chunked loss scan would need one scaling state per
-chunk); attention stays bf16 with fp32 statistics."""
 FP8_STATE = "fp8"  # params key of the FP8 scaling state: params["fp8"]["layers"][matmul]
 
 RMS_NORM_EPS = 1e-5  # Llama 3's

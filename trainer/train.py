@@ -5,6 +5,8 @@ Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on
   {"event": "checkpoint", "step", "seconds"}
   {"event": "init", "from", "notes", "seconds"}  (weights from a Hugging Face checkpoint)
   {"event": "resume", "step"}  (restored from the checkpoint of that step; the next step is step + 1)
+The CLI adds {"event": "attention_kernel", ...} and, for fp8, {"event": "fp8", "emulated", "device"}
+(emulated: the device has no FP8 peak, e.g. a CPU: FP8's rounding without its speed).
   {"event": "done", "step"}
 """
 
@@ -170,9 +172,13 @@ def train(
     metrics: TrainMetrics,
     checkpoints: Checkpoints | None = None,
     peak_flops_per_device: float,
+    fp8_peak_flops_per_device: float | None = None,
     fns: StepFunctions | None = None,
 ) -> dict:
-    """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state."""
+    """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state.
+
+    MFU is reported against the dense bf16 peak (`peak_flops_per_device`; the usual convention,
+    under which FP8 shows as a higher MFU) and, when given, against the FP8 peak as well."""
     fns = fns or StepFunctions(config, mesh)
     batches = Batches(config, mesh)
     start = checkpoints.latest_step() if checkpoints is not None else None
@@ -185,7 +191,9 @@ def train(
     metrics.observe_resume(start)
 
     flops = flops_per_token(config.model.dims(), config.sequence_length).by_convention()
-    peak = peak_flops_per_device * mesh.size
+    peaks = {"bf16": peak_flops_per_device * mesh.size}
+    if fp8_peak_flops_per_device is not None:
+        peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
     step_fn = fns.compiled_step(state, *batches.for_step(start))
     for step in range(start, config.steps):
         begin = time.perf_counter()
@@ -194,7 +202,7 @@ def train(
         seconds = time.perf_counter() - begin
         done = step + 1
         tokens_per_second = config.global_batch_tokens / seconds
-        mfu = {c: tokens_per_second * f / peak for c, f in flops.items()}
+        mfu = {(c, name): tokens_per_second * f / peak for c, f in flops.items() for name, peak in peaks.items()}
         metrics.observe_step(done, config.global_batch_tokens, seconds, loss, mfu)
         if done % config.log_every == 0 or done == config.steps:
             emit(
@@ -203,7 +211,7 @@ def train(
                     "step": done,
                     "loss": loss,
                     "tokens_per_second": tokens_per_second,
-                    "mfu": mfu["causal"],
+                    "mfu": mfu[("causal", "bf16")],
                     "step_seconds": seconds,
                 }
             )

@@ -1,0 +1,86 @@
+"""Does FP8 training track bf16? A small model trained byte-level on this repository's docs.
+
+    python benchmarks/fp8_convergence.py [--steps 200] [--contexts 1 4]
+
+For each context-parallel degree, the same run (model, data, seed, schedule) in bf16 and in fp8
+(layer matmuls in FP8 with delayed scaling, longctx_trainer.fp8): the first and final loss (mean
+of the last 10 steps), the largest loss after the warm-up (a divergence shows there), and fp8's
+final loss relative to bf16's. On a CPU FP8 is emulated: the rounding is FP8's, the speed is not.
+Needs 8 host devices on a CPU (XLA_FLAGS=--xla_force_host_platform_device_count=8, set here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402  (after the device count is set)
+import numpy as np  # noqa: E402
+
+from longctx_trainer.config import (  # noqa: E402
+    DataConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    TrainerConfig,
+)
+from longctx_trainer.mesh import make_mesh  # noqa: E402
+from longctx_trainer.metrics import TrainMetrics  # noqa: E402
+from longctx_trainer.train import train  # noqa: E402
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+WARMUP = 20
+
+
+def losses(precision: str, context: int, steps: int) -> list[float]:
+    config = TrainerConfig(
+        model=ModelConfig(layers=4, hidden=128, heads=8, kv_heads=2, ffn=384, vocab=256),
+        sequence_length=256,
+        global_batch_tokens=1024,
+        steps=steps,
+        precision=precision,
+        parallelism=ParallelConfig(context=context),
+        optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=WARMUP),
+        data=DataConfig(kind="text", path=str(DOCS), seed=1),
+        seed=3,
+    )
+    events: list[dict] = []
+    train(
+        config,
+        make_mesh(config.parallelism, jax.devices()[:context]),
+        emit=events.append,
+        metrics=TrainMetrics("benchmark", 0),
+        peak_flops_per_device=1e12,
+    )
+    return [e["loss"] for e in events if e["event"] == "step"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--contexts", type=int, nargs="+", default=[1, 4])
+    args = parser.parse_args(argv)
+    print(f"{args.steps} steps, byte-level {DOCS.name}/, backend {jax.default_backend()}")
+    print(
+        f"{'context':>7} {'precision':>9} {'first':>7} {'final':>7} {'max after warm-up':>18} {'fp8/bf16':>9} {'s':>6}"
+    )
+    for context in args.contexts:
+        final = {}
+        for precision in ("bf16", "fp8"):
+            begin = time.perf_counter()
+            curve = losses(precision, context, args.steps)
+            final[precision] = float(np.mean(curve[-10:]))
+            ratio = f"{final['fp8'] / final['bf16'] - 1:+.2%}" if precision == "fp8" else "-"
+            print(
+                f"{context:>7} {precision:>9} {curve[0]:>7.3f} {final[precision]:>7.3f} "
+                f"{max(curve[WARMUP:]):>18.3f} {ratio:>9} {time.perf_counter() - begin:>6.0f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
