@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from longctx_operator.localrun import free_port, parse_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -148,20 +149,9 @@ def prometheus(real_cluster, tmp_path_factory):
         proc.wait(timeout=30)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def events(log: str) -> list[dict]:
     """The trainer's JSON progress lines in a container log."""
-    found = []
-    for line in log.splitlines():
-        start = line.find('{"event"')
-        if start >= 0:
-            found.append(json.loads(line[start:]))
-    return found
+    return [event for line in log.splitlines() if (event := parse_event(line)) is not None]
 
 
 class Job:

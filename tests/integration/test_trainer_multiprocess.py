@@ -9,7 +9,6 @@ gradients are reduced across the processes.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from longctx_operator.localrun import parse_event
+from longctx_operator.localrun import free_port, parse_event
 
 pytestmark = pytest.mark.integration
 
@@ -34,12 +33,6 @@ CONFIG = {
     "data": {"kind": "synthetic", "seed": 3},
     "metrics": {"port": 0},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(config: Path, name: str, devices: int, **jax_env: str) -> subprocess.Popen:
@@ -62,6 +55,21 @@ def _start(config: Path, name: str, devices: int, **jax_env: str) -> subprocess.
     )
 
 
+def _start_ranks(config: Path, coordinator: str) -> list[subprocess.Popen]:
+    """Two processes of two CPU devices each, joined at `coordinator`."""
+    return [
+        _start(
+            config,
+            f"rank{rank}",
+            2,
+            JAX_COORDINATOR_ADDRESS=coordinator,
+            JAX_NUM_PROCESSES="2",
+            JAX_PROCESS_ID=str(rank),
+        )
+        for rank in range(2)
+    ]
+
+
 def _finish(proc: subprocess.Popen, folder: Path, name: str) -> list[dict]:
     proc.wait(timeout=600)
     assert proc.returncode == 0, (folder / f"{name}.err").read_text()[-4000:]
@@ -76,18 +84,8 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
     multi_config.write_text(
         yaml.safe_dump({**CONFIG, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}})
     )
-    coordinator = f"127.0.0.1:{_free_port()}"
-    workers = [
-        _start(
-            multi_config,
-            f"rank{rank}",
-            2,
-            JAX_COORDINATOR_ADDRESS=coordinator,
-            JAX_NUM_PROCESSES="2",
-            JAX_PROCESS_ID=str(rank),
-        )
-        for rank in range(2)
-    ]
+    coordinator = f"127.0.0.1:{free_port()}"
+    workers = _start_ranks(multi_config, coordinator)
     single = _start(config, "single", 4)
     rank0, rank1, reference = (
         _finish(p, tmp_path, name) for p, name in zip((*workers, single), ("rank0", "rank1", "single"), strict=False)
@@ -122,18 +120,8 @@ def test_a_signalled_rank_exits_at_once_and_its_peer_fails(tmp_path):
             {**CONFIG, "steps": 100_000, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}}
         )
     )
-    coordinator = f"127.0.0.1:{_free_port()}"
-    workers = [
-        _start(
-            config,
-            f"rank{rank}",
-            2,
-            JAX_COORDINATOR_ADDRESS=coordinator,
-            JAX_NUM_PROCESSES="2",
-            JAX_PROCESS_ID=str(rank),
-        )
-        for rank in range(2)
-    ]
+    coordinator = f"127.0.0.1:{free_port()}"
+    workers = _start_ranks(config, coordinator)
     try:
         deadline = time.monotonic() + 300
         while not any(e["event"] == "checkpoint" for e in _events(tmp_path / "rank0.out")):
