@@ -107,7 +107,7 @@ class OffloadConfig(_Strict):
 FP8_MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 """The layer weights whose matmuls run in FP8 under precision fp8. The LM head stays in bf16 (FP8
 logits hurt the loss most, and its chunked loss scan would need one scaling state per chunk);
-attention stays bf16 with fp32 statistics."""
+attention stays bf16 with fp32 statistics (`Fp8Config.lm_head` puts the LM head in FP8 too)."""
 
 
 class Fp8Config(_Strict):
@@ -116,6 +116,9 @@ class Fp8Config(_Strict):
 
     amax_history: int = Field(
         16, gt=0, le=1024, description="Uses of a tensor whose largest magnitude sets its next FP8 scale."
+    )
+    lm_head: bool = Field(
+        False, description="The LM head's matmul in FP8 too (one scaling state per loss chunk); off: bf16."
     )
 
 

@@ -58,6 +58,20 @@ LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see rema
 
 
 @dataclass(frozen=True)
+class Fp8Layout:
+    """What FP8 scaling state a run keeps: the history length, and for an FP8 LM head the number
+    of loss chunks per device shard (each chunk's logits matmul has its own state)."""
+
+    history: int
+    lm_head_chunks: int | None = None
+
+
+def loss_chunk(local_tokens: int, chunk_tokens: int) -> int:
+    """Tokens per loss chunk of a device's sequence shard: chunk_tokens where it divides the shard."""
+    return chunk_tokens if local_tokens % chunk_tokens == 0 else local_tokens
+
+
+@dataclass(frozen=True)
 class ModelOptions:
     """How the model runs, beyond its dimensions (taken from the trainer config)."""
 
@@ -68,13 +82,19 @@ class ModelOptions:
     attention: str
     load_balance: str
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
-    fp8_history: int | None = None  # amax history length of the FP8 matmuls; None = no FP8
+    fp8: Fp8Layout | None = None  # None: no FP8
 
     @classmethod
-    def from_config(cls, config: TrainerConfig) -> ModelOptions:
+    def from_config(cls, config: TrainerConfig, loss_chunk_tokens: int = 2048) -> ModelOptions:
+        fp8_layout = None
+        if config.precision == "fp8":
+            local = config.sequence_length // config.parallelism.context
+            chunks = local // loss_chunk(local, loss_chunk_tokens) if config.fp8.lm_head else None
+            fp8_layout = Fp8Layout(config.fp8.amax_history, chunks)
         return cls(
             compute_dtype=jnp.float32 if config.precision == "fp32" else jnp.bfloat16,
-            fp8_history=config.fp8.amax_history if config.precision == "fp8" else None,
+            fp8=fp8_layout,
+            loss_chunk_tokens=loss_chunk_tokens,
             remat=config.remat,
             offload=config.offload.enabled,
             chunk_tokens=config.offload.chunk_tokens,
@@ -112,26 +132,33 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
     return P(*fitted)
 
 
-def fp8_state(dims: ModelDims, history: int) -> dict:
-    """Fresh FP8 scaling state of every FP8 matmul, stacked over layers like the weights."""
-    one = fp8.einsum_state(history)
-    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (dims.layers, *x.shape)), one)
-    return {"layers": dict.fromkeys(FP8_MATMULS, stacked)}
+def fp8_state(dims: ModelDims, layout: Fp8Layout) -> dict:
+    """Fresh FP8 scaling state of every FP8 matmul, stacked over layers like the weights (and, for
+    an FP8 LM head, over the loss chunks)."""
+    one = fp8.einsum_state(layout.history)
+
+    def stacked(n: int) -> dict:
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *x.shape)), one)
+
+    state = {"layers": dict.fromkeys(FP8_MATMULS, stacked(dims.layers))}
+    if layout.lm_head_chunks:
+        state["lm_head"] = stacked(layout.lm_head_chunks)
+    return state
 
 
-def param_specs(dims: ModelDims, mesh: Mesh, fp8_history: int | None = None) -> dict:
+def param_specs(dims: ModelDims, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
     """Partition specs of the parameters (and, with FP8, of the scaling state: replicated, a few
     scalars per matmul)."""
     shapes = param_shapes(dims)
     specs = {k: _fit(_TOP_SPECS[k], s, mesh) for k, s in shapes.items() if k != "layers"}
     specs["layers"] = {k: _fit(_LAYER_SPECS[k], s, mesh) for k, s in shapes["layers"].items()}
-    if fp8_history is not None:
-        specs[FP8_STATE] = jax.tree.map(lambda _: P(), jax.eval_shape(partial(fp8_state, dims, fp8_history)))
+    if fp8_layout is not None:
+        specs[FP8_STATE] = jax.tree.map(lambda _: P(), jax.eval_shape(partial(fp8_state, dims, fp8_layout)))
     return specs
 
 
-def param_shardings(dims: ModelDims, mesh: Mesh, fp8_history: int | None = None) -> dict:
-    return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(dims, mesh, fp8_history))
+def param_shardings(dims: ModelDims, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(dims, mesh, fp8_layout))
 
 
 def split_fp8_state(params: dict) -> tuple[dict, dict | None]:
@@ -140,11 +167,11 @@ def split_fp8_state(params: dict) -> tuple[dict, dict | None]:
     return weights, params.get(FP8_STATE)
 
 
-def with_fp8_state(params: dict, dims: ModelDims, fp8_history: int | None) -> dict:
+def with_fp8_state(params: dict, dims: ModelDims, fp8_layout: Fp8Layout | None) -> dict:
     """params with fresh FP8 scaling state added (FP8 runs), or unchanged."""
-    if fp8_history is None or FP8_STATE in params:
+    if fp8_layout is None or FP8_STATE in params:
         return params
-    return {**params, FP8_STATE: fp8_state(dims, fp8_history)}
+    return {**params, FP8_STATE: fp8_state(dims, fp8_layout)}
 
 
 def init_params(dims: ModelDims, key: jax.Array) -> dict:
@@ -263,37 +290,50 @@ def final_hidden(
     body = partial(_layer, positions=positions, dims=dims, mesh=mesh, options=options)
     if options.remat:
         body = jax.checkpoint(body, policy=remat_policy(options, mesh), prevent_cse=False)
-    scaling = params[FP8_STATE]["layers"] if options.fp8_history is not None else None
+    scaling = params[FP8_STATE]["layers"] if options.fp8 is not None else None
     x, _ = jax.lax.scan(lambda carry, layer: (body(carry, layer), None), x, (params["layers"], scaling))
     return rms_norm(x, params["final_norm"]), targets
 
 
 def chunked_cross_entropy(
-    x: jax.Array, head: jax.Array, targets: jax.Array, *, mesh: Mesh, chunk_tokens: int
+    x: jax.Array,
+    head: jax.Array,
+    targets: jax.Array,
+    *,
+    mesh: Mesh,
+    chunk_tokens: int,
+    head_scaling: dict | None = None,
 ) -> jax.Array:
     """Mean cross-entropy of logits x @ head (fp32), never materialising all logits at once.
 
     Full logits are [batch, seq, vocab] in fp32 (64 GB at 128K tokens and a 128K vocabulary), so
     every device walks its own sequence shard in chunks of `chunk_tokens`, recomputing each
-    chunk's logits in the backward instead of keeping them.
+    chunk's logits in the backward instead of keeping them. With `head_scaling` (FP8 scaling
+    state stacked over the chunks) each chunk's logits matmul runs in FP8 with its own state, so
+    its updated state comes back per chunk instead of summed over them.
     """
     batch, seq, hidden = x.shape
     context = mesh.shape[CONTEXT]
     local = seq // context
-    chunk = chunk_tokens if local % chunk_tokens == 0 else local
+    chunk = loss_chunk(local, chunk_tokens)
     # [batch, seq, ...] -> [chunks, batch, context, chunk, ...]: chunks within each device's shard.
     xs = jnp.moveaxis(x.reshape(batch, context, local // chunk, chunk, hidden), 2, 0)
     ts = jnp.moveaxis(targets.reshape(batch, context, local // chunk, chunk), 2, 0)
 
     @jax.checkpoint
-    def chunk_loss(x_chunk, t_chunk):
+    def chunk_loss(x_chunk, t_chunk, scaling):
         x_chunk = _constrain(x_chunk, mesh, P(DATA, CONTEXT, None, None))
-        logits = jnp.einsum("bxch,hv->bxcv", x_chunk, head, preferred_element_type=jnp.float32)
+        if scaling is None:
+            logits = jnp.einsum("bxch,hv->bxcv", x_chunk, head, preferred_element_type=jnp.float32)
+        else:  # quantized from fp32 inputs, so the logits come out in fp32 as above
+            logits = fp8.fp8_einsum("bxch,hv->bxcv", x_chunk.astype(jnp.float32), head, scaling)
         logits = _constrain(logits, mesh, P(DATA, CONTEXT, None, TENSOR))
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.sum(jnp.take_along_axis(logp, t_chunk[..., None], axis=-1))
 
-    total, _ = jax.lax.scan(lambda acc, xt: (acc + chunk_loss(*xt), None), jnp.zeros((), jnp.float32), (xs, ts))
+    total, _ = jax.lax.scan(
+        lambda acc, xts: (acc + chunk_loss(*xts), None), jnp.zeros((), jnp.float32), (xs, ts, head_scaling)
+    )
     return total / (batch * seq)
 
 
@@ -303,6 +343,12 @@ def loss_fn(
     """Mean next-token cross-entropy (fp32) over all tokens of the batch."""
     x, targets = final_hidden(params, tokens, targets, dims=dims, mesh=mesh, options=options)
     head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
+    head_scaling = params[FP8_STATE].get("lm_head") if options.fp8 is not None else None
     return chunked_cross_entropy(
-        x, head.astype(options.compute_dtype), targets, mesh=mesh, chunk_tokens=options.loss_chunk_tokens
+        x,
+        head if head_scaling is not None else head.astype(options.compute_dtype),  # FP8: from the fp32 master
+        targets,
+        mesh=mesh,
+        chunk_tokens=options.loss_chunk_tokens,
+        head_scaling=head_scaling,
     )

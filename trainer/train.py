@@ -78,10 +78,10 @@ class StepFunctions:
     def __post_init__(self):
         dims, mesh = self.config.model.dims(), self.mesh
         options = model.ModelOptions.from_config(self.config)
-        self.fp8_history = options.fp8_history
+        self.fp8_layout = options.fp8
         self.optimizer = make_optimizer(self.config.optimizer, self.config.steps)
         self.loss = partial(model.loss_fn, dims=dims, mesh=mesh, options=options)
-        params = model.param_shardings(dims, mesh, self.fp8_history)
+        params = model.param_shardings(dims, mesh, self.fp8_layout)
         self.weight_shardings = model.param_shardings(dims, mesh)  # the optimizer's, and a checkpoint's to fill
         replicated = NamedSharding(mesh, P())
         abstract_weights = jax.eval_shape(partial(model.init_params, dims), jax.random.key(0))
@@ -122,14 +122,14 @@ class StepFunctions:
 
     def _initial_params(self, key: jax.Array) -> dict:
         dims = self.config.model.dims()
-        return model.with_fp8_state(model.init_params(dims, key), dims, self.fp8_history)
+        return model.with_fp8_state(model.init_params(dims, key), dims, self.fp8_layout)
 
     def _init(self, key: jax.Array) -> dict:
         return self._init_with(self._initial_params(key))
 
     def _init_with(self, params: dict) -> dict:
         weights, _ = model.split_fp8_state(params)
-        params = model.with_fp8_state(params, self.config.model.dims(), self.fp8_history)
+        params = model.with_fp8_state(params, self.config.model.dims(), self.fp8_layout)
         return {"params": params, "opt_state": self.optimizer.init(weights), "step": jnp.zeros((), jnp.int32)}
 
     def _step(self, state: dict, inputs: jax.Array, targets: jax.Array) -> tuple[dict, jax.Array]:

@@ -164,6 +164,9 @@ class Fp8Spec(ApiModel):
     amax_history: int = Field(16, ge=1, le=1024)
     """Uses of a tensor whose largest magnitude sets its next FP8 scale (Transformer Engine's
     amax_history_len)."""
+    lm_head: bool = False
+    """The LM head's matmul in FP8 too; off (the default) keeps it in bf16, where FP8 costs the
+    most accuracy."""
 
 
 class CommunicationSpec(ApiModel):

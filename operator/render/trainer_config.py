@@ -27,7 +27,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
         global_batch_tokens=spec.batch_tokens,
         steps=spec.steps,
         precision=spec.precision,
-        fp8=Fp8Config(amax_history=spec.fp8.amax_history),
+        fp8=Fp8Config(amax_history=spec.fp8.amax_history, lm_head=spec.fp8.lm_head),
         parallelism=ParallelConfig(
             data=layout.data,
             context=layout.context,

@@ -84,6 +84,7 @@ MAPPING = [
     ({"spec.steps": 7}, LAYOUT, "steps", 7),
     ({"spec.precision": "fp32"}, LAYOUT, "precision", "fp32"),
     ({"spec.precision": "fp8", "spec.fp8.amaxHistory": 32}, LAYOUT, "fp8.amax_history", 32),
+    ({"spec.precision": "fp8", "spec.fp8.lmHead": True}, LAYOUT, "fp8.lm_head", True),
     ({"spec.globalBatchTokens": 2048}, ResolvedLayout(2, 1, 2, 1), "parallelism.data", 2),
     ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.context", 4),
     ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.tensor", 1),

@@ -3,7 +3,9 @@ step's program; FP8 GEMMs on a GPU), their scaling state follows the delayed-sca
 on real text tracks bf16 with context parallelism (the 200-step comparison is
 benchmarks/fp8_convergence.py; checkpoint resume with FP8 state is in test_train_resume.py)."""
 
+import dataclasses
 import json
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -82,3 +84,31 @@ def test_the_step_program_quantizes_to_e4m3_and_e5m2():
 def test_a_gpu_runs_the_layer_matmuls_as_fp8_gemms():
     text = _lowered_step("fp8").compile().as_text()
     assert "__cublas$lt$matmul$f8" in text, "XLA did not rewrite the quantized dots into FP8 GEMMs"
+
+
+def test_an_fp8_lm_head_keeps_one_scaling_state_per_loss_chunk():
+    config = _config("fp8", context=2, steps=1).model_copy(update={"fp8": Fp8Config(amax_history=4, lm_head=True)})
+    mesh = make_mesh(config.parallelism, jax.devices()[:2])
+    dims = config.model.dims()
+    options = model.ModelOptions.from_config(config, loss_chunk_tokens=8)  # 32-token shards: 4 chunks
+    assert options.fp8 == model.Fp8Layout(history=4, lm_head_chunks=4)
+    params = model.with_fp8_state(model.init_params(dims, jax.random.key(0)), dims, options.fp8)
+    tokens = jax.random.randint(jax.random.key(1), (config.batch_size, config.sequence_length), 0, dims.vocab)
+    targets = jnp.roll(tokens, -1, axis=1)
+
+    def loss(opts, p):
+        return model.loss_fn(p, tokens, targets, dims=dims, mesh=mesh, options=opts)
+
+    value, grads = jax.jit(jax.value_and_grad(partial(loss, options)))(params)
+    bf16_head = dataclasses.replace(options, fp8=model.Fp8Layout(history=4))  # the layers still FP8
+    reference = jax.jit(partial(loss, bf16_head))(
+        model.split_fp8_state(params)[0] | {"fp8": {"layers": params["fp8"]["layers"]}}
+    )
+    assert value != reference  # the head's FP8 rounding shows
+    np.testing.assert_allclose(value, reference, rtol=1e-2)
+    head = jax.tree.map(np.asarray, grads["fp8"]["lm_head"])  # the updated state, one per chunk
+    for operand in ("x", "w", "grad"):
+        history = head[operand]["amax_history"]
+        assert history.shape == (4, 4) and (history[:, 0] > 0).all() and (history[:, 1:] == 0).all(), history
+    assert len(set(head["x"]["amax_history"][:, 0])) == 4  # each chunk saw its own inputs
+    np.testing.assert_array_equal(head["w"]["amax_history"][:, 0], head["w"]["amax_history"][0, 0])  # one head
