@@ -13,8 +13,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longctx_operator.localrun import free_port, parse_event
+from longctx_operator.localrun import parse_event
+from support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -102,51 +101,28 @@ class Targets:
 
 
 @dataclass
-class Prometheus:
+class PodScraper:
+    """Prometheus scraping the pods `targets` lists (refresh it as pods come and go)."""
+
+    server: Prometheus
     targets: Targets
-    port: int
 
     def query(self, expr: str) -> list[dict]:
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-        with urllib.request.urlopen(url, timeout=30) as response:
-            return json.load(response)["data"]["result"]
+        return self.server.query(expr)
 
 
 @pytest.fixture(scope="module")
 def prometheus(real_cluster, tmp_path_factory):
     """Debian's Prometheus on this machine (it reaches pod IPs like any node), scraping the trainer
     pods as the chart's PodMonitor says."""
-    bin_dir = subprocess.run([str(REPO / "hack" / "prometheus")], check=True, capture_output=True, text=True)
     workdir = tmp_path_factory.mktemp("prometheus")
     monitor = pod_monitor(real_cluster)
     targets = Targets(real_cluster, monitor, workdir / "targets.json")
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [scrape_config(monitor, targets.path)]}))
-    server = Prometheus(targets, free_port())
-    log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            f"{bin_dir.stdout.strip()}/prometheus",
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{server.port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    server = Prometheus(workdir, {"scrape_configs": [scrape_config(monitor, targets.path)]})
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                server.query("up")
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail(f"prometheus did not start: {(workdir / 'prometheus.log').read_text()[-2000:]}")
-                time.sleep(0.5)
-        yield server
+        yield PodScraper(server, targets)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.stop()
 
 
 def events(log: str) -> list[dict]:

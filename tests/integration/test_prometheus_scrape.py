@@ -22,9 +22,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +31,7 @@ import pytest
 import yaml
 
 from longctx_operator.localrun import PROGRESS_FILE, parse_event
+from support.prometheus import Prometheus
 
 _spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
 h = importlib.util.module_from_spec(_spec)
@@ -69,52 +67,6 @@ def _consecutive_free_ports(count: int) -> int:
             for s in sockets:
                 s.close()
     raise RuntimeError(f"no {count} consecutive free ports")
-
-
-class Prometheus:
-    """Debian's prometheus on a scratch config and TSDB, listening on loopback only."""
-
-    def __init__(self, bin_dir: Path, workdir: Path, config: dict):
-        self.port = h.free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.log = workdir / "prometheus.log"
-        self.proc = subprocess.Popen(
-            [
-                str(bin_dir / "prometheus"),
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=warn",
-            ],
-            stdout=self.log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            h.wait_ready(f"{self.url}/-/ready", timeout=60)
-        except OSError as e:
-            raise AssertionError(f"prometheus did not start: {self.log.read_text()[-2000:]}") from e
-
-    def api(self, path: str, **params) -> dict:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:
-                body = json.load(response)
-        except urllib.error.HTTPError as e:  # 400/422 carry the PromQL error in the body
-            body = json.load(e)
-        assert body["status"] == "success", f"{path} {params}: {body.get('errorType')}: {body.get('error')}"
-        return body["data"]
-
-    def query(self, expr: str, at: float) -> list[dict]:
-        return self.api("query", query=expr, time=f"{at:.3f}")["result"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @dataclass(frozen=True)
@@ -183,16 +135,13 @@ def _training_samples(prometheus: Prometheus, namespace: str) -> list[tuple[floa
 @pytest.fixture(scope="module")
 def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
     workdir = tmp_path_factory.mktemp("scrape")
-    bin_dir = Path(
-        subprocess.run([str(REPO / "hack" / "prometheus")], check=True, capture_output=True, text=True).stdout.strip()
-    )
     namespace = f"scrape-{uuid.uuid4().hex[:6]}"
     metrics_port = _consecutive_free_ports(2)
     h.install_crd(admin_kubectl)
     admin_kubectl.run("create", "namespace", namespace)
     operator = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log")
     prometheus = Prometheus(
-        bin_dir, workdir, _prometheus_config(namespace, [metrics_port, metrics_port + 1], operator.metrics_port)
+        workdir, _prometheus_config(namespace, [metrics_port, metrics_port + 1], operator.metrics_port)
     )
     run = None
     try:
