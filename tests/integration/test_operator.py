@@ -7,23 +7,18 @@ through the job's longctx.io/pod-annotations annotation (docs/cluster.md).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 import textwrap
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
-
-_spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
-h = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(h)
+from support import operator_harness as h
 
 pytestmark = pytest.mark.integration
 FAST = {"longctx.io/complete-after": "4s"}

@@ -6,15 +6,11 @@ at the same time."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
-h = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(h)
+from support import operator_harness as h
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ Prometheus.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -31,11 +30,8 @@ import pytest
 import yaml
 
 from longctx_operator.localrun import PROGRESS_FILE, parse_event
+from support import operator_harness as h
 from support.prometheus import Prometheus
-
-_spec = importlib.util.spec_from_file_location("operator_harness", Path(__file__).with_name("operator_harness.py"))
-h = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(h)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,8 +1,5 @@
-"""Shared helpers of the operator integration tests: the operator as a real process, job manifests.
-
-Not a conftest (that belongs to the cluster fixture); test modules load it by path because
---import-mode=importlib does not put tests/ on sys.path.
-"""
+"""Shared helpers of the operator integration tests: the operator as a real process, job manifests
+(`from support import operator_harness as h`)."""
 
 from __future__ import annotations
 
