@@ -94,3 +94,26 @@ fp8_einsum.defvjp(_fwd, _bwd)
 def einsum_state(history: int = AMAX_HISTORY) -> dict:
     """Scaling state of one fp8_einsum: its input, its weight and its output gradient."""
     return {"x": new_state(history), "w": new_state(history), "grad": new_state(history)}
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(1,))
+def shared_across(state: dict, uses: int) -> dict:
+    """One fp8_einsum state handed to `uses` uses of the same matmul (stacked, for a scan over
+    chunks). Backward merges their updated states into one, as if the matmul had run once on all
+    the chunks: the step's amax is the largest of the chunks' (autodiff would sum them)."""
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (uses, *x.shape)), state)
+
+
+def _shared_fwd(state, uses):
+    return shared_across(state, uses), None
+
+
+def _shared_bwd(uses, _, updated):
+    def merged(per_use: dict, dtype) -> dict:
+        history = per_use["amax_history"][0].at[0].set(jnp.max(per_use["amax_history"][:, 0]))
+        return {"scale": next_scale(history, dtype), "amax_history": history}
+
+    return ({"x": merged(updated["x"], E4M3), "w": merged(updated["w"], E4M3), "grad": merged(updated["grad"], E5M2)},)
+
+
+shared_across.defvjp(_shared_fwd, _shared_bwd)

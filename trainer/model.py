@@ -59,16 +59,10 @@ LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see rema
 
 @dataclass(frozen=True)
 class Fp8Layout:
-    """What FP8 scaling state a run keeps: the history length, and for an FP8 LM head the number
-    of loss chunks per device shard (each chunk's logits matmul has its own state)."""
+    """What FP8 scaling state a run keeps: the history length, and whether the LM head has one."""
 
     history: int
-    lm_head_chunks: int | None = None
-
-
-def loss_chunk(local_tokens: int, chunk_tokens: int) -> int:
-    """Tokens per loss chunk of a device's sequence shard: chunk_tokens where it divides the shard."""
-    return chunk_tokens if local_tokens % chunk_tokens == 0 else local_tokens
+    lm_head: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,14 +80,10 @@ class ModelOptions:
 
     @classmethod
     def from_config(cls, config: TrainerConfig, loss_chunk_tokens: int = 2048) -> ModelOptions:
-        fp8_layout = None
-        if config.precision == "fp8":
-            local = config.sequence_length // config.parallelism.context
-            chunks = local // loss_chunk(local, loss_chunk_tokens) if config.fp8.lm_head else None
-            fp8_layout = Fp8Layout(config.fp8.amax_history, chunks)
+        fp8_on = config.precision == "fp8"
         return cls(
             compute_dtype=jnp.float32 if config.precision == "fp32" else jnp.bfloat16,
-            fp8=fp8_layout,
+            fp8=Fp8Layout(config.fp8.amax_history, config.fp8.lm_head) if fp8_on else None,
             loss_chunk_tokens=loss_chunk_tokens,
             remat=config.remat,
             offload=config.offload.enabled,
@@ -133,16 +123,14 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
 
 
 def fp8_state(dims: ModelDims, layout: Fp8Layout) -> dict:
-    """Fresh FP8 scaling state of every FP8 matmul, stacked over layers like the weights (and, for
-    an FP8 LM head, over the loss chunks)."""
+    """Fresh FP8 scaling state of every FP8 matmul, stacked over layers like the weights (and one
+    for an FP8 LM head). Its shapes depend on the model only, not on the layout, so a checkpoint
+    restores under any layout."""
     one = fp8.einsum_state(layout.history)
-
-    def stacked(n: int) -> dict:
-        return jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *x.shape)), one)
-
-    state = {"layers": dict.fromkeys(FP8_MATMULS, stacked(dims.layers))}
-    if layout.lm_head_chunks:
-        state["lm_head"] = stacked(layout.lm_head_chunks)
+    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (dims.layers, *x.shape)), one)
+    state = {"layers": dict.fromkeys(FP8_MATMULS, stacked)}
+    if layout.lm_head:
+        state["lm_head"] = one
     return state
 
 
@@ -308,14 +296,14 @@ def chunked_cross_entropy(
 
     Full logits are [batch, seq, vocab] in fp32 (64 GB at 128K tokens and a 128K vocabulary), so
     every device walks its own sequence shard in chunks of `chunk_tokens`, recomputing each
-    chunk's logits in the backward instead of keeping them. With `head_scaling` (FP8 scaling
-    state stacked over the chunks) each chunk's logits matmul runs in FP8 with its own state, so
-    its updated state comes back per chunk instead of summed over them.
+    chunk's logits in the backward instead of keeping them. With `head_scaling` (the LM head's FP8
+    scaling state) each chunk's logits matmul runs in FP8 at the head's scale, and the step's
+    update of that state merges the chunks' (`fp8.shared_across`).
     """
     batch, seq, hidden = x.shape
     context = mesh.shape[CONTEXT]
     local = seq // context
-    chunk = loss_chunk(local, chunk_tokens)
+    chunk = chunk_tokens if local % chunk_tokens == 0 else local
     # [batch, seq, ...] -> [chunks, batch, context, chunk, ...]: chunks within each device's shard.
     xs = jnp.moveaxis(x.reshape(batch, context, local // chunk, chunk, hidden), 2, 0)
     ts = jnp.moveaxis(targets.reshape(batch, context, local // chunk, chunk), 2, 0)
@@ -331,6 +319,8 @@ def chunked_cross_entropy(
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.sum(jnp.take_along_axis(logp, t_chunk[..., None], axis=-1))
 
+    if head_scaling is not None:
+        head_scaling = fp8.shared_across(head_scaling, local // chunk)
     total, _ = jax.lax.scan(
         lambda acc, xts: (acc + chunk_loss(*xts), None), jnp.zeros((), jnp.float32), (xs, ts, head_scaling)
     )

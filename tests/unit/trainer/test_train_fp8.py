@@ -86,12 +86,12 @@ def test_a_gpu_runs_the_layer_matmuls_as_fp8_gemms():
     assert "__cublas$lt$matmul$f8" in text, "XLA did not rewrite the quantized dots into FP8 GEMMs"
 
 
-def test_an_fp8_lm_head_keeps_one_scaling_state_per_loss_chunk():
+def test_an_fp8_lm_head_merges_its_loss_chunks_into_one_scaling_state():
     config = _config("fp8", context=2, steps=1).model_copy(update={"fp8": Fp8Config(amax_history=4, lm_head=True)})
     mesh = make_mesh(config.parallelism, jax.devices()[:2])
     dims = config.model.dims()
     options = model.ModelOptions.from_config(config, loss_chunk_tokens=8)  # 32-token shards: 4 chunks
-    assert options.fp8 == model.Fp8Layout(history=4, lm_head_chunks=4)
+    assert options.fp8 == model.Fp8Layout(history=4, lm_head=True)
     params = model.with_fp8_state(model.init_params(dims, jax.random.key(0)), dims, options.fp8)
     tokens = jax.random.randint(jax.random.key(1), (config.batch_size, config.sequence_length), 0, dims.vocab)
     targets = jnp.roll(tokens, -1, axis=1)
@@ -101,14 +101,32 @@ def test_an_fp8_lm_head_keeps_one_scaling_state_per_loss_chunk():
 
     value, grads = jax.jit(jax.value_and_grad(partial(loss, options)))(params)
     bf16_head = dataclasses.replace(options, fp8=model.Fp8Layout(history=4))  # the layers still FP8
-    reference = jax.jit(partial(loss, bf16_head))(
-        model.split_fp8_state(params)[0] | {"fp8": {"layers": params["fp8"]["layers"]}}
-    )
+    without_head_state = {**params, "fp8": {"layers": params["fp8"]["layers"]}}
+    reference = jax.jit(partial(loss, bf16_head))(without_head_state)
     assert value != reference  # the head's FP8 rounding shows
     np.testing.assert_allclose(value, reference, rtol=1e-2)
-    head = jax.tree.map(np.asarray, grads["fp8"]["lm_head"])  # the updated state, one per chunk
-    for operand in ("x", "w", "grad"):
-        history = head[operand]["amax_history"]
-        assert history.shape == (4, 4) and (history[:, 0] > 0).all() and (history[:, 1:] == 0).all(), history
-    assert len(set(head["x"]["amax_history"][:, 0])) == 4  # each chunk saw its own inputs
-    np.testing.assert_array_equal(head["w"]["amax_history"][:, 0], head["w"]["amax_history"][0, 0])  # one head
+    head = jax.tree.map(np.asarray, grads["fp8"]["lm_head"])  # the updated state: one, not one per chunk
+    for operand, dtype in (("x", fp8.E4M3), ("w", fp8.E4M3), ("grad", fp8.E5M2)):
+        history, scale = head[operand]["amax_history"], head[operand]["scale"]
+        assert history.shape == (4,) and history[0] > 0 and (history[1:] == 0).all(), (operand, history)
+        np.testing.assert_allclose(scale, history[0] / fp8.fp8_max(dtype), rtol=1e-6)
+    assert head["w"]["amax_history"][0] == np.abs(np.asarray(params["lm_head"])).max()  # the whole head, once
+
+
+def test_shared_state_takes_the_largest_amax_of_its_uses():
+    state = fp8.einsum_state(history=3)
+    x = (
+        jnp.asarray(np.random.default_rng(1).standard_normal((3, 5, 8)), jnp.float32)
+        * jnp.asarray([1.0, 7.0, 2.0])[:, None, None]
+    )
+    w = jnp.ones((8, 4), jnp.float32)
+
+    def total(s):
+        shared = fp8.shared_across(s, 3)
+        return sum(
+            jnp.sum(fp8.fp8_einsum("bh,hv->bv", x[i], w, jax.tree.map(lambda a, i=i: a[i], shared))) for i in range(3)
+        )
+
+    updated = jax.grad(total)(state)
+    assert float(updated["x"]["amax_history"][0]) == float(jnp.max(jnp.abs(x)))  # the 7x chunk's, not a sum
+    assert float(updated["w"]["amax_history"][0]) == 1.0
