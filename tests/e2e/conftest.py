@@ -1,8 +1,10 @@
 """The clusters of the e2e tests: the local cluster with real nodes (hack/cluster/real-nodes,
 docs/cluster.md), and kind (hack/e2e-kind, docs/e2e.md).
 
-`real_cluster` (session): see its docstring; it runs wherever containers can (root, containerd,
-runc, cgroups), which includes this project's CI machines.
+`real_cluster` (module: it stops when the real-node tests end, not when the session does, so
+its kubelets, containerds and control plane do not slow the tiers after it): see its docstring;
+it runs wherever containers can (root, containerd, runc, cgroups), which includes this project's
+CI machines.
 
 `kind_kubeconfig` (session): $LONGCTX_E2E_KUBECONFIG when `hack/e2e-kind test` already brought the
 cluster up; otherwise `hack/e2e-kind up` here (deleted again at the end unless LONGCTX_E2E_KEEP=1).
@@ -100,7 +102,7 @@ def _helm_values(images: dict[str, dict]) -> dict:
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory) -> Iterator[RealCluster]:
     """Builds the images (a cache hit after tests/e2e/test_images.py), starts a cluster with two real
     nodes and no simulated ones, loads the images into the nodes' containerd and installs the chart;
