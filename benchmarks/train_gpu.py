@@ -47,7 +47,7 @@ def _config(model: ModelConfig, seq: int, offload: bool, steps: int, chunk: int,
     )
 
 
-def measure(config: TrainerConfig, peak: float) -> dict | None:
+def measure(config: TrainerConfig, peak: float, fp8_peak: float | None = None) -> dict | None:
     """Median tokens/s and MFU of the steps after the first, or None when out of memory."""
     events: list[dict] = []
     try:
@@ -57,7 +57,7 @@ def measure(config: TrainerConfig, peak: float) -> dict | None:
             emit=events.append,
             metrics=TrainMetrics("benchmark", 0),
             peak_flops_per_device=peak,
-            fp8_peak_flops_per_device=fp8_peak_flops(jax.devices()[0]) if config.precision == "fp8" else None,
+            fp8_peak_flops_per_device=fp8_peak if config.precision == "fp8" else None,
         )
     except jax.errors.JaxRuntimeError as error:
         if not any(marker in str(error) for marker in OOM_MARKERS):
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         for offload in (False, True):
             speeds = {}
             for precision in precisions:
-                result = measure(_config(model, seq, offload, args.steps, chunk, precision), peak)
+                result = measure(_config(model, seq, offload, args.steps, chunk, precision), peak, fp8_peak)
                 speeds[precision] = result and result["tokens_per_second"]
                 cells = ["OOM", "", "", ""]
                 if result is not None:

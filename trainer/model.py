@@ -79,12 +79,11 @@ class ModelOptions:
     fp8: Fp8Layout | None = None  # None: no FP8
 
     @classmethod
-    def from_config(cls, config: TrainerConfig, loss_chunk_tokens: int = 2048) -> ModelOptions:
+    def from_config(cls, config: TrainerConfig) -> ModelOptions:
         fp8_on = config.precision == "fp8"
         return cls(
             compute_dtype=jnp.float32 if config.precision == "fp32" else jnp.bfloat16,
             fp8=Fp8Layout(config.fp8.amax_history, config.fp8.lm_head) if fp8_on else None,
-            loss_chunk_tokens=loss_chunk_tokens,
             remat=config.remat,
             offload=config.offload.enabled,
             chunk_tokens=config.offload.chunk_tokens,
