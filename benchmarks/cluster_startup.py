@@ -70,14 +70,9 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 
 def first_step_on_real_nodes() -> list[tuple[str, str]]:
-    """Images built (or cached), two real nodes, images loaded, chart installed, then the quickstart
-    applied and timed until rank 0's container logs its first step."""
-    built = subprocess.run([str(REPO / "hack" / "images" / "build"), "--json"], check=True, stdout=subprocess.PIPE)
-    images = {r["image"]: r for r in map(json.loads, built.stdout.splitlines())}
-    rows = [
-        (f"image build: {name}" + (" (recorded in cache)" if r["cached"] else ""), f"{r['build_seconds']} s")
-        for name, r in images.items()
-    ]
+    """Two real nodes, then the images built (or cached), loaded and the chart installed
+    (hack/cluster/install-operator), then the quickstart applied and timed until rank 0's container
+    logs its first step."""
     path = subprocess.run([str(SCRIPTS / "path")], check=True, capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="longctx-bench-real-") as state_dir:
         env = os.environ | {"LONGCTX_CLUSTER_DIR": state_dir, "PATH": f"{path}:{os.environ['PATH']}"}
@@ -88,27 +83,16 @@ def first_step_on_real_nodes() -> list[tuple[str, str]]:
             return subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, input=input).stdout
 
         try:
-            rows.append(
-                (
-                    "start with 2 real nodes Ready",
-                    f"{timed([str(SCRIPTS / 'up'), '--nodes', '0', '--real-nodes', '2'], env):.1f} s",
-                )
-            )
-            archives = [images["operator"]["archive"], images["trainer-cpu"]["archive"]]
-            rows.append(
-                ("images loaded into both nodes", f"{timed([str(SCRIPTS / 'load-image'), *archives], env):.1f} s")
-            )
-            operator_repo, operator_tag = images["operator"]["ref"].rsplit(":", 1)
-            trainer_repo, trainer_tag = images["trainer-cpu"]["ref"].rsplit(":", 1)
-            helm = ["helm", "--kubeconfig", kubeconfig, "install", "longctx", str(REPO / "charts" / "longctx")]
-            helm += ["-n", "longctx-system", "--create-namespace", "--wait", "--timeout", "300s"]
-            helm += ["--set", f"image.repository={operator_repo},image.tag={operator_tag},image.pullPolicy=Never"]
-            helm += [
-                "--set",
-                f"defaults.trainerImage.repository={trainer_repo},defaults.trainerImage.tag={trainer_tag}",
+            up = [str(SCRIPTS / "up"), "--nodes", "0", "--real-nodes", "2"]
+            rows = [("start with 2 real nodes Ready", f"{timed(up, env):.1f} s")]
+            install = subprocess.run([str(SCRIPTS / "install-operator")], env=env, check=True, stdout=subprocess.PIPE)
+            installed = json.loads(install.stdout)
+            rows += [
+                (f"image build: {name}" + (" (recorded in cache)" if r["cached"] else ""), f"{r['build_seconds']} s")
+                for name, r in installed["images"].items()
             ]
-            helm += ["--set", "defaults.trainerImagePullPolicy=Never"]
-            rows.append(("helm install (operator pod Ready)", f"{timed(helm, env):.1f} s"))
+            rows.append(("images loaded into both nodes", f"{installed['seconds']['load']:.1f} s"))
+            rows.append(("helm install (operator pod Ready)", f"{installed['seconds']['helm']:.1f} s"))
             manifest = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
             manifest["spec"]["data"] = {"kind": "synthetic"}
             manifest["spec"]["checkpoint"] = {"path": "/tmp/checkpoints", "intervalSteps": 1000}

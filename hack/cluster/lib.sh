@@ -27,3 +27,23 @@ log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 # Sockets and runtime state of a cluster's real nodes (hack/cluster/real-nodes): under /run, since a
 # unix socket path must stay under 108 bytes and a cluster's state folder may be a long tmp path.
 real_nodes_run_dir() { echo "/run/longctx/$(sha256sum <<<"$1" | cut -c1-12)"; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+start() {  # start STATE NAME BINARY ARGS...: runs detached in its own session, output to STATE/logs/NAME.log
+  local state="$1" name="$2"; shift 2
+  setsid "$@" >"$state/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$state/pids/$name.pid"
+}
+
+wait_for() {  # wait_for SECONDS WHAT COMMAND...: fails after SECONDS, showing the logs of $state if set
+  local deadline=$((SECONDS + $1)) what="$2"; shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS > deadline)); then
+      log "timed out waiting for $what${state:+; logs in $state/logs}"
+      [[ -z "${state:-}" ]] || tail -n 20 "$state"/logs/*.log >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}

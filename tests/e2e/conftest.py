@@ -15,16 +15,13 @@ tests/e2e/test_images.py's, where buildah cannot run).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "e2e-kind"
@@ -49,19 +46,15 @@ def kind_kubeconfig() -> Iterator[Path]:
 
 
 CLUSTER = REPO / "hack" / "cluster"
-CHART = REPO / "charts" / "longctx"
-OPERATOR_NAMESPACE = "longctx-system"
 
 
 @dataclass(frozen=True)
 class RealCluster:
     """The local cluster with real nodes (hack/cluster/up --real-nodes) and the chart's operator
-    running in it as a pod from the image built here; `seconds` times each stage of bringing it up."""
+    running in it as a pod from the image built here (hack/cluster/install-operator)."""
 
     state: Path
     kubeconfig: Path
-    images: dict[str, dict]
-    seconds: dict[str, float]
 
     @property
     def path(self) -> str:
@@ -82,26 +75,6 @@ def cluster_path() -> str:
     return subprocess.run([str(CLUSTER / "path")], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _timed(seconds: dict[str, float], stage: str, command: list[str], **kwargs) -> subprocess.CompletedProcess:
-    begin = time.monotonic()
-    result = subprocess.run(command, **kwargs)
-    seconds[stage] = time.monotonic() - begin
-    assert result.returncode == 0, f"{stage}: {' '.join(command)} failed ({result.returncode}); its output is above"
-    return result
-
-
-def _helm_values(images: dict[str, dict]) -> dict:
-    operator_repo, operator_tag = images["operator"]["ref"].rsplit(":", 1)
-    trainer_repo, trainer_tag = images["trainer-cpu"]["ref"].rsplit(":", 1)
-    return {
-        "image": {"repository": operator_repo, "tag": operator_tag, "pullPolicy": "Never"},
-        "defaults": {
-            "trainerImage": {"repository": trainer_repo, "tag": trainer_tag},
-            "trainerImagePullPolicy": "Never",
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory) -> Iterator[RealCluster]:
     """Builds the images (a cache hit after tests/e2e/test_images.py), starts a cluster with two real
@@ -111,39 +84,16 @@ def real_cluster(tmp_path_factory) -> Iterator[RealCluster]:
     if check.returncode == 3:
         pytest.skip(check.stderr.strip())
     assert check.returncode == 0, check.stderr
-    seconds: dict[str, float] = {}
-    built = _timed(
-        seconds, "images", [str(REPO / "hack" / "images" / "build"), "--json"], stdout=subprocess.PIPE, text=True
-    )
-    images = {r["image"]: r for r in map(json.loads, built.stdout.splitlines())}
     state = tmp_path_factory.mktemp("real-cluster")
     env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state / "cluster")}
     try:
-        _timed(
-            seconds,
-            "cluster",
-            [str(CLUSTER / "up"), "--nodes", "0", "--real-nodes", "2"],
-            env=env,
-            stdout=subprocess.DEVNULL,
+        up = subprocess.run(
+            [str(CLUSTER / "up"), "--nodes", "0", "--real-nodes", "2"], env=env, stdout=subprocess.DEVNULL
         )
-        archives = [images["operator"]["archive"], images["trainer-cpu"]["archive"]]
-        _timed(seconds, "load", [str(CLUSTER / "load-image"), *archives], env=env)
-        cluster = RealCluster(state / "cluster", state / "cluster" / "kubeconfig", images, seconds)
-        values = state / "values.yaml"
-        values.write_text(yaml.safe_dump(_helm_values(images)))
-        helm = ["helm", "--kubeconfig", str(cluster.kubeconfig), "install", "longctx", str(CHART)]
-        helm += [
-            "--namespace",
-            OPERATOR_NAMESPACE,
-            "--create-namespace",
-            "--values",
-            str(values),
-            "--wait",
-            "--timeout",
-            "300s",
-        ]
-        _timed(seconds, "helm", helm, env=env | {"PATH": f"{cluster_path()}:{os.environ['PATH']}"})
-        yield cluster
+        assert up.returncode == 0, "hack/cluster/up --real-nodes 2 failed; its output is above"
+        install = subprocess.run([str(CLUSTER / "install-operator")], env=env, stdout=subprocess.DEVNULL)
+        assert install.returncode == 0, "hack/cluster/install-operator failed; its output is above"
+        yield RealCluster(state / "cluster", state / "cluster" / "kubeconfig")
     finally:
         subprocess.run([str(CLUSTER / "down")], env=env, check=False)
     assert not _leftovers(state / "cluster"), _leftovers(state / "cluster")
