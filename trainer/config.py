@@ -19,7 +19,7 @@ from .presets import PRESETS, ModelDims, RopeScaling
 
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
-Attention = Literal["ring", "all_gather"]
+Attention = Literal["ring", "all_gather", "ulysses"]
 LoadBalance = Literal["dual_chunk_swap", "striped", "none"]
 Precision = Literal["bf16", "fp32", "fp8"]
 Schedule = Literal["cosine", "constant"]
@@ -30,6 +30,27 @@ CollectivePermute = Literal["nccl", "nvshmem"]
 def sequence_split(load_balance: LoadBalance, context: int) -> int:
     """Pieces a sequence is cut into: dual-chunk-swap gives every device two chunks."""
     return 2 * context if load_balance == "dual_chunk_swap" else context
+
+
+def ulysses_kv_repeat(heads: int, kv_heads: int, ulysses: int) -> int:
+    """How many copies of each K/V head Ulysses attention makes before its all-to-all.
+
+    `heads` and `kv_heads` are one tensor-parallel rank's. The all-to-all gives each of the
+    `ulysses` devices 1/ulysses of the query heads, so heads must divide by it. K/V heads split the
+    same way when they divide too (repeat 1); when there are fewer K/V heads than devices, each is
+    repeated ulysses / kv_heads times, which needs kv_heads to divide ulysses, so every device
+    gets exactly the one K/V head its query heads share (GQA groups never straddle devices).
+    Raises ValueError naming the rule otherwise."""
+    if heads % ulysses:
+        raise ValueError(f"ulysses attention needs heads per tensor rank ({heads}) divisible by context ({ulysses})")
+    if kv_heads % ulysses == 0:
+        return 1
+    if ulysses % kv_heads:
+        raise ValueError(
+            f"ulysses attention needs kv_heads per tensor rank ({kv_heads}) to divide context ({ulysses}) "
+            "or be divisible by it"
+        )
+    return ulysses // kv_heads
 
 
 class _Strict(BaseModel):
@@ -191,6 +212,8 @@ class TrainerConfig(_Strict):
             raise ValueError(f"batch of {self.batch_size} sequences does not divide over data={p.data}")
         if self.model.heads % p.tensor or self.model.kv_heads % p.tensor:
             raise ValueError("parallelism.tensor must divide model heads and kv_heads")
+        if p.attention == "ulysses":
+            ulysses_kv_repeat(self.model.heads // p.tensor, self.model.kv_heads // p.tensor, p.context)
         split = sequence_split(p.load_balance, p.context)
         if self.sequence_length % split:
             raise ValueError(f"sequence_length must be divisible by {split}")

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from longctx_trainer import model
-from longctx_trainer.ops import block, chunked, ring
+from longctx_trainer.ops import block, chunked, ring, ulysses
 
 
 def round_block_lse_to_bf16(monkeypatch):
@@ -64,6 +64,21 @@ class _LaxSkippingOneRingRotation:
 
 def skip_one_ring_rotation(monkeypatch, step: int = 1):
     monkeypatch.setattr(ring, "lax", _LaxSkippingOneRingRotation(step))
+
+
+class _JnpTilingHeads:
+    """`jax.numpy` as ulysses.py sees it, except that `repeat` tiles: K/V heads [a, b] become
+    [a, b, a, b] instead of [a, a, b, b], so half the devices pair query heads with the wrong K/V."""
+
+    def __getattr__(self, name):
+        return getattr(jnp, name)
+
+    def repeat(self, x, repeats, axis):
+        return jnp.concatenate([x] * repeats, axis=axis)
+
+
+def tile_ulysses_kv_heads(monkeypatch):
+    monkeypatch.setattr(ulysses, "jnp", _JnpTilingHeads())
 
 
 def lose_attention_scale(monkeypatch):

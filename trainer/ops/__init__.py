@@ -1,4 +1,4 @@
-"""Attention ops: fp32 reference, block kernel, ring and all-gather context parallelism,
+"""Attention ops: fp32 reference, block kernel, ring, all-gather and Ulysses context parallelism,
 load-balancing layouts and FPDT-style chunking/offload."""
 
 from .attention import context_parallel_attention

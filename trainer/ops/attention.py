@@ -13,6 +13,7 @@ from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .load_balance import permutation
 from .ring import make_ring_attention
+from .ulysses import make_ulysses_attention
 
 ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
 
@@ -47,6 +48,8 @@ def context_parallel_attention(
         raise ValueError(f"unknown attention impl {impl!r}; expected one of {get_args(Attention)}")
     if impl == "ring" and context > 1:
         local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
+    elif impl == "ulysses" and context > 1:
+        local = make_ulysses_attention(axis=CONTEXT, axis_size=context, **options)
     else:  # at context 1 both are the local chunked attention (its K/V offload included)
         local = make_all_gather_attention(axis=CONTEXT, **options)
     # check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;

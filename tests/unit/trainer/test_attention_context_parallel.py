@@ -1,4 +1,4 @@
-"""Ring and all-gather context-parallel attention on 8 CPU devices against the fp32 reference.
+"""Ring, all-gather and Ulysses context-parallel attention on 8 CPU devices against the fp32 reference.
 
 Each case runs one jitted function (output and input gradients through the custom VJPs) on
 inputs laid out in the load-balancing order, undoes the order, and compares with the
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
+from longctx_trainer.config import ulysses_kv_repeat
 from longctx_trainer.ops import context_parallel_attention, inverse_permutation, permutation, reference_attention
 from support import mutants
 
@@ -79,7 +80,7 @@ def assert_matches_reference(result, reference, tolerances):
 
 
 # (impl, (data, context, tensor), causal, kv_heads, load_balance): every context size, causal and
-# not, heads 8/8, 8/2 and 8/1, each layout, and a tensor axis > 1, for both implementations.
+# not, heads 8/8, 8/2 and 8/1, each layout, and a tensor axis > 1, for every implementation.
 CASES = [
     ("ring", (2, 1, 4), True, 8, "none"),
     ("ring", (2, 1, 1), False, 1, "none"),
@@ -97,6 +98,13 @@ CASES = [
     ("all_gather", (2, 4, 1), False, 1, "striped"),
     ("all_gather", (1, 8, 1), True, 2, "dual_chunk_swap"),
     ("all_gather", (1, 8, 1), True, 1, "none"),
+    # Ulysses: K/V heads split over the context axis (8 over 2, 4 over 4) or repeated 2, 4 or 8 times.
+    ("ulysses", (2, 2, 1), True, 8, "dual_chunk_swap"),
+    ("ulysses", (2, 2, 2), True, 2, "dual_chunk_swap"),
+    ("ulysses", (1, 4, 2), True, 8, "striped"),
+    ("ulysses", (2, 4, 1), False, 2, "none"),
+    ("ulysses", (1, 8, 1), True, 2, "dual_chunk_swap"),
+    ("ulysses", (1, 8, 1), True, 1, "none"),
 ]
 
 
@@ -126,6 +134,24 @@ def test_fp32_check_fails_on_mutant(mutant, monkeypatch):
         test_matches_reference_forward_and_gradients(*MUTANT_CASE)
 
 
+def test_fp32_check_fails_when_ulysses_pairs_query_heads_with_the_wrong_kv_heads(monkeypatch):
+    mutants.tile_ulysses_kv_heads(monkeypatch)
+    with pytest.raises(AssertionError):
+        test_matches_reference_forward_and_gradients("ulysses", (1, 8, 1), True, 2, "dual_chunk_swap")
+
+
+@pytest.mark.parametrize(
+    "heads,kv_heads,context,expected",
+    [(8, 8, 4, 1), (8, 2, 2, 1), (8, 2, 8, 4), (8, 1, 8, 8), (32, 8, 16, 2), (8, 2, 16, None), (8, 3, 4, None)],
+)
+def test_ulysses_kv_repeat_rule(heads, kv_heads, context, expected):
+    if expected is None:
+        with pytest.raises(ValueError, match="ulysses attention needs"):
+            ulysses_kv_repeat(heads, kv_heads, context)
+    else:
+        assert ulysses_kv_repeat(heads, kv_heads, context) == expected
+
+
 # bf16: q scaled by 3 so that logits spread as in a trained model (log-sum-exp 5 to 9, where
 # bf16's spacing is 1/32 to 1/16); inputs rounded to bf16 for the reference too, so only the
 # kernel's own rounding counts. rtol is one bf16 step (2^-8), for the final rounding. Measured
@@ -142,7 +168,7 @@ BF16 = {
 }
 
 
-@pytest.mark.parametrize("impl", ["ring", "all_gather"])
+@pytest.mark.parametrize("impl", ["ring", "all_gather", "ulysses"])
 def test_bf16_within_bf16_tolerance(impl):
     result = context_parallel_with_grads(
         make_mesh(1, 8, 1), kv_heads=2, causal=True, dtype=jnp.bfloat16, q_scale=BF16_Q_SCALE, impl=impl
@@ -161,4 +187,4 @@ def test_bf16_check_fails_when_the_ring_merges_bf16_log_sum_exps(monkeypatch):
 def test_unknown_impl_is_rejected():
     (q, k, v), _ = inputs(8)
     with pytest.raises(ValueError, match="impl"):
-        context_parallel_attention(q, k, v, mesh=make_mesh(1, 8, 1), causal=True, impl="ulysses")
+        context_parallel_attention(q, k, v, mesh=make_mesh(1, 8, 1), causal=True, impl="tree")

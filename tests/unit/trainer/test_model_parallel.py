@@ -86,6 +86,14 @@ def test_chunked_offloaded_all_gather_model_matches_single_device(single_device)
     _assert_same(_loss_and_grads(ParallelConfig(context=4), options), single_device)
 
 
+def test_ulysses_model_matches_single_device(single_device):
+    """Ulysses attention with data 2 x context 2 x tensor 2: each tensor rank's two query heads
+    split over context 2, its one K/V head repeated for both devices (kv_repeat 2)."""
+    _assert_same(
+        _loss_and_grads(ParallelConfig(data=2, context=2, tensor=2), _options(attention="ulysses")), single_device
+    )
+
+
 def test_params_are_zero3_sharded_where_divisible():
     mesh = make_mesh(ParallelConfig(data=2, context=2, tensor=2))
     specs = model.param_specs(DIMS, mesh)

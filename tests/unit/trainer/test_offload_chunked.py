@@ -76,6 +76,7 @@ CASES = [
     ("ring", (1, 8, 1), 1, "striped", 4, True),
     ("all_gather", (2, 4, 1), 8, "dual_chunk_swap", 16, True),
     ("ring", (2, 1, 1), 2, "none", 32, True),
+    ("ulysses", (1, 4, 2), 2, "dual_chunk_swap", 8, True),  # chunks of the whole sequence, K/V repeated
 ]
 
 
@@ -108,12 +109,14 @@ def test_checks_fail_when_the_kv_prefetch_lags_one_chunk(check, monkeypatch):
         check()
 
 
-@pytest.mark.parametrize("impl,layout", [("ring", (1, 2, 1)), ("all_gather", (1, 2, 1)), ("ring", (2, 1, 1))])
+@pytest.mark.parametrize(
+    "impl,layout", [("ring", (1, 2, 1)), ("all_gather", (1, 2, 1)), ("ulysses", (1, 2, 1)), ("ring", (2, 1, 1))]
+)
 def test_host_placement_path_keeps_the_numbers(impl, layout, monkeypatch):
     """CPU skips placement (its device memory is host memory); force the GPU code path here.
 
-    The traced program then really holds host-memory values (K/V chunks for all-gather and
-    context 1, residuals always), checked in its jaxpr; XLA's CPU backend lowers the transfers
+    The traced program then really holds host-memory values (K/V chunks for all-gather, Ulysses
+    and context 1, residuals always), checked in its jaxpr; XLA's CPU backend lowers the transfers
     as no-ops, so this proves the program is valid and exact, not that bytes move.
     """
     assert not offload.host_offload_available("cpu")
