@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longctx_trainer import podenv
-from longctx_trainer.config import sequence_split
+from longctx_trainer.config import sequence_split, ulysses_kv_repeat
 from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
@@ -85,6 +85,21 @@ def _tensor_divides_heads(s: LongContextJobSpec) -> bool:
     heads = _heads(s.model)
     t = s.parallelism.tensor
     return t is None or heads is None or (heads[0] % t == 0 and heads[1] % t == 0)
+
+
+def _ulysses_splits_heads(s: LongContextJobSpec) -> bool:
+    """The trainer's own rule (ulysses_kv_repeat), once context and tensor are pinned and divide
+    the heads (the tensor rule reports those that do not)."""
+    p, heads = s.parallelism, _heads(s.model)
+    if p.attention != "ulysses" or None in (p.context, p.tensor) or heads is None:
+        return True
+    if heads[0] % p.tensor or heads[1] % p.tensor:
+        return True
+    try:
+        ulysses_kv_repeat(heads[0] // p.tensor, heads[1] // p.tensor, p.context)
+    except ValueError:
+        return False
+    return True
 
 
 def _sequence_divisible(s: LongContextJobSpec) -> bool:
@@ -238,6 +253,18 @@ RULES: tuple[Rule, ...] = (
         "tensor must divide the model's heads and kvHeads",
         _tensor_divides_heads,
         ".parallelism.tensor",
+    ),
+    Rule(
+        "spec",
+        "self.parallelism.attention != 'ulysses' || !has(self.parallelism.context) || !has(self.parallelism.tensor)"
+        f" || !{_CEL_HEADS_KNOWN} || {_CEL_HEADS} % self.parallelism.tensor != 0"
+        f" || {_CEL_KV} % self.parallelism.tensor != 0 || ({_CEL_HEADS} / self.parallelism.tensor"
+        f" % self.parallelism.context == 0 && ({_CEL_KV} / self.parallelism.tensor % self.parallelism.context == 0"
+        f" || self.parallelism.context % ({_CEL_KV} / self.parallelism.tensor) == 0))",
+        "ulysses attention needs heads / tensor divisible by context, and kvHeads / tensor divisible by "
+        "context or dividing it",
+        _ulysses_splits_heads,
+        ".parallelism.context",
     ),
     Rule(
         "spec",

@@ -144,7 +144,8 @@ class ParallelismSpec(ApiModel):
     processes_per_node: int | None = Field(None, ge=1, le=64)
     """JAX processes per pod (default 1; NVSHMEM needs one per GPU, so it defaults to gpusPerNode there)."""
     attention: ApiAttention = "ring"
-    """Context-parallel attention: ring (K/V rotate around the ring) or allGather (K/V gathered once)."""
+    """Context-parallel attention: ring (K/V rotate around the ring), allGather (K/V gathered once) or
+    ulysses (all-to-all from sequence to head shards; heads / tensor must divide by context)."""
     load_balance: ApiLoadBalance = "dualChunkSwap"
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves tokens."""
 
