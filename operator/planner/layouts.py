@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import sequence_split
+from longctx_trainer.config import sequence_split, ulysses_kv_repeat
 from longctx_trainer.presets import ModelDims
 
 
@@ -51,6 +51,7 @@ def structural_rejections(
     batch_sequences: int,
     gpus_per_node: int,
     load_balance: str,
+    attention: str,
 ) -> list[Rejection]:
     """Reasons independent of memory and speed; empty when the layout can run at all."""
     out: list[Rejection] = []
@@ -64,6 +65,11 @@ def structural_rejections(
         out.append(Rejection(tensor_field, f"tensor={t} does not divide heads={model.heads}"))
     if model.kv_heads % t:
         out.append(Rejection(tensor_field, f"tensor={t} does not divide kv_heads={model.kv_heads}"))
+    elif attention == "ulysses" and not model.heads % t:
+        try:
+            ulysses_kv_repeat(model.heads // t, model.kv_heads // t, layout.context)
+        except ValueError as error:
+            out.append(Rejection("spec.parallelism.context", str(error)))
     split = sequence_split(load_balance, layout.context)
     if sequence_length % split:
         what = f"2*context={split}" if load_balance == "dual_chunk_swap" else f"context={split}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention, Precision
+from longctx_trainer.config import Attention, Precision, ulysses_kv_repeat
 from longctx_trainer.presets import ModelDims
 
 from .costs import (
@@ -93,13 +93,18 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         recompute=inp.recompute,
         offload=offload,
     )
+    ulysses = inp.attention == "ulysses" and lay.context > 1
+    # Ulysses repeats K/V heads that are fewer than the context devices (GQA)
+    kv_copies = ulysses_kv_repeat(m.heads // lay.tensor, m.kv_heads // lay.tensor, lay.context) if ulysses else 1
     if offload:  # one chunk of queries against double-buffered K/V chunks; the rest on the host
         query = kv_tokens = inp.chunk_tokens
         buffers = 2
-        waiting_tokens = inp.sequence_length if inp.attention == "all_gather" else shard
+        waiting_tokens = inp.sequence_length if inp.attention == "all_gather" else shard * kv_copies
         host_kv = kv_bytes(m, p, tensor=lay.tensor, tokens=waiting_tokens) * local_sequences
     elif inp.attention == "all_gather" and lay.context > 1:
         query, kv_tokens, buffers, host_kv = shard, inp.sequence_length, 1, 0
+    elif ulysses:  # the whole sequence for 1/context of the heads: a shard's worth of tokens
+        query, kv_tokens, buffers, host_kv = shard, shard * kv_copies, 2, 0  # 2: the all-to-all's buffer
     else:  # ring: the block in use and the one arriving
         query, kv_tokens, host_kv = shard, shard, 0
         buffers = 2 if lay.context > 1 else 1

@@ -281,6 +281,7 @@ def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
         batch_sequences=req.batch_sequences,
         gpus_per_node=req.gpus_per_node,
         load_balance=req.load_balance,
+        attention=req.attention,
     )
     if rejections:
         return Candidate(layout, rejections=tuple(rejections))

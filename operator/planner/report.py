@@ -22,6 +22,7 @@ _STEP_PARTS = (
     ("tensor_parallel", "TP"),
     ("zero_exposed", "ZeRO"),
     ("all_gather", "all-gather"),
+    ("ulysses", "Ulysses"),
     ("offload_exposed", "offload"),
 )
 

@@ -3,15 +3,15 @@
 A deliberately simple roofline-style model (see docs/planner.md): compute at the GPU's sustained
 matmul rate; ring K/V passes overlap the block computation and only their excess is exposed; TP
 all-reduces are exposed; ZeRO-3 gathers and gradient reduce-scatters are prefetched behind
-compute; all-gather attention's collectives are exposed; offload copies of saved activations run
-behind compute.
+compute; all-gather attention's collectives and Ulysses' all-to-alls are exposed; offload copies of
+saved activations run behind compute.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention, LoadBalance, Precision
+from longctx_trainer.config import Attention, LoadBalance, Precision, ulysses_kv_repeat
 from longctx_trainer.flops import flops_per_token
 from longctx_trainer.hardware import Fabric, Gpu
 from longctx_trainer.presets import ModelDims
@@ -28,6 +28,7 @@ class StepTime:
     tensor_parallel: float
     zero_exposed: float
     all_gather: float
+    ulysses: float
     offload_exposed: float
 
     @property
@@ -38,6 +39,7 @@ class StepTime:
             + self.tensor_parallel
             + self.zero_exposed
             + self.all_gather
+            + self.ulysses
             + self.offload_exposed
         )
 
@@ -70,6 +72,11 @@ class StepInputs:
     def forward_passes(self) -> int:
         return 2 if self.recompute else 1
 
+    @property
+    def imbalance(self) -> float:
+        """Ulysses attends the whole sequence on every device (for some heads): always balanced."""
+        return 1.0 if self.attention == "ulysses" else imbalance(self.load_balance, self.layout.context)
+
 
 def imbalance(load_balance: LoadBalance, context: int) -> float:
     """Causal attention time of the busiest device over the average one. Unbalanced contiguous
@@ -92,7 +99,7 @@ def compute_seconds(inp: StepInputs) -> float:
     layers = inp.model.non_embedding_param_count() * (8 if inp.recompute else 6)
     head = f.dense - 6 * inp.model.non_embedding_param_count()
     attention = f.attention_causal * (4 / 3 if inp.recompute else 1)
-    attention *= imbalance(inp.load_balance, inp.layout.context)
+    attention *= inp.imbalance
     layer_rate = inp.gpu.achievable_fp8_flops if inp.precision == "fp8" else inp.gpu.achievable_flops
     tokens = inp.global_batch_tokens / inp.layout.devices
     return tokens * (layers / layer_rate + (head + attention) / inp.gpu.achievable_flops)
@@ -102,7 +109,7 @@ def attention_forward_seconds_per_layer(inp: StepInputs) -> float:
     """Causal attention forward of one layer on the busiest device, all its local sequences."""
     m, lay = inp.model, inp.layout
     flops = 2 * (m.hidden // lay.tensor) * inp.sequence_length * inp.shard_tokens
-    flops *= imbalance(inp.load_balance, lay.context) * inp.local_sequences
+    flops *= inp.imbalance * inp.local_sequences
     return flops / inp.gpu.achievable_flops
 
 
@@ -164,6 +171,20 @@ def all_gather_seconds(inp: StepInputs) -> float:
     return inp.model.layers * (inp.forward_passes + 1) * received / bandwidth
 
 
+def ulysses_seconds(inp: StepInputs) -> float:
+    """Per layer and forward pass, all-to-alls of q, k, v (K/V heads repeated where fewer than
+    context) and of the output; backward moves their gradients the same way. Each device keeps 1/C
+    of its shard and sends the rest; nothing overlaps them (the attention waits for its inputs)."""
+    lay, m = inp.layout, inp.model
+    if inp.attention != "ulysses" or lay.context == 1:
+        return 0.0
+    repeat = ulysses_kv_repeat(m.heads // lay.tensor, m.kv_heads // lay.tensor, lay.context)
+    width = (2 * m.hidden + 2 * kv_dim(m) * repeat) // lay.tensor
+    shard = width * inp.shard_tokens * inp.local_sequences * dtype_bytes(inp.precision)
+    sent = shard * (lay.context - 1) / lay.context
+    return m.layers * (inp.forward_passes + 1) * sent / link_bandwidth(inp, lay.context * lay.tensor)
+
+
 def offload_exposed_seconds(inp: StepInputs, compute: float) -> float:
     """Saved activations go out in forward and come back in backward behind compute; K/V chunk
     fetches (about context * n^2 / 2 per layer and pass for n chunks) hide behind their blocks
@@ -191,5 +212,6 @@ def step_time(inp: StepInputs) -> StepTime:
         tensor_parallel=tensor_parallel_seconds(inp),
         zero_exposed=zero,
         all_gather=all_gather_seconds(inp),
+        ulysses=ulysses_seconds(inp),
         offload_exposed=offload_exposed_seconds(inp, compute),
     )

@@ -131,7 +131,7 @@ def test_invalid_manual_layouts_raise_naming_the_field(overrides, field, fragmen
         (dict(gpus_per_node=0), "spec.resources.gpusPerNode"),
         (dict(sequence_length=0), "spec.sequenceLength"),
         (dict(precision="fp4"), "spec.precision"),
-        (dict(attention="ulysses"), "spec.parallelism.attention"),
+        (dict(attention="tree"), "spec.parallelism.attention"),
         (dict(load_balance="zigzag"), "spec.parallelism.loadBalance"),
         (dict(context=0), "spec.parallelism.context"),
         (dict(chunk_tokens=4096, offload=False), "spec.offload.chunkTokens"),

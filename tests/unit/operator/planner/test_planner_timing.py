@@ -5,7 +5,7 @@ The derivations are exact: rel=1e-9 (on 2026-11-24 each matched with rel=0, i.e.
 
 import pytest
 
-from longctx_operator.planner import PlanRequest, plan
+from longctx_operator.planner import PlanError, PlanRequest, plan
 from longctx_trainer.presets import PRESETS
 
 LLAMA8B = PRESETS["llama3-8b"]
@@ -80,3 +80,25 @@ def test_all_gather_attention_is_exposed_and_replaces_the_ring():
     expected = 32 * 3 * 7 * 32_768 * 2 * 256 * 2 / (400e9 / 8 * 0.8)
     assert gathered.step.all_gather == pytest.approx(expected, rel=1e-9)
     assert gathered.memory.attention_working_set > ring.memory.attention_working_set
+
+
+def test_ulysses_all_to_alls_by_hand_and_balanced_attention():
+    ring = plan(request(data=1, context=8, tensor=4, load_balance="none"))
+    ulysses = plan(request(data=1, context=8, tensor=4, load_balance="none", attention="ulysses"))
+    assert ulysses.step.ring_exposed == 0.0 and ulysses.step.all_gather == 0.0
+    # Tensor rank: 8 query heads and 2 K/V heads over context 8, so each K/V head is repeated 4
+    # times. Per layer and pass (2 forward, 1 backward): q, out (2 * 4096 / 4 values per token)
+    # and k, v (2 * 1024 * 4 / 4) over a 32,768-token shard, 7/8 of it sent, bf16, InfiniBand.
+    per_pass = (2 * 1024 + 2 * 1024) * 32_768 * 2 * 7 / 8
+    assert ulysses.step.ulysses == pytest.approx(32 * 3 * per_pass / (400e9 / 8 * 0.8), rel=1e-9)
+    # Every device attends the whole sequence for some heads: no causal imbalance, whatever the layout.
+    attention = 206_158_430_208 * 4 / 3 * 262_144 / 32 / F
+    assert ring.step.compute - ulysses.step.compute == pytest.approx(attention * 7 / 9, rel=1e-9)
+
+
+def test_ulysses_rejects_contexts_the_heads_cannot_split_over():
+    # llama3-8b: 32 heads, 8 K/V heads; tensor 1 x context 32 works (K/V repeated 4 times), but
+    # 64 devices of context over 32 heads cannot.
+    assert plan(request(attention="ulysses")).layout.context == 32
+    with pytest.raises(PlanError, match="heads per tensor rank"):
+        plan(request(nodes=8, context=64, attention="ulysses"))
