@@ -342,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", help="GPU type (default: the API's, h100-80gb), e.g. h200-141gb")
     p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
     p.add_argument("--precision", help="bf16 (the API's default), fp32 or fp8 (shown against bf16)")
-    p.add_argument("--attention", help="ring (the API's default) or allGather")
+    p.add_argument("--attention", help="ring (the API's default), allGather, ulysses or auto (the fastest that fits)")
     p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")
     p.add_argument("--context", type=int, help="pin context parallelism")
     p.add_argument("--tensor", type=int, help="pin tensor parallelism")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.config import Attention
+
 
 @dataclass(frozen=True)
 class ResolvedLayout:
@@ -14,6 +16,7 @@ class ResolvedLayout:
     processes_per_node: int
     offload: bool = False
     chunk_tokens: int | None = None
+    attention: Attention = "ring"  # the trainer's spelling; the planner's choice under `attention: auto`
 
     @property
     def devices(self) -> int:

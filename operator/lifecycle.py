@@ -22,14 +22,14 @@ from datetime import UTC, datetime
 from . import conditions, names, reasons
 from .admission import Admission
 from .api.advice import advice
-from .api.spec import LongContextJobSpec
+from .api.spec import API_ATTENTION, TRAINER_ATTENTION, LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .conditions import ConditionType
 from .layout import ResolvedLayout
 from .observe import WorkloadObservation, parse_time
 from .planner import Plan, PlanError
 from .reasons import Reason
-from .resolve import resolve_layout
+from .resolve import resolve_layout, unplanned_attention
 
 TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
@@ -86,14 +86,23 @@ def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan |
         processes=spec.resources.nodes * layout.processes_per_node,
         offload=layout.offload,
         chunk_tokens=layout.chunk_tokens,
+        attention=API_ATTENTION[layout.attention],
         memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
         estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None,
     )
 
 
-def resolved(layout: LayoutStatus) -> ResolvedLayout:
+def resolved(layout: LayoutStatus, spec: LongContextJobSpec) -> ResolvedLayout:
+    """The recorded layout to render again; a status from before attention was recorded runs the spec's."""
+    attention = TRAINER_ATTENTION[layout.attention] if layout.attention else unplanned_attention(spec)
     return ResolvedLayout(
-        layout.data, layout.context, layout.tensor, layout.processes_per_node, layout.offload, layout.chunk_tokens
+        layout.data,
+        layout.context,
+        layout.tensor,
+        layout.processes_per_node,
+        layout.offload,
+        layout.chunk_tokens,
+        attention,
     )
 
 
@@ -275,7 +284,7 @@ def _admit_next(
     )
     n.condition(*admitted)
     n.restart_clock(conditions.WORKLOAD_CREATED)  # a new generation's create has its own history and clock
-    n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
+    n.actions.append(CreateWorkload(generation, resolved(n.status.layout, spec)))
     return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))
 
 
@@ -300,7 +309,7 @@ def _create_refused(n: _Next, spec: LongContextJobSpec, generation: int, error: 
             f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds): {error}",
         )
     n.set(reason=reasons.WORKLOAD_CREATE_FAILED, message=error)
-    n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
+    n.actions.append(CreateWorkload(generation, resolved(n.status.layout, spec)))
     return n.decision(requeue_after=max(0.5, left + 0.5))
 
 
@@ -310,7 +319,7 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         if observed.create_error is not None:
             return _create_refused(n, spec, generation, observed.create_error)
         # Not seen yet (just created) or removed by someone else: create-or-get it again.
-        n.actions.append(CreateWorkload(generation, resolved(n.status.layout)))
+        n.actions.append(CreateWorkload(generation, resolved(n.status.layout, spec)))
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
     if any(c.type == conditions.WORKLOAD_CREATED for c in n.status.conditions):
         n.condition(conditions.WORKLOAD_CREATED, True, reasons.CREATED, f"Job {n.status.current_workload} created")

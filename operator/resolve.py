@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from longctx_operator.planner import Plan, PlanRequest, plan
+from longctx_operator.planner.plan import AUTO_ATTENTION
+from longctx_trainer.config import Attention
 
 from .api.quantity import parse_quantity
 from .api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec
@@ -24,7 +26,7 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
         data=p.data,
         context=p.context,
         tensor=p.tensor,
-        attention=TRAINER_ATTENTION[p.attention],
+        attention=p.attention if p.attention == AUTO_ATTENTION else TRAINER_ATTENTION[p.attention],
         load_balance=TRAINER_LOAD_BALANCE[p.load_balance],
         offload=spec.offload.enabled,
         chunk_tokens=spec.offload.chunk_tokens,
@@ -32,16 +34,35 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
     )
 
 
+def unplanned_attention(spec: LongContextJobSpec) -> Attention:
+    """The attention kind where no planner chooses it (CPU jobs): auto means ring there."""
+    attention = spec.parallelism.attention
+    return "ring" if attention == AUTO_ATTENTION else TRAINER_ATTENTION[attention]
+
+
 def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:
     """The layout and, on GPUs, the plan that chose or validated it; raises PlanError."""
     ppn = spec.processes_per_node()
     if spec.resources.gpu_type == "cpu":
         p = spec.parallelism  # CPU jobs are manual (a rule): the planner models GPUs only
-        return ResolvedLayout(
-            p.data, p.context, p.tensor, ppn, bool(spec.offload.enabled), spec.offload.chunk_tokens
-        ), None
+        layout = ResolvedLayout(
+            p.data,
+            p.context,
+            p.tensor,
+            ppn,
+            bool(spec.offload.enabled),
+            spec.offload.chunk_tokens,
+            unplanned_attention(spec),
+        )
+        return layout, None
     chosen = plan(plan_request(spec))
     layout = ResolvedLayout(
-        chosen.layout.data, chosen.layout.context, chosen.layout.tensor, ppn, chosen.offload, chosen.chunk_tokens
+        chosen.layout.data,
+        chosen.layout.context,
+        chosen.layout.tensor,
+        ppn,
+        chosen.offload,
+        chosen.chunk_tokens,
+        chosen.attention,
     )
     return layout, chosen

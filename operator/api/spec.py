@@ -17,6 +17,8 @@ from longctx_trainer.config import Attention, CollectivePermute, DataKind, LoadB
 from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
+from ..planner.plan import AUTO_ATTENTION
+
 # Patterns are checked by pydantic (Rust regex) and by the API server (Go RE2) alike: ASCII classes
 # only (no \w or \d, which are Unicode-aware in Rust), anchored, no look-arounds.
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
@@ -56,7 +58,9 @@ def _trainer_spellings(trainer_choices) -> dict[str, str]:
 
 TRAINER_ATTENTION = _trainer_spellings(Attention)
 TRAINER_LOAD_BALANCE = _trainer_spellings(LoadBalance)
-ApiAttention = Literal[tuple(TRAINER_ATTENTION)]  # type: ignore[valid-type]
+API_ATTENTION = {trainer: api for api, trainer in TRAINER_ATTENTION.items()}
+ApiAttentionKind = Literal[tuple(TRAINER_ATTENTION)]  # type: ignore[valid-type]
+ApiAttention = Literal[(*TRAINER_ATTENTION, AUTO_ATTENTION)]  # type: ignore[valid-type]
 ApiLoadBalance = Literal[tuple(TRAINER_LOAD_BALANCE)]  # type: ignore[valid-type]
 
 
@@ -144,8 +148,9 @@ class ParallelismSpec(ApiModel):
     processes_per_node: int | None = Field(None, ge=1, le=64)
     """JAX processes per pod (default 1; NVSHMEM needs one per GPU, so it defaults to gpusPerNode there)."""
     attention: ApiAttention = "ring"
-    """Context-parallel attention: ring (K/V rotate around the ring), allGather (K/V gathered once) or
-    ulysses (all-to-all from sequence to head shards; heads / tensor must divide by context)."""
+    """Context-parallel attention: ring (K/V rotate around the ring), allGather (K/V gathered once),
+    ulysses (all-to-all from sequence to head shards; heads / tensor must divide by context), or auto
+    (the planner picks the fastest that fits; ring on CPU, which the planner does not model)."""
     load_balance: ApiLoadBalance = "dualChunkSwap"
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves tokens."""
 

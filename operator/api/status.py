@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .spec import ApiModel
+from .spec import ApiAttentionKind, ApiModel
 
 Phase = Literal["Pending", "Admitted", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
@@ -36,6 +36,8 @@ class LayoutStatus(ApiModel):
     """Total JAX processes in the gang."""
     offload: bool
     chunk_tokens: int | None = None
+    attention: ApiAttentionKind | None = None
+    """The attention kind the trainer runs (the planner's choice under attention: auto)."""
     memory_per_gpu: str | None = None
     """Planned device memory per GPU, e.g. 61.2Gi."""
     estimated_tokens_per_second: float | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import get_args
+from typing import Literal, get_args
 
 from longctx_trainer.config import Attention, LoadBalance, Precision
 from longctx_trainer.flops import FlopsPerToken, flops_per_token
@@ -18,6 +18,10 @@ from .timing import StepInputs, StepTime, step_time
 # Offloaded tensors may take this fraction of a pod's memory limit; the rest is for the Python
 # process, the runtime's own host buffers, data loading and the page cache of checkpoints.
 HOST_MEMORY_MARGIN = 0.8
+AUTO_ATTENTION = "auto"
+"""`attention: auto`: plan every kind (ATTENTION_KINDS, in this order of preference on a tie) and keep
+the fastest layout-and-kind that fits."""
+ATTENTION_KINDS: tuple[Attention, ...] = get_args(Attention)
 
 
 class PlanError(ValueError):
@@ -45,7 +49,7 @@ class PlanRequest:
     data: int | None = None  # None = planner decides; all three set = manual layout
     context: int | None = None
     tensor: int | None = None
-    attention: Attention = "ring"
+    attention: Attention | Literal["auto"] = "ring"
     load_balance: LoadBalance = "dual_chunk_swap"
     offload: bool | None = None  # None = only when needed to fit
     chunk_tokens: int | None = None  # None = chunk rule
@@ -65,10 +69,16 @@ class PlanRequest:
     def manual(self) -> bool:
         return None not in (self.data, self.context, self.tensor)
 
+    @property
+    def attention_kinds(self) -> tuple[Attention, ...]:
+        """The kinds to plan: the one named, or every kind for auto."""
+        return ATTENTION_KINDS if self.attention == AUTO_ATTENTION else (self.attention,)
+
 
 @dataclass(frozen=True)
 class Candidate:
     layout: Layout
+    attention: Attention = "ring"
     offload: bool = False
     chunk_tokens: int | None = None
     memory: MemoryBreakdown | None = None
@@ -94,6 +104,7 @@ class Candidate:
 class Plan:
     request: PlanRequest
     layout: Layout
+    attention: Attention  # the request's, or the one auto chose
     offload: bool
     chunk_tokens: int | None
     memory: MemoryBreakdown
@@ -112,7 +123,7 @@ class Plan:
 
 _CHOICES = {
     "precision": ("spec.precision", get_args(Precision)),
-    "attention": ("spec.parallelism.attention", get_args(Attention)),
+    "attention": ("spec.parallelism.attention", (*ATTENTION_KINDS, AUTO_ATTENTION)),
     "load_balance": ("spec.parallelism.loadBalance", get_args(LoadBalance)),
 }
 _AXIS_FIELDS = {
@@ -206,9 +217,11 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
         message = f"needs {memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable"
         if offload:
             message += f" even with offload (chunk {chunk} tokens)"
-        return Candidate(layout, offload, chunk, memory, rejections=(Rejection("spec.resources.nodes", message),))
+        return Candidate(
+            layout, req.attention, offload, chunk, memory, rejections=(Rejection("spec.resources.nodes", message),)
+        )
     if offload and (rejection := _host_memory_rejection(req, memory)) is not None:
-        return Candidate(layout, offload, chunk, memory, rejections=(rejection,))
+        return Candidate(layout, req.attention, offload, chunk, memory, rejections=(rejection,))
     gpu = GPUS[req.gpu]
     step = step_time(
         StepInputs(
@@ -230,7 +243,14 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
     flops = flops_per_token(req.model, req.sequence_length)
     mfu = flops.causal * req.global_batch_tokens / (step.total * layout.devices * gpu.bf16_flops)
     return Candidate(
-        layout, offload, chunk, memory, step, tokens_per_second=req.global_batch_tokens / step.total, mfu=mfu
+        layout,
+        req.attention,
+        offload,
+        chunk,
+        memory,
+        step,
+        tokens_per_second=req.global_batch_tokens / step.total,
+        mfu=mfu,
     )
 
 
@@ -240,6 +260,7 @@ def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
         if shard % req.chunk_tokens:
             return Candidate(
                 layout,
+                req.attention,
                 True,
                 req.chunk_tokens,
                 rejections=(
@@ -255,6 +276,7 @@ def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
     if not options:
         return Candidate(
             layout,
+            req.attention,
             True,
             rejections=(
                 Rejection(
@@ -273,7 +295,8 @@ def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
 
 
 def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
-    """One layout: structural checks, then memory (offloading only when allowed), then speed."""
+    """One layout with the request's attention kind (not auto): structural checks, then memory
+    (offloading only when allowed), then speed."""
     rejections = structural_rejections(
         layout,
         model=req.model,
@@ -284,7 +307,7 @@ def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
         attention=req.attention,
     )
     if rejections:
-        return Candidate(layout, rejections=tuple(rejections))
+        return Candidate(layout, req.attention, rejections=tuple(rejections))
     if req.offload is True or req.chunk_tokens is not None:
         return _with_offload(req, layout)
     without = _attempt(req, layout, None)
@@ -309,10 +332,13 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
                 f"{req.devices} GPUs ({req.nodes} nodes x {req.gpus_per_node})",
                 "spec.parallelism",
             )
-        chosen = next(c for c in candidates if c.layout == layout)
-        if not chosen.fits:  # its last attempt (with offload, when allowed) names what to change
+        kinds = [c for c in candidates if c.layout == layout]
+        fitting = [c for c in kinds if c.fits]
+        if not fitting:  # the first kind's last attempt (with offload, when allowed) names what to change
+            chosen = kinds[0]
             raise PlanError(f"{layout}: " + "; ".join(chosen.reasons), chosen.rejections[-1].field)
-        return chosen, "manual layout, validated"
+        chosen = min(fitting, key=lambda c: (c.step_seconds, ATTENTION_KINDS.index(c.attention)))
+        return chosen, "manual layout, validated" + (", fastest attention" if len(kinds) > 1 else "")
     eligible = [c for c in candidates if _matches(req, c.layout)]
     if not eligible:
         fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
@@ -335,20 +361,29 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
             f"e.g. " + " | ".join(f"{c.layout}: {'; '.join(c.reasons)}" for c in closest),
             _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes",
         )
-    chosen = min(fitting, key=lambda c: (c.step_seconds, c.layout.tensor, c.layout.context))
+    chosen = min(
+        fitting,
+        key=lambda c: (c.step_seconds, c.layout.tensor, c.layout.context, ATTENTION_KINDS.index(c.attention)),
+    )
     how = "auto" if all(getattr(req, a) is None for a in _AXIS_FIELDS) else "constrained"
-    return chosen, f"fastest of {len(fitting)} fitting layouts ({how})"
+    noun = "layouts and attention kinds" if len(req.attention_kinds) > 1 else "layouts"
+    return chosen, f"fastest of {len(fitting)} fitting {noun} ({how})"
 
 
 def plan(req: PlanRequest) -> Plan:
     validate_request(req)
-    candidates = [evaluate(req, layout) for layout in enumerate_layouts(req.devices)]
+    candidates = [
+        evaluate(replace(req, attention=kind), layout)
+        for layout in enumerate_layouts(req.devices)
+        for kind in req.attention_kinds
+    ]
     chosen, explanation = _choose(req, candidates)
     flops = flops_per_token(req.model, req.sequence_length)
     peak = chosen.step.total * chosen.layout.devices * GPUS[req.gpu].bf16_flops
     return Plan(
         request=req,
         layout=chosen.layout,
+        attention=chosen.attention,
         offload=chosen.offload,
         chunk_tokens=chosen.chunk_tokens,
         memory=chosen.memory,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from longctx_trainer.hardware import FABRICS, GIB, GPUS
 
-from .plan import HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
+from .plan import AUTO_ATTENTION, HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
 
 _MEMORY_ROWS = (
     ("params", "params (compute copy)"),
@@ -27,6 +27,10 @@ _STEP_PARTS = (
 )
 
 
+# The attention communication each kind cannot hide (a StepTime field per kind).
+_ATTENTION_EXPOSED = {"ring": "ring_exposed", "all_gather": "all_gather", "ulysses": "ulysses"}
+
+
 def _gib(n: float) -> str:
     return f"{n / GIB:.2f}"
 
@@ -40,10 +44,31 @@ def _candidate_row(c: Candidate) -> str:
     gib = _gib(c.memory.total) if c.memory is not None else "-"
     speed = f"{c.tokens_per_second:,.0f}" if c.tokens_per_second else "-"
     mfu = f"{100 * c.mfu:.1f}%" if c.mfu is not None else "-"
-    return f"  {c.layout.data:>5} {c.layout.context:>7} {c.layout.tensor:>6} {offload:>8} {gib:>8} {speed:>11} {mfu:>6}"
+    return (
+        f"  {c.layout.data:>5} {c.layout.context:>7} {c.layout.tensor:>6} {c.attention:>10} {offload:>8} {gib:>8} "
+        f"{speed:>11} {mfu:>6}"
+    )
 
 
-_HEADER = f"  {'data':>5} {'context':>7} {'tensor':>6} {'chunk':>8} {'GiB/GPU':>8} {'tokens/s':>11} {'MFU':>6}"
+_HEADER = (
+    f"  {'data':>5} {'context':>7} {'tensor':>6} {'attention':>10} {'chunk':>8} {'GiB/GPU':>8} {'tokens/s':>11} "
+    f"{'MFU':>6}"
+)
+
+
+def _attention_kinds(plan: Plan) -> list[str]:
+    """auto: every kind on the chosen layout, with the attention communication it leaves exposed."""
+    if plan.request.attention != AUTO_ATTENTION:
+        return []
+    lines = ["", f"Attention kinds on {plan.layout} (auto keeps the fastest):"]
+    lines.append(f"  {'kind':<11} {'step s':>8} {'exposed attention comm s':>25} {'GiB/GPU':>8}")
+    for c in (c for c in plan.candidates if c.layout == plan.layout):
+        if not c.fits:
+            lines.append(f"  {c.attention:<11} rejected: " + "; ".join(c.reasons))
+            continue
+        exposed = getattr(c.step, _ATTENTION_EXPOSED[c.attention])
+        lines.append(f"  {c.attention:<11} {c.step_seconds:>8.3f} {exposed:>25.3f} {_gib(c.memory.total):>8}")
+    return lines
 
 
 def _host_per_pod(plan: Plan) -> str:
@@ -73,7 +98,8 @@ def format_table(plan: Plan) -> str:
         f"{FABRICS[req.fabric].description}",
         "",
         f"Chosen layout: {plan.layout}  ({plan.explanation})",
-        f"Attention: {req.attention}, load balance {req.load_balance}; offload: "
+        f"Attention: {plan.attention}{' (auto)' if req.attention == AUTO_ATTENTION else ''}, "
+        f"load balance {req.load_balance}; offload: "
         f"{_offload_text(plan.offload, plan.chunk_tokens)}",
         "",
         "Memory per GPU (GiB):",
@@ -94,14 +120,16 @@ def format_table(plan: Plan) -> str:
         f"Estimated: {plan.tokens_per_second:,.0f} tokens/s, MFU {100 * plan.mfu:.1f}% (causal), "
         f"{100 * plan.mfu_full_attention:.1f}% (12*L*H*Q*T)",
     ]
+    lines += _attention_kinds(plan)
     others = [c for c in plan.candidates if c.fits and c.layout != plan.layout]
     if others:
         lines += ["", "Other layouts that fit (slower):", _HEADER]
         lines += [_candidate_row(c) for c in sorted(others, key=lambda c: c.step_seconds)]
     rejected = [c for c in plan.candidates if not c.fits]
     if rejected:
+        several = len(req.attention_kinds) > 1
         lines += ["", "Rejected layouts:"]
-        lines += [f"  {c.layout}: " + "; ".join(c.reasons) for c in rejected]
+        lines += [f"  {c.layout}{f' {c.attention}' if several else ''}: " + "; ".join(c.reasons) for c in rejected]
     return "\n".join(lines) + "\n"
 
 
@@ -120,6 +148,7 @@ def _camel(name: str) -> str:
 def _candidate_json(c: Candidate) -> dict:
     return {
         "layout": {"data": c.layout.data, "context": c.layout.context, "tensor": c.layout.tensor},
+        "attention": c.attention,
         "fits": c.fits,
         "offload": c.offload,
         "chunkTokens": c.chunk_tokens,
@@ -136,7 +165,8 @@ def to_json(plan: Plan) -> dict:
     return {
         "layout": {"data": plan.layout.data, "context": plan.layout.context, "tensor": plan.layout.tensor},
         "explanation": plan.explanation,
-        "attention": req.attention,
+        "attention": plan.attention,
+        "attentionRequested": req.attention,
         "loadBalance": req.load_balance,
         "offload": plan.offload,
         "chunkTokens": plan.chunk_tokens,

@@ -13,7 +13,7 @@ from longctx_trainer.config import (
     TrainerConfig,
 )
 
-from ..api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec
+from ..api.spec import TRAINER_LOAD_BALANCE, LongContextJobSpec
 from ..layout import ResolvedLayout
 from ..model import model_config
 
@@ -32,7 +32,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
             data=layout.data,
             context=layout.context,
             tensor=layout.tensor,
-            attention=TRAINER_ATTENTION[spec.parallelism.attention],
+            attention=layout.attention,
             load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance],
         ),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from longctx_operator.api import parse_job
 from longctx_operator.layout import ResolvedLayout
 from longctx_operator.render import render_workload
+from longctx_operator.resolve import resolve_layout
 from longctx_trainer.config import TrainerConfig, load_config
 from support.manifests import apply_case
 
@@ -88,7 +89,10 @@ MAPPING = [
     ({"spec.globalBatchTokens": 2048}, ResolvedLayout(2, 1, 2, 1), "parallelism.data", 2),
     ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.context", 4),
     ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.tensor", 1),
-    ({"spec.parallelism.attention": "allGather"}, LAYOUT, "parallelism.attention", "all_gather"),
+    # None: the layout resolve_layout makes of the spec (which carries the attention kind)
+    ({"spec.parallelism.attention": "allGather"}, None, "parallelism.attention", "all_gather"),
+    ({"spec.parallelism.attention": "ulysses"}, None, "parallelism.attention", "ulysses"),
+    ({"spec.parallelism.attention": "auto"}, None, "parallelism.attention", "ring"),  # CPU: no planner
     ({"spec.parallelism.loadBalance": "striped"}, LAYOUT, "parallelism.load_balance", "striped"),
     ({}, ResolvedLayout(1, 2, 2, 1, offload=True), "offload.enabled", True),
     ({}, ResolvedLayout(1, 2, 2, 1, True, 256), "offload.chunk_tokens", 256),
@@ -113,9 +117,9 @@ MAPPING = [
 COMMUNICATION = "communication"
 
 
-def rendered_config(changes: dict, layout: ResolvedLayout) -> dict:
+def rendered_config(changes: dict, layout: ResolvedLayout | None) -> dict:
     job = parse_job(apply_case(BASE, {"set": changes}))
-    config_map = render_workload(job, layout).config_map
+    config_map = render_workload(job, layout or resolve_layout(job.spec)[0]).config_map
     return yaml.safe_load(config_map["data"]["trainer.yaml"])
 
 

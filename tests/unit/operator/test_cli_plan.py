@@ -94,3 +94,24 @@ def test_plan_fp8_on_a_gpu_without_it_is_one_line(capsys):
     assert main(FLAGS[:-1] + ["a100-80gb", "--precision", "fp8"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--precision" in err and "FP8" in err
+
+
+def test_plan_auto_attention_shows_every_kind_on_the_chosen_layout(capsys):
+    assert main(FLAGS + ["--attention", "auto", "--output", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["attentionRequested"] == "auto" and plan["attention"] in ("ring", "all_gather", "ulysses")
+    on_layout = [c for c in plan["candidates"] if c["layout"] == plan["layout"]]
+    assert sorted(c["attention"] for c in on_layout) == ["all_gather", "ring", "ulysses"]
+    fastest = min((c for c in on_layout if c["fits"]), key=lambda c: c["stepSeconds"])
+    assert fastest["attention"] == plan["attention"] and fastest["stepSeconds"] == plan["stepSeconds"]
+    assert main(FLAGS + ["--attention", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert f"Attention: {plan['attention']} (auto)" in out
+    kinds = out.split("(auto keeps the fastest):")[1].split("\n\n")[0].splitlines()[2:]
+    assert [line.split()[0] for line in kinds] == ["ring", "all_gather", "ulysses"]
+
+
+def test_plan_unknown_attention_is_one_line(capsys):
+    assert main(FLAGS + ["--attention", "tree"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--attention" in err

@@ -7,9 +7,15 @@ import pytest
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.admission import Admission
-from longctx_operator.api.spec import LongContextJobSpec
+from longctx_operator.api.spec import TRAINER_ATTENTION, LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus
-from longctx_operator.lifecycle import ADMISSION_RETRY_SECONDS, CreateWorkload, DeleteWorkload, decide
+from longctx_operator.lifecycle import (
+    ADMISSION_RETRY_SECONDS,
+    CreateWorkload,
+    DeleteWorkload,
+    decide,
+    resolved,
+)
 from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -66,6 +72,19 @@ def test_new_job_is_planned_admitted_and_created():
     assert d.actions == (CreateWorkload(1, d.actions[0].layout),)
     assert [e.reason for e in d.events] == [reasons.PLANNED, reasons.GANG_FITS]
     assert d.status.observed_generation == 1
+
+
+def test_the_chosen_attention_is_recorded_and_rendered_again_from_the_status():
+    auto = spec(parallelism={"attention": "auto"})
+    d, _ = step(auto, LongContextJobStatus())
+    chosen = d.status.layout.attention
+    assert chosen in ("ring", "allGather", "ulysses")
+    assert d.actions[0].layout.attention == TRAINER_ATTENTION[chosen]
+    assert resolved(d.status.layout, auto) == d.actions[0].layout  # what a restart renders
+    # A status recorded before the layout carried its attention: the spec's kind (auto: ring).
+    old = d.status.layout.model_copy(update={"attention": None})
+    assert resolved(old, spec(parallelism={"attention": "allGather"})).attention == "all_gather"
+    assert resolved(old, auto).attention == "ring"
 
 
 def test_planning_warns_once_about_checkpoints_a_restart_cannot_find():

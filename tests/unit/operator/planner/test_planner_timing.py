@@ -3,6 +3,8 @@
 The derivations are exact: rel=1e-9 (on 2026-11-24 each matched with rel=0, i.e. to 1e-12 absolute).
 """
 
+from dataclasses import replace
+
 import pytest
 
 from longctx_operator.planner import PlanError, PlanRequest, plan
@@ -102,3 +104,24 @@ def test_ulysses_rejects_contexts_the_heads_cannot_split_over():
     assert plan(request(attention="ulysses")).layout.context == 32
     with pytest.raises(PlanError, match="heads per tensor rank"):
         plan(request(nodes=8, context=64, attention="ulysses"))
+
+
+@pytest.mark.parametrize("fabric,expected", [("infiniband", "ring"), ("tcp", "all_gather")])
+def test_auto_attention_keeps_the_fastest_kind_that_fits(fabric, expected):
+    # llama3-8b at 32K on 32 GPUs: on InfiniBand the ring's K/V passes hide behind its blocks; over
+    # TCP they do not, and one all-gather of K/V per layer and pass costs less than the exposed ring.
+    job = dict(sequence_length=32_768, global_batch_tokens=32_768, data=None, context=None, tensor=None, fabric=fabric)
+    auto = plan(request(attention="auto", **job))
+    each = {kind: plan(request(attention=kind, **job)) for kind in ("ring", "all_gather", "ulysses")}
+    assert auto.attention == expected == min(each, key=lambda kind: each[kind].step_seconds)
+    assert auto.step_seconds == each[expected].step_seconds and auto.layout == each[expected].layout
+    assert {c.attention for c in auto.candidates} == set(each)  # every kind planned on every layout
+
+
+def test_auto_attention_with_a_manual_layout_picks_the_kind_only():
+    pinned = request(attention="auto", fabric="tcp", data=1, context=4, tensor=8, sequence_length=32_768)
+    chosen = plan(pinned)
+    assert chosen.layout == plan(request(fabric="tcp", data=1, context=4, tensor=8, sequence_length=32_768)).layout
+    assert chosen.attention == "all_gather" and "fastest attention" in chosen.explanation
+    # One sequence over 32 devices of context: all-to-alls of 1K-token shards beat 31 exposed ring steps.
+    assert plan(replace(pinned, context=32, tensor=1)).attention == "ulysses"
