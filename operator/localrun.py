@@ -215,11 +215,21 @@ def with_inputs_from(job: LongContextJob, folder: Path) -> LongContextJob:
     return job.model_copy(update={"spec": spec.model_copy(update={"data": data, "init_from": init_from})})
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def run(job: LongContextJob, run_dir: Path, out: IO[str] = sys.stdout) -> int:
+    """Runs the job's workers until they finish. Ctrl-C or SIGTERM stops every worker, also when
+    this process inherited SIGINT ignored (as a background job of a non-interactive shell does)."""
+    handlers = {number: signal.signal(number, _interrupted) for number in (signal.SIGINT, signal.SIGTERM)}
     local = LocalRun(job, run_dir, out)
-    local.start()
     try:
+        local.start()
         return local.wait()
     except KeyboardInterrupt:
         local.stop()
         raise
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)

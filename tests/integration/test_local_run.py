@@ -1,5 +1,7 @@
 """`longctx run`: real worker processes over gloo with the operator's env; progress and failures."""
 
+import functools
+import json
 import math
 import signal
 import subprocess
@@ -51,8 +53,6 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
     proc = _longctx("export", str(run_dir), "--output", str(exported), "--dtype", "float32")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0 and f"step 3 -> {exported}" in err, err
-    import json
-
     assert json.loads((exported / "config.json").read_text())["num_hidden_layers"] == 2
     proc = _longctx("export", str(run_dir), "--output", str(tmp_path / "hf-1"), "--step", "1")
     out, err = proc.communicate(timeout=300)
@@ -122,12 +122,16 @@ def test_a_failing_worker_stops_the_run_with_one_line(tmp_path):
 
 
 def test_interrupt_stops_every_worker(tmp_path):
+    """Started with SIGINT ignored, as a background job of a non-interactive shell is (a CI script's
+    `longctx run ... &`): Ctrl-C must still stop it. (The Prometheus scrape test interrupts a run
+    started the ordinary way.)"""
     job = _job(tmp_path)
     manifest = yaml.safe_load(job.read_text())
     manifest["spec"]["steps"] = 10000
     job.write_text(yaml.safe_dump(manifest))
     run_dir = tmp_path / "run"
-    proc = _longctx("run", str(job), "--run-dir", str(run_dir))
+    ignore_interrupts = functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
+    proc = _longctx("run", str(job), "--run-dir", str(run_dir), preexec_fn=ignore_interrupts)
     deadline = time.monotonic() + 300
     while not (run_dir / "worker-1.log").exists() and time.monotonic() < deadline:
         time.sleep(0.5)
