@@ -139,3 +139,24 @@ def test_a_signalled_rank_exits_at_once_and_its_peer_fails(tmp_path):
 
 def _events(out: Path) -> list[dict]:
     return [e for e in map(parse_event, out.read_text().splitlines()) if e is not None] if out.exists() else []
+
+
+def test_ulysses_all_to_all_across_processes_matches_one_process(tmp_path):
+    """Context 4 over the two processes: Ulysses' all-to-alls cross the process boundary (gloo),
+    with the K/V heads repeated (2 K/V heads over 4 devices); one process x four devices is the
+    reference."""
+    ulysses = {**CONFIG, "parallelism": {"data": 1, "context": 4, "tensor": 1, "attention": "ulysses"}, "steps": 2}
+    config = tmp_path / "ulysses.yaml"
+    config.write_text(yaml.safe_dump(ulysses))
+    workers = _start_ranks(config, f"127.0.0.1:{free_port()}")
+    single = _start(config, "single", 4)
+    rank0, _, reference = (
+        _finish(p, tmp_path, name) for p, name in zip((*workers, single), ("rank0", "rank1", "single"), strict=True)
+    )
+    losses = [e["loss"] for e in rank0 if e["event"] == "step"]
+    assert len(losses) == 2
+    np.testing.assert_allclose(losses, [e["loss"] for e in reference if e["event"] == "step"], rtol=2e-5)
+    multi, ref = np.load(tmp_path / "rank0.npz"), np.load(tmp_path / "single.npz")
+    assert sorted(multi.files) == sorted(ref.files)
+    for name in ref.files:
+        np.testing.assert_allclose(multi[name], ref[name], rtol=2e-5, atol=1e-7, err_msg=name)
