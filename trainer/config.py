@@ -19,7 +19,7 @@ from .presets import PRESETS, ModelDims, RopeScaling
 
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
-Attention = Literal["ring", "all_gather", "ulysses"]
+Attention = Literal["ring", "all_gather", "ulysses", "hybrid"]
 LoadBalance = Literal["dual_chunk_swap", "striped", "none"]
 Precision = Literal["bf16", "fp32", "fp8"]
 Schedule = Literal["cosine", "constant"]
@@ -51,6 +51,16 @@ def ulysses_kv_repeat(heads: int, kv_heads: int, ulysses: int) -> int:
             "or be divisible by it"
         )
     return ulysses // kv_heads
+
+
+def hybrid_split(context: int, ulysses: int) -> int:
+    """The ring size of hybrid attention: `context` devices in groups of `ulysses` (Ulysses inside a
+    group, a ring over the groups). Both parts must be real: 1 < ulysses < context, dividing it."""
+    if not 1 < ulysses < context or context % ulysses:
+        raise ValueError(
+            f"hybrid attention needs parallelism.ulysses ({ulysses}) between 1 and context ({context}), dividing it"
+        )
+    return context // ulysses
 
 
 class _Strict(BaseModel):
@@ -111,6 +121,7 @@ class ParallelConfig(_Strict):
     context: int = Field(1, gt=0)
     tensor: int = Field(1, gt=0)
     attention: Attention = "ring"
+    ulysses: int = Field(1, gt=0, description="Ulysses group size inside the context axis (attention hybrid).")
     load_balance: LoadBalance = "dual_chunk_swap"
 
     @property
@@ -212,8 +223,13 @@ class TrainerConfig(_Strict):
             raise ValueError(f"batch of {self.batch_size} sequences does not divide over data={p.data}")
         if self.model.heads % p.tensor or self.model.kv_heads % p.tensor:
             raise ValueError("parallelism.tensor must divide model heads and kv_heads")
-        if p.attention == "ulysses":
-            ulysses_kv_repeat(self.model.heads // p.tensor, self.model.kv_heads // p.tensor, p.context)
+        if p.attention in ("ulysses", "hybrid"):
+            degree = p.context if p.attention == "ulysses" else p.ulysses
+            if p.attention == "hybrid":
+                hybrid_split(p.context, p.ulysses)
+            ulysses_kv_repeat(self.model.heads // p.tensor, self.model.kv_heads // p.tensor, degree)
+        elif p.ulysses != 1:
+            raise ValueError("parallelism.ulysses applies to attention hybrid only")
         split = sequence_split(p.load_balance, p.context)
         if self.sequence_length % split:
             raise ValueError(f"sequence_length must be divisible by {split}")

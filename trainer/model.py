@@ -75,6 +75,7 @@ class ModelOptions:
     chunk_tokens: int | None
     attention: str
     load_balance: str
+    ulysses: int = 1  # the Ulysses group size of attention "hybrid"
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
     fp8: Fp8Layout | None = None  # None: no FP8
 
@@ -89,6 +90,7 @@ class ModelOptions:
             chunk_tokens=config.offload.chunk_tokens,
             attention=config.parallelism.attention,
             load_balance=config.parallelism.load_balance,
+            ulysses=config.parallelism.ulysses,
         )
 
 
@@ -235,6 +237,7 @@ def _layer(x, layer, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOp
         load_balance=options.load_balance,
         chunk_tokens=options.chunk_tokens,
         offload=options.offload,
+        ulysses=options.ulysses,
     )
     a = _constrain(a, mesh, HEADS)
     x = _constrain(x + matmul("bsnd,ndh->bsh", a, "wo"), mesh, ACTIVATION)

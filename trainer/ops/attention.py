@@ -8,7 +8,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from ..config import Attention
+from ..config import Attention, hybrid_split
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .load_balance import permutation
@@ -29,6 +29,7 @@ def context_parallel_attention(
     load_balance: str = "dual_chunk_swap",
     chunk_tokens=None,
     offload: bool = False,
+    ulysses: int = 1,
 ):
     """Exact attention over a (data, context, tensor) mesh.
 
@@ -37,6 +38,7 @@ def context_parallel_attention(
     P("data", "context", "tensor", None). Returns the output in the same order and sharding.
     `chunk_tokens` splits each device's shard into chunks (FPDT); `offload` keeps idle K/V
     chunks and the residuals for the backward in host memory where the backend has one.
+    `ulysses`: the Ulysses group size of impl "hybrid" (a ring of context // ulysses groups).
     """
     context = mesh.shape[CONTEXT]
     seq = q.shape[1]
@@ -50,6 +52,9 @@ def context_parallel_attention(
         local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
     elif impl == "ulysses" and context > 1:
         local = make_ulysses_attention(axis=CONTEXT, axis_size=context, **options)
+    elif impl == "hybrid" and context > 1:
+        hybrid_split(context, ulysses)
+        local = make_ulysses_attention(axis=CONTEXT, axis_size=context, ring=context // ulysses, **options)
     else:  # at context 1 both are the local chunked attention (its K/V offload included)
         local = make_all_gather_attention(axis=CONTEXT, **options)
     # check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;

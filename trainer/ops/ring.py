@@ -20,13 +20,18 @@ from .chunked import chunked_backward, chunked_forward, split_kv
 from .offload import to_device, to_host
 
 
-def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool):
+def make_ring_attention(
+    *, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool, group: int = 1
+):
     """Per-device ring attention f(q, k, v) -> out for use inside shard_map over `axis`.
 
     `positions` (numpy [seq], layout order) gives true token positions for the causal mask;
-    None for non-causal attention.
+    None for non-causal attention. `group` consecutive devices of the axis form one ring member
+    (hybrid attention: each member is a Ulysses group holding its devices' shards for some heads);
+    the ring runs over the axis_size // group members, device i passing to device i + group.
     """
-    shift = [(i, (i + 1) % axis_size) for i in range(axis_size)]
+    members = axis_size // group
+    shift = [(i, (i + group) % axis_size) for i in range(axis_size)]
 
     def rotate(*xs):
         return tuple(lax.ppermute(x, axis, shift) for x in xs)
@@ -38,7 +43,7 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
 
     def held_positions(step, tokens):
         """Positions of the K/V shard a device holds at `step`: it came from `step` devices back."""
-        source = (lax.axis_index(axis) - step) % axis_size
+        source = (lax.axis_index(axis) // group - step) % members
         return shard_positions(source, tokens)
 
     def forward(q, k, v):
@@ -65,8 +70,8 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
             return (*attend(out, lse, k, v, step), k_next, v_next), None
 
         init = (jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32), k, v)
-        (out, lse, k_last, v_last), _ = lax.scan(step_and_pass, init, jnp.arange(axis_size - 1))
-        out, lse = attend(out, lse, k_last, v_last, axis_size - 1)
+        (out, lse, k_last, v_last), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
+        out, lse = attend(out, lse, k_last, v_last, members - 1)
         return out.astype(q.dtype), lse
 
     def backward(q, k, v, out, lse, do):
@@ -96,10 +101,10 @@ def make_ring_attention(*, axis: str, axis_size: int, positions, scale: float, c
             return jnp.zeros(x.shape, F32)
 
         init = (zeros(q), k, v, zeros(k), zeros(v))
-        (dq, k, v, dk, dv), _ = lax.scan(step_and_pass, init, jnp.arange(axis_size - 1))
-        dq_s, dk_s, dv_s = grads(k, v, axis_size - 1)
+        (dq, k, v, dk, dv), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
+        dq_s, dk_s, dv_s = grads(k, v, members - 1)
         dk, dv = dk + dk_s, dv + dv_s
-        if axis_size > 1:
+        if members > 1:
             dk, dv = rotate(dk, dv)  # home: the owner of this K/V shard is one step ahead
         return dq + dq_s, dk, dv
 

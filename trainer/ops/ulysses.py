@@ -1,4 +1,4 @@
-"""Ulysses (DeepSpeed-Ulysses) context parallelism: an all-to-all from sequence shards to head shards.
+"""Ulysses (DeepSpeed-Ulysses) context parallelism, alone or inside a ring (hybrid, USP-style).
 
 Each device holds 1/C of the sequence for all of its (tensor-local) heads. An all-to-all over the
 context axis turns that into the whole sequence for 1/C of the heads; attention runs locally on it
@@ -7,6 +7,13 @@ second all-to-all returns the output to the sequence layout. Per layer that is t
 q/k/v and one of the output, each moving (C-1)/C of a device's shard, against the ring's C-1
 passes of K/V; every device sees every position, so the causal work is balanced whatever the
 token layout. The degree is bounded by the heads: see `ulysses_kv_repeat` for the GQA rule.
+
+Hybrid (`ring` > 1): the context axis factors into `ring` groups of U = C / ring consecutive
+devices. The all-to-alls run inside each group (NVLink when a group stays in a node), giving each
+device its group's U shards (contiguous in layout order) for 1/U of the heads, and ring attention
+(ring.py) runs over the groups: device i passes its K/V to device i + U. Causal load balancing
+carries over: with dual-chunk-swap a group holds U early and U late chunks, so every ring member
+still has one early and one late piece. The heads bound is on U only.
 """
 
 from __future__ import annotations
@@ -16,26 +23,47 @@ from jax import lax
 
 from ..config import ulysses_kv_repeat
 from .all_gather import make_local_attention
+from .ring import make_ring_attention
 
 
-def make_ulysses_attention(*, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool):
-    """Per-device f(q, k, v) -> out for use inside shard_map over `axis` (of `axis_size` devices).
+def make_ulysses_attention(
+    *, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool, ring: int = 1
+):
+    """Per-device f(q, k, v) -> out for use inside shard_map over `axis` (of `axis_size` devices);
+    `ring` > 1 makes it the hybrid of Ulysses groups of axis_size // ring devices and a ring of them.
 
     `positions`: the true position of every token of the sequence in layout order (None: not
-    causal); after the all-to-all a device holds the whole sequence, so they serve q and k alike."""
-    local_attention = make_local_attention(scale=scale, chunk_tokens=chunk_tokens, offload=offload)
+    causal)."""
+    degree = axis_size // ring
+    groups = None if ring == 1 else [list(range(g * degree, (g + 1) * degree)) for g in range(ring)]
+    if ring == 1:  # the device holds the whole sequence: its positions serve q and k alike
+        local_attention = make_local_attention(scale=scale, chunk_tokens=chunk_tokens, offload=offload)
+        pos = None if positions is None else jnp.asarray(positions)
 
-    def to_heads(x):  # [batch, seq/C, heads, dim] -> [batch, seq, heads/C, dim]
-        return lax.all_to_all(x, axis, split_axis=2, concat_axis=1, tiled=True)
+        def attend(q, k, v):
+            return local_attention(q, k, v, pos, pos)
 
-    def to_sequence(x):  # [batch, seq, heads/C, dim] -> [batch, seq/C, heads, dim]
-        return lax.all_to_all(x, axis, split_axis=1, concat_axis=2, tiled=True)
+    else:
+        attend = make_ring_attention(
+            axis=axis,
+            axis_size=axis_size,
+            positions=positions,
+            scale=scale,
+            chunk_tokens=chunk_tokens,
+            offload=offload,
+            group=degree,
+        )
+
+    def to_heads(x):  # [batch, seq/C, heads, dim] -> [batch, U*seq/C, heads/U, dim]
+        return lax.all_to_all(x, axis, split_axis=2, concat_axis=1, tiled=True, axis_index_groups=groups)
+
+    def to_sequence(x):  # [batch, U*seq/C, heads/U, dim] -> [batch, seq/C, heads, dim]
+        return lax.all_to_all(x, axis, split_axis=1, concat_axis=2, tiled=True, axis_index_groups=groups)
 
     def ulysses_attention(q, k, v):
-        repeat = ulysses_kv_repeat(q.shape[2], k.shape[2], axis_size)
+        repeat = ulysses_kv_repeat(q.shape[2], k.shape[2], degree)
         if repeat > 1:  # copy j of K/V head i becomes head i * repeat + j: device d gets head d // repeat
             k, v = (jnp.repeat(x, repeat, axis=2) for x in (k, v))
-        pos = None if positions is None else jnp.asarray(positions)
-        return to_sequence(local_attention(to_heads(q), to_heads(k), to_heads(v), pos, pos))
+        return to_sequence(attend(to_heads(q), to_heads(k), to_heads(v)))
 
     return ulysses_attention

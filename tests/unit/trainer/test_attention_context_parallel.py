@@ -106,6 +106,14 @@ CASES = [
     ("ulysses", (1, 8, 1), True, 2, "dual_chunk_swap"),
     ("ulysses", (1, 8, 1), True, 1, "none"),
 ]
+# Hybrid: (impl, layout, causal, kv_heads, load_balance, ulysses group size): Ulysses groups of 2 or
+# 4 inside a ring of 4 or 2, K/V heads split or repeated, with and without a tensor axis.
+HYBRID_CASES = [
+    ("hybrid", (1, 8, 1), True, 2, "dual_chunk_swap", 2),
+    ("hybrid", (1, 8, 1), True, 1, "striped", 4),
+    ("hybrid", (1, 4, 2), True, 8, "dual_chunk_swap", 2),
+    ("hybrid", (2, 4, 1), False, 2, "none", 2),
+]
 
 
 @pytest.mark.parametrize(
@@ -118,6 +126,31 @@ def test_matches_reference_forward_and_gradients(impl, layout, causal, kv_heads,
         make_mesh(*layout), kv_heads=kv_heads, causal=causal, impl=impl, load_balance=load_balance
     )
     assert_matches_reference(result, reference_with_grads(kv_heads, causal), FP32)
+
+
+@pytest.mark.parametrize(
+    "impl,layout,causal,kv_heads,load_balance,ulysses",
+    HYBRID_CASES,
+    ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x),
+)
+def test_hybrid_matches_reference_forward_and_gradients(impl, layout, causal, kv_heads, load_balance, ulysses):
+    result = context_parallel_with_grads(
+        make_mesh(*layout), kv_heads=kv_heads, causal=causal, impl=impl, load_balance=load_balance, ulysses=ulysses
+    )
+    assert_matches_reference(result, reference_with_grads(kv_heads, causal), FP32)
+
+
+def test_hybrid_check_fails_when_the_ring_skips_a_rotation(monkeypatch):
+    mutants.skip_one_ring_rotation(monkeypatch)
+    with pytest.raises(AssertionError):
+        test_hybrid_matches_reference_forward_and_gradients(*HYBRID_CASES[0])
+
+
+def test_hybrid_needs_a_real_ring_and_real_groups():
+    (q, k, v), _ = inputs(8)
+    for ulysses in (1, 3, 8):
+        with pytest.raises(ValueError, match="hybrid attention needs parallelism.ulysses"):
+            context_parallel_attention(q, k, v, mesh=make_mesh(1, 8, 1), causal=True, impl="hybrid", ulysses=ulysses)
 
 
 MUTANT_CASE = ("ring", (1, 4, 1), True, 2, "dual_chunk_swap")
@@ -168,10 +201,16 @@ BF16 = {
 }
 
 
-@pytest.mark.parametrize("impl", ["ring", "all_gather", "ulysses"])
+@pytest.mark.parametrize("impl", ["ring", "all_gather", "ulysses", "hybrid"])
 def test_bf16_within_bf16_tolerance(impl):
     result = context_parallel_with_grads(
-        make_mesh(1, 8, 1), kv_heads=2, causal=True, dtype=jnp.bfloat16, q_scale=BF16_Q_SCALE, impl=impl
+        make_mesh(1, 8, 1),
+        kv_heads=2,
+        causal=True,
+        dtype=jnp.bfloat16,
+        q_scale=BF16_Q_SCALE,
+        impl=impl,
+        **({"ulysses": 2} if impl == "hybrid" else {}),
     )
     assert result[0].dtype == jnp.bfloat16
     reference = reference_with_grads(2, True, jnp.bfloat16, BF16_Q_SCALE)

@@ -94,6 +94,15 @@ def test_ulysses_model_matches_single_device(single_device):
     )
 
 
+def test_hybrid_model_matches_single_device(single_device):
+    """Hybrid attention, data 2 x context 4: Ulysses groups of 2 (two query heads and one K/V head
+    per device) in a ring of 2, dual-chunk-swap, FPDT chunks of 2 tokens."""
+    options = _options(attention="hybrid", ulysses=2, chunk_tokens=2)
+    _assert_same(
+        _loss_and_grads(ParallelConfig(data=2, context=4, attention="hybrid", ulysses=2), options), single_device
+    )
+
+
 def test_params_are_zero3_sharded_where_divisible():
     mesh = make_mesh(ParallelConfig(data=2, context=2, tensor=2))
     specs = model.param_specs(DIMS, mesh)

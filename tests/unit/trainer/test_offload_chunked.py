@@ -88,6 +88,12 @@ def test_chunked_matches_reference(impl, layout, kv_heads, load_balance, chunk_t
     assert_all_close(result, reference_and_grads(kv_heads))
 
 
+def test_chunked_offloaded_hybrid_matches_reference():
+    """Ulysses groups of 2 in a ring of 4: chunks within each ring step, residuals offloaded."""
+    options = dict(impl="hybrid", ulysses=2, load_balance="dual_chunk_swap", chunk_tokens=4, offload=True)
+    assert_all_close(attention_and_grads(make_mesh(1, 8, 1), 2, **options), reference_and_grads(2))
+
+
 def test_chunked_offloaded_equals_unchunked():
     mesh, options = make_mesh(1, 4, 2), dict(impl="ring", load_balance="dual_chunk_swap")
     whole = attention_and_grads(mesh, 2, chunk_tokens=None, offload=False, **options)
