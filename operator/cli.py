@@ -92,6 +92,7 @@ _PLAN_FLAGS = {
     "spec.network.fabric": "--fabric",
     "spec.precision": "--precision",
     "spec.parallelism.attention": "--attention",
+    "spec.parallelism.ulysses": "--ulysses",
     "spec.offload.enabled": "--offload",
     "spec.offload.chunkTokens": "--chunk-tokens",
     "spec.resources.memory": "--memory",
@@ -114,6 +115,7 @@ def _spec_from_flags(args) -> dict:
         ("network", "fabric"): args.fabric,
         ("precision",): args.precision,
         ("parallelism", "attention"): args.attention,
+        ("parallelism", "ulysses"): args.ulysses,
         ("offload", "enabled"): args.offload,
         ("offload", "chunkTokens"): args.chunk_tokens,
         ("resources", "memory"): args.memory,
@@ -342,7 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", help="GPU type (default: the API's, h100-80gb), e.g. h200-141gb")
     p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
     p.add_argument("--precision", help="bf16 (the API's default), fp32 or fp8 (shown against bf16)")
-    p.add_argument("--attention", help="ring (the API's default), allGather, ulysses or auto (the fastest that fits)")
+    p.add_argument(
+        "--attention", help="ring (the API's default), allGather, ulysses, hybrid or auto (the fastest that fits)"
+    )
+    p.add_argument("--ulysses", type=int, help="pin hybrid attention's Ulysses group size")
     p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")
     p.add_argument("--context", type=int, help="pin context parallelism")
     p.add_argument("--tensor", type=int, help="pin tensor parallelism")

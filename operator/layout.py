@@ -17,6 +17,7 @@ class ResolvedLayout:
     offload: bool = False
     chunk_tokens: int | None = None
     attention: Attention = "ring"  # the trainer's spelling; the planner's choice under `attention: auto`
+    ulysses: int = 1  # the Ulysses group size of attention hybrid
 
     @property
     def devices(self) -> int:

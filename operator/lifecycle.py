@@ -87,6 +87,7 @@ def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan |
         offload=layout.offload,
         chunk_tokens=layout.chunk_tokens,
         attention=API_ATTENTION[layout.attention],
+        ulysses=layout.ulysses if layout.attention == "hybrid" else None,
         memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
         estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None,
     )
@@ -103,6 +104,7 @@ def resolved(layout: LayoutStatus, spec: LongContextJobSpec) -> ResolvedLayout:
         layout.offload,
         layout.chunk_tokens,
         attention,
+        layout.ulysses or spec.parallelism.ulysses or 1,
     )
 
 

@@ -27,6 +27,7 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
         context=p.context,
         tensor=p.tensor,
         attention=p.attention if p.attention == AUTO_ATTENTION else TRAINER_ATTENTION[p.attention],
+        ulysses=p.ulysses,
         load_balance=TRAINER_LOAD_BALANCE[p.load_balance],
         offload=spec.offload.enabled,
         chunk_tokens=spec.offload.chunk_tokens,
@@ -53,6 +54,7 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
             bool(spec.offload.enabled),
             spec.offload.chunk_tokens,
             unplanned_attention(spec),
+            p.ulysses or 1,
         )
         return layout, None
     chosen = plan(plan_request(spec))
@@ -64,5 +66,6 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
         chosen.offload,
         chosen.chunk_tokens,
         chosen.attention,
+        chosen.ulysses,
     )
     return layout, chosen

@@ -35,20 +35,23 @@ def sequence_split(load_balance: LoadBalance, context: int) -> int:
 def ulysses_kv_repeat(heads: int, kv_heads: int, ulysses: int) -> int:
     """How many copies of each K/V head Ulysses attention makes before its all-to-all.
 
-    `heads` and `kv_heads` are one tensor-parallel rank's. The all-to-all gives each of the
-    `ulysses` devices 1/ulysses of the query heads, so heads must divide by it. K/V heads split the
-    same way when they divide too (repeat 1); when there are fewer K/V heads than devices, each is
-    repeated ulysses / kv_heads times, which needs kv_heads to divide ulysses, so every device
+    `heads` and `kv_heads` are one tensor-parallel rank's; `ulysses` is the number of devices an
+    all-to-all spans (the context axis for attention ulysses, parallelism.ulysses for hybrid). The
+    all-to-all gives each of them 1/ulysses of the query heads, so heads must divide by it. K/V
+    heads split the same way when they divide too (repeat 1); when there are fewer K/V heads than
+    devices, each is repeated ulysses / kv_heads times, which needs kv_heads to divide ulysses, so every device
     gets exactly the one K/V head its query heads share (GQA groups never straddle devices).
     Raises ValueError naming the rule otherwise."""
     if heads % ulysses:
-        raise ValueError(f"ulysses attention needs heads per tensor rank ({heads}) divisible by context ({ulysses})")
+        raise ValueError(
+            f"Ulysses attention needs heads per tensor rank ({heads}) divisible by its degree ({ulysses} devices)"
+        )
     if kv_heads % ulysses == 0:
         return 1
     if ulysses % kv_heads:
         raise ValueError(
-            f"ulysses attention needs kv_heads per tensor rank ({kv_heads}) to divide context ({ulysses}) "
-            "or be divisible by it"
+            f"Ulysses attention needs kv_heads per tensor rank ({kv_heads}) to divide its degree ({ulysses} "
+            "devices) or be divisible by it"
         )
     return ulysses // kv_heads
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longctx_trainer import podenv
-from longctx_trainer.config import sequence_split, ulysses_kv_repeat
+from longctx_trainer.config import hybrid_split, sequence_split, ulysses_kv_repeat
 from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
@@ -87,16 +87,26 @@ def _tensor_divides_heads(s: LongContextJobSpec) -> bool:
     return t is None or heads is None or (heads[0] % t == 0 and heads[1] % t == 0)
 
 
-def _ulysses_splits_heads(s: LongContextJobSpec) -> bool:
-    """The trainer's own rule (ulysses_kv_repeat), once context and tensor are pinned and divide
-    the heads (the tensor rule reports those that do not)."""
+def _splits_heads(s: LongContextJobSpec, attention: str, degree: int | None) -> bool:
+    """The trainer's own rule (ulysses_kv_repeat) for `attention` over `degree` devices, once
+    tensor and the degree are pinned and tensor divides the heads (the tensor rule reports those)."""
     p, heads = s.parallelism, _heads(s.model)
-    if p.attention != "ulysses" or None in (p.context, p.tensor) or heads is None:
+    if p.attention != attention or None in (degree, p.tensor) or heads is None:
         return True
     if heads[0] % p.tensor or heads[1] % p.tensor:
         return True
     try:
-        ulysses_kv_repeat(heads[0] // p.tensor, heads[1] // p.tensor, p.context)
+        ulysses_kv_repeat(heads[0] // p.tensor, heads[1] // p.tensor, degree)
+    except ValueError:
+        return False
+    return True
+
+
+def _hybrid_groups(p) -> bool:
+    if p.attention != "hybrid" or None in (p.context, p.ulysses):
+        return True
+    try:
+        hybrid_split(p.context, p.ulysses)
     except ValueError:
         return False
     return True
@@ -228,6 +238,28 @@ RULES: tuple[Rule, ...] = (
         ".mode",
     ),
     Rule(
+        "spec.parallelism",
+        "!has(self.ulysses) || self.attention == 'hybrid'",
+        "ulysses is the group size of attention hybrid; set attention: hybrid or remove it",
+        lambda p: p.ulysses is None or p.attention == "hybrid",
+        ".ulysses",
+    ),
+    Rule(
+        "spec.parallelism",
+        "self.attention != 'hybrid' || !has(self.context) || !has(self.ulysses)"
+        " || (self.ulysses < self.context && self.context % self.ulysses == 0)",
+        "hybrid attention needs ulysses below context and dividing it (a ring of context / ulysses groups)",
+        _hybrid_groups,
+        ".ulysses",
+    ),
+    Rule(
+        "spec",
+        "self.parallelism.attention != 'hybrid' || self.resources.gpuType != 'cpu' || has(self.parallelism.ulysses)",
+        "hybrid attention on cpu needs parallelism.ulysses (the planner, which picks it, models GPUs only)",
+        lambda s: s.parallelism.attention != "hybrid" or s.resources.gpu_type != CPU or bool(s.parallelism.ulysses),
+        ".parallelism.ulysses",
+    ),
+    Rule(
         "spec",
         "!has(self.parallelism.data) || !has(self.parallelism.context) || !has(self.parallelism.tensor)"
         " || self.parallelism.data * self.parallelism.context * self.parallelism.tensor"
@@ -263,8 +295,20 @@ RULES: tuple[Rule, ...] = (
         f" || self.parallelism.context % ({_CEL_KV} / self.parallelism.tensor) == 0))",
         "ulysses attention needs heads / tensor divisible by context, and kvHeads / tensor divisible by "
         "context or dividing it",
-        _ulysses_splits_heads,
+        lambda s: _splits_heads(s, "ulysses", s.parallelism.context),
         ".parallelism.context",
+    ),
+    Rule(
+        "spec",
+        "self.parallelism.attention != 'hybrid' || !has(self.parallelism.ulysses) || !has(self.parallelism.tensor)"
+        f" || !{_CEL_HEADS_KNOWN} || {_CEL_HEADS} % self.parallelism.tensor != 0"
+        f" || {_CEL_KV} % self.parallelism.tensor != 0 || ({_CEL_HEADS} / self.parallelism.tensor"
+        f" % self.parallelism.ulysses == 0 && ({_CEL_KV} / self.parallelism.tensor % self.parallelism.ulysses == 0"
+        f" || self.parallelism.ulysses % ({_CEL_KV} / self.parallelism.tensor) == 0))",
+        "hybrid attention needs heads / tensor divisible by ulysses, and kvHeads / tensor divisible by "
+        "ulysses or dividing it",
+        lambda s: _splits_heads(s, "hybrid", s.parallelism.ulysses),
+        ".parallelism.ulysses",
     ),
     Rule(
         "spec",

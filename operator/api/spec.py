@@ -149,8 +149,12 @@ class ParallelismSpec(ApiModel):
     """JAX processes per pod (default 1; NVSHMEM needs one per GPU, so it defaults to gpusPerNode there)."""
     attention: ApiAttention = "ring"
     """Context-parallel attention: ring (K/V rotate around the ring), allGather (K/V gathered once),
-    ulysses (all-to-all from sequence to head shards; heads / tensor must divide by context), or auto
-    (the planner picks the fastest that fits; ring on CPU, which the planner does not model)."""
+    ulysses (all-to-all from sequence to head shards; heads / tensor must divide by context), hybrid
+    (Ulysses inside groups of `ulysses` devices, a ring over the groups), or auto (the planner picks
+    the fastest that fits; ring on CPU, which the planner does not model)."""
+    ulysses: int | None = Field(None, ge=2, le=65536)
+    """Ulysses group size of attention hybrid: divides context, below it; heads / tensor must divide
+    by it. Omitted: the planner picks it (GPU jobs; CPU jobs must set it)."""
     load_balance: ApiLoadBalance = "dualChunkSwap"
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves tokens."""
 

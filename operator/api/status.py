@@ -38,6 +38,8 @@ class LayoutStatus(ApiModel):
     chunk_tokens: int | None = None
     attention: ApiAttentionKind | None = None
     """The attention kind the trainer runs (the planner's choice under attention: auto)."""
+    ulysses: int | None = None
+    """The Ulysses group size of attention hybrid (the planner's choice unless the spec set it)."""
     memory_per_gpu: str | None = None
     """Planned device memory per GPU, e.g. 61.2Gi."""
     estimated_tokens_per_second: float | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import sequence_split, ulysses_kv_repeat
+from longctx_trainer.config import hybrid_split, sequence_split, ulysses_kv_repeat
 from longctx_trainer.presets import ModelDims
 
 
@@ -52,8 +52,10 @@ def structural_rejections(
     gpus_per_node: int,
     load_balance: str,
     attention: str,
+    ulysses: int = 1,
 ) -> list[Rejection]:
-    """Reasons independent of memory and speed; empty when the layout can run at all."""
+    """Reasons independent of memory and speed; empty when the layout can run at all. `ulysses`:
+    the Ulysses group size of attention hybrid."""
     out: list[Rejection] = []
     t = layout.tensor
     tensor_field = "spec.parallelism.tensor"
@@ -70,6 +72,12 @@ def structural_rejections(
             ulysses_kv_repeat(model.heads // t, model.kv_heads // t, layout.context)
         except ValueError as error:
             out.append(Rejection("spec.parallelism.context", str(error)))
+    elif attention == "hybrid" and not model.heads % t:
+        try:
+            hybrid_split(layout.context, ulysses)
+            ulysses_kv_repeat(model.heads // t, model.kv_heads // t, ulysses)
+        except ValueError as error:
+            out.append(Rejection("spec.parallelism.ulysses", str(error)))
     split = sequence_split(load_balance, layout.context)
     if sequence_length % split:
         what = f"2*context={split}" if load_balance == "dual_chunk_swap" else f"context={split}"

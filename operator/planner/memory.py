@@ -76,6 +76,7 @@ class MemoryInputs:
     chunk_tokens: int | None  # None: no offload
     capacity: int
     margin: float
+    ulysses: int = 1  # the Ulysses group size of attention hybrid
 
 
 def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
@@ -94,8 +95,9 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         offload=offload,
     )
     ulysses = inp.attention == "ulysses" and lay.context > 1
-    # Ulysses repeats K/V heads that are fewer than the context devices (GQA)
-    kv_copies = ulysses_kv_repeat(m.heads // lay.tensor, m.kv_heads // lay.tensor, lay.context) if ulysses else 1
+    # Ulysses (over the context axis, or a hybrid's groups) repeats K/V heads fewer than its devices
+    degree = {"ulysses": lay.context, "hybrid": inp.ulysses}.get(inp.attention, 1)
+    kv_copies = ulysses_kv_repeat(m.heads // lay.tensor, m.kv_heads // lay.tensor, degree)
     if offload:  # one chunk of queries against double-buffered K/V chunks; the rest on the host
         query = kv_tokens = inp.chunk_tokens
         buffers = 2
@@ -105,8 +107,8 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         query, kv_tokens, buffers, host_kv = shard, inp.sequence_length, 1, 0
     elif ulysses:  # the whole sequence for 1/context of the heads: a shard's worth of tokens
         query, kv_tokens, buffers, host_kv = shard, shard * kv_copies, 2, 0  # 2: the all-to-all's buffer
-    else:  # ring: the block in use and the one arriving
-        query, kv_tokens, host_kv = shard, shard, 0
+    else:  # ring (hybrid: of its groups): the block in use and the one arriving
+        query, kv_tokens, host_kv = shard, shard * kv_copies, 0
         buffers = 2 if lay.context > 1 else 1
     attention = local_sequences * attention_working_set_bytes(
         m, p, tensor=lay.tensor, query_tokens=query, kv_tokens=kv_tokens, kv_buffers=buffers

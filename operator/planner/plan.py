@@ -50,6 +50,7 @@ class PlanRequest:
     context: int | None = None
     tensor: int | None = None
     attention: Attention | Literal["auto"] = "ring"
+    ulysses: int | None = None  # hybrid's Ulysses group size; None = planner decides
     load_balance: LoadBalance = "dual_chunk_swap"
     offload: bool | None = None  # None = only when needed to fit
     chunk_tokens: int | None = None  # None = chunk rule
@@ -79,6 +80,7 @@ class PlanRequest:
 class Candidate:
     layout: Layout
     attention: Attention = "ring"
+    ulysses: int = 1  # hybrid's Ulysses group size
     offload: bool = False
     chunk_tokens: int | None = None
     memory: MemoryBreakdown | None = None
@@ -105,6 +107,7 @@ class Plan:
     request: PlanRequest
     layout: Layout
     attention: Attention  # the request's, or the one auto chose
+    ulysses: int  # hybrid's Ulysses group size (chosen unless the request set it); 1 otherwise
     offload: bool
     chunk_tokens: int | None
     memory: MemoryBreakdown
@@ -186,6 +189,7 @@ def memory_for(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBre
             chunk_tokens=chunk,
             capacity=GPUS[req.gpu].hbm_bytes,
             margin=req.memory_margin,
+            ulysses=req.ulysses or 1,
         )
     )
 
@@ -209,6 +213,10 @@ def _host_memory_rejection(req: PlanRequest, memory: MemoryBreakdown) -> Rejecti
     )
 
 
+def _rejected(layout: Layout, req: PlanRequest, offload: bool, chunk: int | None, memory, rejection) -> Candidate:
+    return Candidate(layout, req.attention, offload=offload, chunk_tokens=chunk, memory=memory, rejections=(rejection,))
+
+
 def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
     """Memory and, when it fits, speed of one layout with one offload setting."""
     memory = memory_for(req, layout, chunk)
@@ -217,11 +225,10 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
         message = f"needs {memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable"
         if offload:
             message += f" even with offload (chunk {chunk} tokens)"
-        return Candidate(
-            layout, req.attention, offload, chunk, memory, rejections=(Rejection("spec.resources.nodes", message),)
-        )
+        rejection = Rejection("spec.resources.nodes", message)
+        return _rejected(layout, req, offload, chunk, memory, rejection)
     if offload and (rejection := _host_memory_rejection(req, memory)) is not None:
-        return Candidate(layout, req.attention, offload, chunk, memory, rejections=(rejection,))
+        return _rejected(layout, req, offload, chunk, memory, rejection)
     gpu = GPUS[req.gpu]
     step = step_time(
         StepInputs(
@@ -238,6 +245,7 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
             load_balance=req.load_balance,
             chunk_tokens=chunk,
             host_saved_bytes=memory.host_offloaded,
+            ulysses=req.ulysses or 1,
         )
     )
     flops = flops_per_token(req.model, req.sequence_length)
@@ -245,10 +253,10 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
     return Candidate(
         layout,
         req.attention,
-        offload,
-        chunk,
-        memory,
-        step,
+        offload=offload,
+        chunk_tokens=chunk,
+        memory=memory,
+        step=step,
         tokens_per_second=req.global_batch_tokens / step.total,
         mfu=mfu,
     )
@@ -261,8 +269,8 @@ def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
             return Candidate(
                 layout,
                 req.attention,
-                True,
-                req.chunk_tokens,
+                offload=True,
+                chunk_tokens=req.chunk_tokens,
                 rejections=(
                     Rejection(
                         "spec.offload.chunkTokens",
@@ -277,7 +285,7 @@ def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
         return Candidate(
             layout,
             req.attention,
-            True,
+            offload=True,
             rejections=(
                 Rejection(
                     "spec.offload.chunkTokens",
@@ -296,7 +304,21 @@ def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
 
 def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
     """One layout with the request's attention kind (not auto): structural checks, then memory
-    (offloading only when allowed), then speed."""
+    (offloading only when allowed), then speed. Hybrid without a group size tries every size that
+    splits the context axis into real groups and a real ring, and keeps the fastest that fits."""
+    if req.attention == "hybrid" and req.ulysses is None:
+        sizes = [u for u in range(2, layout.context) if layout.context % u == 0]
+        if not sizes:
+            reason = f"hybrid needs a Ulysses group size between 1 and context={layout.context}, dividing it"
+            return Candidate(layout, "hybrid", rejections=(Rejection("spec.parallelism.context", reason),))
+        tried = [evaluate(replace(req, ulysses=size), layout) for size in sizes]
+        fitting = [c for c in tried if c.fits]
+        return min(fitting, key=lambda c: c.step_seconds) if fitting else tried[0]
+    candidate = _evaluate_kind(req, layout)
+    return replace(candidate, ulysses=req.ulysses) if req.attention == "hybrid" else candidate
+
+
+def _evaluate_kind(req: PlanRequest, layout: Layout) -> Candidate:
     rejections = structural_rejections(
         layout,
         model=req.model,
@@ -305,6 +327,7 @@ def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
         gpus_per_node=req.gpus_per_node,
         load_balance=req.load_balance,
         attention=req.attention,
+        ulysses=req.ulysses or 1,
     )
     if rejections:
         return Candidate(layout, req.attention, rejections=tuple(rejections))
@@ -356,10 +379,12 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
             )
         closest = sorted(eligible, key=lambda c: len(c.rejections))[:3]
         fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
+        shared = {r.field for c in eligible for r in c.rejections}  # one field to blame, if all agree
+        field = shared.pop() if len(shared) == 1 else _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes"
         raise PlanError(
             f"none of the {len(eligible)} layouts of {req.devices} GPUs is valid, "
             f"e.g. " + " | ".join(f"{c.layout}: {'; '.join(c.reasons)}" for c in closest),
-            _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes",
+            field,
         )
     chosen = min(
         fitting,
@@ -384,6 +409,7 @@ def plan(req: PlanRequest) -> Plan:
         request=req,
         layout=chosen.layout,
         attention=chosen.attention,
+        ulysses=chosen.ulysses,
         offload=chosen.offload,
         chunk_tokens=chosen.chunk_tokens,
         memory=chosen.memory,

@@ -27,8 +27,13 @@ _STEP_PARTS = (
 )
 
 
-# The attention communication each kind cannot hide (a StepTime field per kind).
-_ATTENTION_EXPOSED = {"ring": "ring_exposed", "all_gather": "all_gather", "ulysses": "ulysses"}
+# The attention communication each kind cannot hide (StepTime fields; hybrid has both of its parts).
+_ATTENTION_EXPOSED = {
+    "ring": ("ring_exposed",),
+    "all_gather": ("all_gather",),
+    "ulysses": ("ulysses",),
+    "hybrid": ("ring_exposed", "ulysses"),
+}
 
 
 def _gib(n: float) -> str:
@@ -66,8 +71,9 @@ def _attention_kinds(plan: Plan) -> list[str]:
         if not c.fits:
             lines.append(f"  {c.attention:<11} rejected: " + "; ".join(c.reasons))
             continue
-        exposed = getattr(c.step, _ATTENTION_EXPOSED[c.attention])
-        lines.append(f"  {c.attention:<11} {c.step_seconds:>8.3f} {exposed:>25.3f} {_gib(c.memory.total):>8}")
+        exposed = sum(getattr(c.step, part) for part in _ATTENTION_EXPOSED[c.attention])
+        kind = f"hybrid U={c.ulysses}" if c.attention == "hybrid" else c.attention
+        lines.append(f"  {kind:<11} {c.step_seconds:>8.3f} {exposed:>25.3f} {_gib(c.memory.total):>8}")
     return lines
 
 
@@ -98,7 +104,8 @@ def format_table(plan: Plan) -> str:
         f"{FABRICS[req.fabric].description}",
         "",
         f"Chosen layout: {plan.layout}  ({plan.explanation})",
-        f"Attention: {plan.attention}{' (auto)' if req.attention == AUTO_ATTENTION else ''}, "
+        f"Attention: {plan.attention}{f' (Ulysses groups of {plan.ulysses})' if plan.attention == 'hybrid' else ''}"
+        f"{' (auto)' if req.attention == AUTO_ATTENTION else ''}, "
         f"load balance {req.load_balance}; offload: "
         f"{_offload_text(plan.offload, plan.chunk_tokens)}",
         "",
@@ -149,6 +156,7 @@ def _candidate_json(c: Candidate) -> dict:
     return {
         "layout": {"data": c.layout.data, "context": c.layout.context, "tensor": c.layout.tensor},
         "attention": c.attention,
+        "ulysses": c.ulysses,
         "fits": c.fits,
         "offload": c.offload,
         "chunkTokens": c.chunk_tokens,
@@ -166,6 +174,7 @@ def to_json(plan: Plan) -> dict:
         "layout": {"data": plan.layout.data, "context": plan.layout.context, "tensor": plan.layout.tensor},
         "explanation": plan.explanation,
         "attention": plan.attention,
+        "ulysses": plan.ulysses,
         "attentionRequested": req.attention,
         "loadBalance": req.load_balance,
         "offload": plan.offload,

@@ -59,6 +59,23 @@ class StepInputs:
     load_balance: LoadBalance
     chunk_tokens: int | None  # None: no offload
     host_saved_bytes: int  # saved activations copied to the host and back each step
+    ulysses: int = 1  # the Ulysses group size of attention hybrid
+
+    @property
+    def ulysses_degree(self) -> int:
+        """Devices each all-to-all spans: the whole context axis (ulysses), a group (hybrid), or 1."""
+        return {"ulysses": self.layout.context, "hybrid": self.ulysses}.get(self.attention, 1)
+
+    @property
+    def ring_members(self) -> int:
+        """Members of the ring the K/V pass around: devices (ring), Ulysses groups (hybrid), or 1."""
+        return {"ring": self.layout.context, "hybrid": self.layout.context // self.ulysses}.get(self.attention, 1)
+
+    @property
+    def kv_repeat(self) -> int:
+        """Copies of each K/V head the all-to-all needs (GQA heads fewer than the group)."""
+        m, t = self.model, self.layout.tensor
+        return ulysses_kv_repeat(m.heads // t, m.kv_heads // t, self.ulysses_degree)
 
     @property
     def local_sequences(self) -> int:
@@ -74,8 +91,12 @@ class StepInputs:
 
     @property
     def imbalance(self) -> float:
-        """Ulysses attends the whole sequence on every device (for some heads): always balanced."""
-        return 1.0 if self.attention == "ulysses" else imbalance(self.load_balance, self.layout.context)
+        """Ulysses attends the whole sequence on every device (for some heads): always balanced;
+        hybrid is a ring of groups, each holding its devices' pieces of the layout."""
+        if self.attention == "ulysses":
+            return 1.0
+        members = self.ring_members if self.attention == "hybrid" else self.layout.context
+        return imbalance(self.load_balance, members)
 
 
 def imbalance(load_balance: LoadBalance, context: int) -> float:
@@ -114,21 +135,22 @@ def attention_forward_seconds_per_layer(inp: StepInputs) -> float:
 
 
 def ring_exposed_seconds(inp: StepInputs) -> float:
-    """Each of context-1 ring steps sends a K/V block while computing on the current one.
+    """Each of members-1 ring steps sends a K/V block while computing on the current one.
 
     Forward (and the recomputed forward) moves K and V; backward moves K, V and the fp32 dK/dV
-    accumulators and computes twice the forward FLOPs.
+    accumulators and computes twice the forward FLOPs. In hybrid a device's block is its group's
+    tokens for 1/U of the K/V heads (times the GQA repeat): the bytes of one shard's K/V x repeat.
     """
-    lay = inp.layout
-    if inp.attention != "ring" or lay.context == 1:
+    lay, members = inp.layout, inp.ring_members
+    if members == 1:
         return 0.0
     bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
-    kv_block = 2 * kv_dim(inp.model) // lay.tensor * inp.shard_tokens * inp.local_sequences
+    kv_block = 2 * kv_dim(inp.model) * inp.kv_repeat // lay.tensor * inp.shard_tokens * inp.local_sequences
     forward_comm = kv_block * dtype_bytes(inp.precision) / bandwidth
     backward_comm = kv_block * (dtype_bytes(inp.precision) + FP32) / bandwidth
-    forward_block = attention_forward_seconds_per_layer(inp) / lay.context
+    forward_block = attention_forward_seconds_per_layer(inp) / members
     exposed = inp.forward_passes * max(0.0, forward_comm - forward_block) + max(0.0, backward_comm - 2 * forward_block)
-    return inp.model.layers * (lay.context - 1) * exposed
+    return inp.model.layers * (members - 1) * exposed
 
 
 def tensor_parallel_seconds(inp: StepInputs) -> float:
@@ -173,16 +195,16 @@ def all_gather_seconds(inp: StepInputs) -> float:
 
 def ulysses_seconds(inp: StepInputs) -> float:
     """Per layer and forward pass, all-to-alls of q, k, v (K/V heads repeated where fewer than
-    context) and of the output; backward moves their gradients the same way. Each device keeps 1/C
-    of its shard and sends the rest; nothing overlaps them (the attention waits for its inputs)."""
-    lay, m = inp.layout, inp.model
-    if inp.attention != "ulysses" or lay.context == 1:
+    the group) and of the output over the Ulysses group (the context axis, or a hybrid's group of
+    U); backward moves their gradients the same way. Each device keeps 1/U of its shard and sends
+    the rest; nothing overlaps them (the attention waits for its inputs)."""
+    lay, m, degree = inp.layout, inp.model, inp.ulysses_degree
+    if degree == 1:
         return 0.0
-    repeat = ulysses_kv_repeat(m.heads // lay.tensor, m.kv_heads // lay.tensor, lay.context)
-    width = (2 * m.hidden + 2 * kv_dim(m) * repeat) // lay.tensor
+    width = (2 * m.hidden + 2 * kv_dim(m) * inp.kv_repeat) // lay.tensor
     shard = width * inp.shard_tokens * inp.local_sequences * dtype_bytes(inp.precision)
-    sent = shard * (lay.context - 1) / lay.context
-    return m.layers * (inp.forward_passes + 1) * sent / link_bandwidth(inp, lay.context * lay.tensor)
+    sent = shard * (degree - 1) / degree
+    return m.layers * (inp.forward_passes + 1) * sent / link_bandwidth(inp, degree * lay.tensor)
 
 
 def offload_exposed_seconds(inp: StepInputs, compute: float) -> float:

@@ -33,6 +33,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
             context=layout.context,
             tensor=layout.tensor,
             attention=layout.attention,
+            ulysses=layout.ulysses,
             load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance],
         ),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),

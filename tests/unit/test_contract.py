@@ -93,6 +93,17 @@ MAPPING = [
     ({"spec.parallelism.attention": "allGather"}, None, "parallelism.attention", "all_gather"),
     ({"spec.parallelism.attention": "ulysses"}, None, "parallelism.attention", "ulysses"),
     ({"spec.parallelism.attention": "auto"}, None, "parallelism.attention", "ring"),  # CPU: no planner
+    (
+        {
+            "spec.parallelism.attention": "hybrid",
+            "spec.parallelism.ulysses": 2,
+            "spec.parallelism.context": 4,
+            "spec.parallelism.tensor": 1,
+        },
+        None,
+        "parallelism.ulysses",
+        2,
+    ),
     ({"spec.parallelism.loadBalance": "striped"}, LAYOUT, "parallelism.load_balance", "striped"),
     ({}, ResolvedLayout(1, 2, 2, 1, offload=True), "offload.enabled", True),
     ({}, ResolvedLayout(1, 2, 2, 1, True, 256), "offload.chunk_tokens", 256),

@@ -77,9 +77,10 @@ def test_new_job_is_planned_admitted_and_created():
 def test_the_chosen_attention_is_recorded_and_rendered_again_from_the_status():
     auto = spec(parallelism={"attention": "auto"})
     d, _ = step(auto, LongContextJobStatus())
-    chosen = d.status.layout.attention
-    assert chosen in ("ring", "allGather", "ulysses")
+    chosen, group = d.status.layout.attention, d.status.layout.ulysses
+    assert chosen in TRAINER_ATTENTION and (group is not None) == (chosen == "hybrid")
     assert d.actions[0].layout.attention == TRAINER_ATTENTION[chosen]
+    assert d.actions[0].layout.ulysses == (group or 1)
     assert resolved(d.status.layout, auto) == d.actions[0].layout  # what a restart renders
     # A status recorded before the layout carried its attention: the spec's kind (auto: ring).
     old = d.status.layout.model_copy(update={"attention": None})

@@ -179,7 +179,7 @@ def test_fp32_check_fails_when_ulysses_pairs_query_heads_with_the_wrong_kv_heads
 )
 def test_ulysses_kv_repeat_rule(heads, kv_heads, context, expected):
     if expected is None:
-        with pytest.raises(ValueError, match="ulysses attention needs"):
+        with pytest.raises(ValueError, match="Ulysses attention needs"):
             ulysses_kv_repeat(heads, kv_heads, context)
     else:
         assert ulysses_kv_repeat(heads, kv_heads, context) == expected

@@ -30,7 +30,10 @@ def test_layouts_the_heads_allow(parallel):
 @pytest.mark.parametrize(
     "parallel,message",
     [
-        (dict(context=16, attention="ulysses"), "heads per tensor rank \\(8\\) divisible by context \\(16\\)"),
+        (
+            dict(context=16, attention="ulysses"),
+            "heads per tensor rank \\(8\\) divisible by its degree \\(16 devices\\)",
+        ),
         (dict(context=8, tensor=2, attention="ulysses"), "heads per tensor rank \\(4\\)"),
         (dict(context=8, attention="hybrid", ulysses=8), "between 1 and context"),
         (dict(context=8, attention="hybrid", ulysses=3), "between 1 and context"),

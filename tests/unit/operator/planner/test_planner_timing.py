@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from longctx_operator.planner import PlanError, PlanRequest, plan
+from longctx_trainer.hardware import GPUS
 from longctx_trainer.presets import PRESETS
 
 LLAMA8B = PRESETS["llama3-8b"]
@@ -112,7 +113,7 @@ def test_auto_attention_keeps_the_fastest_kind_that_fits(fabric, expected):
     # TCP they do not, and one all-gather of K/V per layer and pass costs less than the exposed ring.
     job = dict(sequence_length=32_768, global_batch_tokens=32_768, data=None, context=None, tensor=None, fabric=fabric)
     auto = plan(request(attention="auto", **job))
-    each = {kind: plan(request(attention=kind, **job)) for kind in ("ring", "all_gather", "ulysses")}
+    each = {kind: plan(request(attention=kind, **job)) for kind in ("ring", "all_gather", "ulysses", "hybrid")}
     assert auto.attention == expected == min(each, key=lambda kind: each[kind].step_seconds)
     assert auto.step_seconds == each[expected].step_seconds and auto.layout == each[expected].layout
     assert {c.attention for c in auto.candidates} == set(each)  # every kind planned on every layout
@@ -123,5 +124,26 @@ def test_auto_attention_with_a_manual_layout_picks_the_kind_only():
     chosen = plan(pinned)
     assert chosen.layout == plan(request(fabric="tcp", data=1, context=4, tensor=8, sequence_length=32_768)).layout
     assert chosen.attention == "all_gather" and "fastest attention" in chosen.explanation
-    # One sequence over 32 devices of context: all-to-alls of 1K-token shards beat 31 exposed ring steps.
-    assert plan(replace(pinned, context=32, tensor=1)).attention == "ulysses"
+    # One sequence over 32 devices of context (4 nodes): all-to-alls of 1K-token shards beat 31 exposed
+    # ring steps, and best inside a node: Ulysses groups of 8 on NVLink, a ring of 4 over TCP.
+    wide = plan(replace(pinned, context=32, tensor=1))
+    assert (wide.attention, wide.ulysses) == ("hybrid", 8)
+    ulysses = plan(replace(pinned, context=32, tensor=1, attention="ulysses"))
+    assert wide.step.ulysses < ulysses.step.ulysses and wide.step_seconds < ulysses.step_seconds
+
+
+def test_hybrid_all_to_alls_inside_the_group_and_a_ring_of_groups_by_hand():
+    # llama3-8b at 256K, context 8 x tensor 4 over 4 nodes, Ulysses groups of 2: 8 heads and 2 K/V
+    # heads per tensor rank split over the group (no repeat); 32,768-token shards.
+    step = plan(request(data=1, context=8, tensor=4, attention="hybrid", ulysses=2, fabric="tcp")).step
+    # All-to-alls of q, out (2 * 4096 / 4) and k, v (2 * 1024 / 4) values per token, half of the
+    # shard sent, inside a group of 2 x 4 = 8 GPUs: one node, NVLink. 3 passes per layer.
+    sent = (2 * 1024 + 2 * 256) * 32_768 * 2 / 2
+    assert step.ulysses == pytest.approx(32 * 3 * sent / GPUS["h100-80gb"].achievable_nvlink, rel=1e-9)
+    # A ring of 4 groups over the 32-GPU context group (TCP between the nodes): each step moves
+    # one shard's K/V for this device's K/V head, 2 * 256 * 32,768 values, and computes 1/4 of its
+    # causal attention forward, 2 * 1024 * 262,144 * 32,768 FLOPs.
+    kv_block, block = 2 * 256 * 32_768, 2 * 1024 * 262_144 * 32_768 / F / 4
+    per_step = 2 * (kv_block * 2 / TCP - block) + (kv_block * 6 / TCP - 2 * block)  # 36 ms > 8.9 ms: exposed
+    assert step.ring_exposed == pytest.approx(32 * 3 * per_step, rel=1e-9)
+    assert step.all_gather == 0.0
