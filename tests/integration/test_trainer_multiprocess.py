@@ -141,13 +141,16 @@ def _events(out: Path) -> list[dict]:
     return [e for e in map(parse_event, out.read_text().splitlines()) if e is not None] if out.exists() else []
 
 
-def test_ulysses_all_to_all_across_processes_matches_one_process(tmp_path):
-    """Context 4 over the two processes: Ulysses' all-to-alls cross the process boundary (gloo),
-    with the K/V heads repeated (2 K/V heads over 4 devices); one process x four devices is the
-    reference."""
-    ulysses = {**CONFIG, "parallelism": {"data": 1, "context": 4, "tensor": 1, "attention": "ulysses"}, "steps": 2}
-    config = tmp_path / "ulysses.yaml"
-    config.write_text(yaml.safe_dump(ulysses))
+@pytest.mark.parametrize(
+    "attention", [{"attention": "ulysses"}, {"attention": "hybrid", "ulysses": 2}], ids=["ulysses", "hybrid"]
+)
+def test_ulysses_and_hybrid_across_processes_match_one_process(tmp_path, attention):
+    """Context 4 over the two processes, one process x four devices the reference. Ulysses: its
+    all-to-alls cross the process boundary (gloo), the K/V heads repeated (2 K/V heads over 4
+    devices). Hybrid: a Ulysses group of 2 inside each process, the ring between the processes."""
+    parallel = {"data": 1, "context": 4, "tensor": 1, **attention}
+    config = tmp_path / "context4.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, "parallelism": parallel, "steps": 2}))
     workers = _start_ranks(config, f"127.0.0.1:{free_port()}")
     single = _start(config, "single", 4)
     rank0, _, reference = (
