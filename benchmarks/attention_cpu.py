@@ -1,6 +1,7 @@
-"""Ring vs all-gather context-parallel attention vs the single-device reference, on 8 CPU devices.
+"""Ring, all-gather, Ulysses and hybrid context-parallel attention vs the single-device reference,
+on 8 CPU devices.
 
-    python benchmarks/attention_cpu.py [--seqs 4096 8192 16384 32768] [--reps 3]
+    python benchmarks/attention_cpu.py [--seqs 4096 8192 16384 32768] [--reps 3] [--heads 2 --kv-heads 1]
 
 For each sequence length: causal attention forward + backward (gradients of q, k, v), timed as
 the best of `--reps` runs after a warm-up, and the compiled temporary memory per device
@@ -8,6 +9,9 @@ the best of `--reps` runs after a warm-up, and the compiled temporary memory per
 split the same total work over a context axis of 8 (the 8 "devices" share this machine's cores,
 so equal total work means the times are directly comparable). References that would not fit
 in this machine's memory are compiled (for their memory figure) but not run.
+
+Ulysses (all-to-alls over the 8 devices) needs the heads to split over 8 (`--heads 8`); its row is
+left out, with a note, when they do not. Hybrid runs Ulysses groups of 2 in a ring of 4.
 
 The reference computes every logit and masks half of them; the ring skips fully masked blocks.
 The "one-device" row runs the ring's own chunked kernel on a single device with the same chunk
@@ -30,15 +34,15 @@ from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from longctx_trainer.ops import context_parallel_attention, reference_attention  # noqa: E402
 from longctx_trainer.ops.attention import ACTIVATION_SPEC  # noqa: E402
 
-HEADS, KV_HEADS, HEAD_DIM = 2, 1, 64
+HEAD_DIM = 64
 CONTEXT = 8
 MIB = 2**20
 
 
-def _inputs(seq):
+def _inputs(seq, heads, kv_heads):
     keys = jax.random.split(jax.random.key(0), 4)
-    q = jax.random.normal(keys[0], (1, seq, HEADS, HEAD_DIM))
-    k, v = (jax.random.normal(key, (1, seq, KV_HEADS, HEAD_DIM)) for key in keys[1:3])
+    q = jax.random.normal(keys[0], (1, seq, heads, HEAD_DIM))
+    k, v = (jax.random.normal(key, (1, seq, kv_heads, HEAD_DIM)) for key in keys[1:3])
     return q, k, v, jax.random.normal(keys[3], q.shape)
 
 
@@ -67,6 +71,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 8192, 16384, 32768])
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--heads", type=int, default=2, help="query heads (Ulysses needs a multiple of 8)")
+    parser.add_argument("--kv-heads", type=int, default=1)
     parser.add_argument(
         "--max-reference-seq",
         type=int,
@@ -85,9 +91,14 @@ def main():
         "ring": dict(impl="ring"),
         f"ring+chunk{args.chunk_tokens}": dict(impl="ring", chunk_tokens=args.chunk_tokens),
         "all_gather": dict(impl="all_gather"),
+        "hybrid 2x4": dict(impl="hybrid", ulysses=2),
     }
+    if args.heads % CONTEXT == 0:
+        variants["ulysses"] = dict(impl="ulysses")
+    else:
+        print(f"(no ulysses row: {args.heads} heads do not split over {CONTEXT} devices; try --heads 8)")
     print(
-        f"causal attention fwd+bwd, batch 1, heads {HEADS}/{KV_HEADS}, head_dim {HEAD_DIM}, fp32, "
+        f"causal attention fwd+bwd, batch 1, heads {args.heads}/{args.kv_heads}, head_dim {HEAD_DIM}, fp32, "
         f"{len(jax.devices())} CPU devices, context {CONTEXT}, dual-chunk-swap layout"
     )
     header = (
@@ -97,7 +108,7 @@ def main():
     print(header)
     print("-" * len(header))
     for seq in args.seqs:
-        q, k, v, do = _inputs(seq)
+        q, k, v, do = _inputs(seq, args.heads, args.kv_heads)
         run_reference = seq <= args.max_reference_seq
         ref_time, ref_temp = _measure(
             _grad_fn(lambda q, k, v: reference_attention(q, k, v, causal=True)), (q, k, v, do), args.reps, run_reference
