@@ -56,6 +56,12 @@ def ulysses_kv_repeat(heads: int, kv_heads: int, ulysses: int) -> int:
     return ulysses // kv_heads
 
 
+def ulysses_degree(attention: Attention, context: int, ulysses: int) -> int:
+    """Devices one Ulysses all-to-all spans: the context axis (ulysses), a group of `ulysses`
+    devices (hybrid), or 1 (no all-to-all)."""
+    return {"ulysses": context, "hybrid": ulysses}.get(attention, 1)
+
+
 def hybrid_split(context: int, ulysses: int) -> int:
     """The ring size of hybrid attention: `context` devices in groups of `ulysses` (Ulysses inside a
     group, a ring over the groups). Both parts must be real: 1 < ulysses < context, dividing it."""
@@ -227,9 +233,9 @@ class TrainerConfig(_Strict):
         if self.model.heads % p.tensor or self.model.kv_heads % p.tensor:
             raise ValueError("parallelism.tensor must divide model heads and kv_heads")
         if p.attention in ("ulysses", "hybrid"):
-            degree = p.context if p.attention == "ulysses" else p.ulysses
             if p.attention == "hybrid":
                 hybrid_split(p.context, p.ulysses)
+            degree = ulysses_degree(p.attention, p.context, p.ulysses)
             ulysses_kv_repeat(self.model.heads // p.tensor, self.model.kv_heads // p.tensor, degree)
         elif p.ulysses != 1:
             raise ValueError("parallelism.ulysses applies to attention hybrid only")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention, Precision, ulysses_kv_repeat
+from longctx_trainer.config import Attention, Precision, ulysses_degree, ulysses_kv_repeat
 from longctx_trainer.presets import ModelDims
 
 from .costs import (
@@ -96,7 +96,7 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
     )
     ulysses = inp.attention == "ulysses" and lay.context > 1
     # Ulysses (over the context axis, or a hybrid's groups) repeats K/V heads fewer than its devices
-    degree = {"ulysses": lay.context, "hybrid": inp.ulysses}.get(inp.attention, 1)
+    degree = ulysses_degree(inp.attention, lay.context, inp.ulysses)
     kv_copies = ulysses_kv_repeat(m.heads // lay.tensor, m.kv_heads // lay.tensor, degree)
     if offload:  # one chunk of queries against double-buffered K/V chunks; the rest on the host
         query = kv_tokens = inp.chunk_tokens

@@ -11,7 +11,7 @@ from longctx_trainer.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.presets import ModelDims
 
 from .chunking import MIN_CHUNK_TOKENS, chunk_candidates, covering_chunk_tokens
-from .layouts import Layout, Rejection, enumerate_layouts, structural_rejections
+from .layouts import Layout, Rejection, divisors, enumerate_layouts, structural_rejections
 from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
 from .timing import StepInputs, StepTime, step_time
 
@@ -307,7 +307,7 @@ def evaluate(req: PlanRequest, layout: Layout) -> Candidate:
     (offloading only when allowed), then speed. Hybrid without a group size tries every size that
     splits the context axis into real groups and a real ring, and keeps the fastest that fits."""
     if req.attention == "hybrid" and req.ulysses is None:
-        sizes = [u for u in range(2, layout.context) if layout.context % u == 0]
+        sizes = [u for u in divisors(layout.context) if 1 < u < layout.context]
         if not sizes:
             reason = f"hybrid needs a Ulysses group size between 1 and context={layout.context}, dividing it"
             return Candidate(layout, "hybrid", rejections=(Rejection("spec.parallelism.context", reason),))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention, LoadBalance, Precision, ulysses_kv_repeat
+from longctx_trainer.config import Attention, LoadBalance, Precision, ulysses_degree, ulysses_kv_repeat
 from longctx_trainer.flops import flops_per_token
 from longctx_trainer.hardware import Fabric, Gpu
 from longctx_trainer.presets import ModelDims
@@ -64,7 +64,7 @@ class StepInputs:
     @property
     def ulysses_degree(self) -> int:
         """Devices each all-to-all spans: the whole context axis (ulysses), a group (hybrid), or 1."""
-        return {"ulysses": self.layout.context, "hybrid": self.ulysses}.get(self.attention, 1)
+        return ulysses_degree(self.attention, self.layout.context, self.ulysses)
 
     @property
     def ring_members(self) -> int:
