@@ -30,12 +30,33 @@ def drop_causal_mask_on_first_block(monkeypatch):
     """The chunk pair holding token 0 against itself runs unmasked (forward and backward)."""
     correct = chunked._relation
 
-    def relation(q_pos, k_pos):
-        kind = correct(q_pos, k_pos)
-        if q_pos is None:
+    def relation(q, k):
+        kind = correct(q, k)
+        if q.pos is None:
             return kind
-        first_block = (q_pos.min() == 0) & (k_pos.min() == 0)
+        first_block = (q.pos.min() == 0) & (k.pos.min() == 0)
         return jnp.where(first_block & (kind == chunked.MASKED), chunked.FULL, kind)
+
+    monkeypatch.setattr(chunked, "_relation", relation)
+
+
+def ignore_document_mask(monkeypatch):
+    """Attention across packed documents: every block masks by position only."""
+    correct = block.visible
+    monkeypatch.setattr(block, "visible", lambda q_pos, k_pos, q_seg, k_seg: correct(q_pos, k_pos, None, None))
+
+
+def skip_pairs_of_one_document(monkeypatch):
+    """The skip decision inverted for documents: pairs whose documents differ are computed and pairs
+    within one document are skipped (a wrong range test)."""
+    correct = chunked._relation
+
+    def relation(q, k):
+        kind = correct(q, k)
+        if q.seg is None:
+            return kind
+        same = jnp.all((q.seg.min(1) == k.seg.min(1)) & (q.seg.max(1) == k.seg.max(1)))
+        return jnp.where(same, chunked.SKIP, kind)
 
     monkeypatch.setattr(chunked, "_relation", relation)
 
@@ -84,7 +105,9 @@ def tile_ulysses_kv_heads(monkeypatch):
 def lose_attention_scale(monkeypatch):
     """Logits q.k without the 1/sqrt(head_dim) factor."""
     correct = block._masked_logits
-    monkeypatch.setattr(block, "_masked_logits", lambda q, k, q_pos, k_pos, scale: correct(q, k, q_pos, k_pos, 1.0))
+    monkeypatch.setattr(
+        block, "_masked_logits", lambda q, k, q_pos, k_pos, scale, *seg: correct(q, k, q_pos, k_pos, 1.0, *seg)
+    )
 
 
 def round_logits_to_bf16(monkeypatch):

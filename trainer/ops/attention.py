@@ -16,6 +16,7 @@ from .ring import make_ring_attention
 from .ulysses import make_ulysses_attention
 
 ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
+SEGMENT_SPEC = P(DATA, CONTEXT)
 
 
 def context_parallel_attention(
@@ -30,6 +31,7 @@ def context_parallel_attention(
     chunk_tokens=None,
     offload: bool = False,
     ulysses: int = 1,
+    segments=None,
 ):
     """Exact attention over a (data, context, tensor) mesh.
 
@@ -39,6 +41,9 @@ def context_parallel_attention(
     `chunk_tokens` splits each device's shard into chunks (FPDT); `offload` keeps idle K/V
     chunks and the residuals for the backward in host memory where the backend has one.
     `ulysses`: the Ulysses group size of impl "hybrid" (a ring of context // ulysses groups).
+    `segments` [batch, seq] (int32, same order and sharding as the tokens): document ids of packed
+    documents; a token then attends only within
+    its document, and chunk pairs of different documents are skipped. None: one document.
     """
     context = mesh.shape[CONTEXT]
     seq = q.shape[1]
@@ -59,9 +64,17 @@ def context_parallel_attention(
         local = make_all_gather_attention(axis=CONTEXT, **options)
     # check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;
     # every output is genuinely per-device (sharded like q), nothing relies on replication checks.
-    return jax.shard_map(local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3, out_specs=ACTIVATION_SPEC, check_vma=False)(
-        q, k, v
-    )
+    if segments is None:
+        return jax.shard_map(
+            lambda q, k, v: local(q, k, v, None),
+            mesh=mesh,
+            in_specs=(ACTIVATION_SPEC,) * 3,
+            out_specs=ACTIVATION_SPEC,
+            check_vma=False,
+        )(q, k, v)
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3 + (SEGMENT_SPEC,), out_specs=ACTIVATION_SPEC, check_vma=False
+    )(q, k, v, segments)
 
 
 def _within_layout_chunks(shard_tokens: int, chunk_tokens):

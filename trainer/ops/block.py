@@ -8,8 +8,9 @@ GQA without repeating K/V: queries are viewed as [batch, tokens, kv_heads, group
 contracted against K/V directly; dK/dV sum over the group inside the einsum.
 
 Masking is by true token positions (`q_pos[t] >= k_pos[s]`), so one kernel serves every
-load-balancing layout. A row that sees no key (possible in one block, never in the final
-result of causal attention) gets output 0 and lse -inf.
+load-balancing layout, and, for packed documents, by document ids (`q_seg[b, t] == k_seg[b, s]`:
+a token sees only its own document). A row that sees no key (possible in one block, never in the
+final result, where every token sees itself) gets output 0 and lse -inf.
 
 cuDNN: on GPU, a block without a mask (the "full" case) runs cuDNN flash attention through
 `jax.nn.dot_product_attention(implementation="cudnn")`'s underlying kernel, asking for its
@@ -31,12 +32,23 @@ def _grouped(x, kv_heads):
     return x.reshape(b, t, kv_heads, h // kv_heads, d)
 
 
-def _masked_logits(q, k, q_pos, k_pos, scale):
-    """Logits [b, kv_heads, group, t, s] in fp32, -inf where the key is in the query's future."""
+def visible(q_pos, k_pos, q_seg, k_seg):
+    """Which keys each query sees, [b or 1, t, s], or None when it sees them all: keys not in its
+    future (positions [t], [s]; None = not causal) and of its own document (ids [b, t], [b, s];
+    None = one document)."""
+    mask = None if q_pos is None else (q_pos[:, None] >= k_pos[None, :])[None]
+    if q_seg is not None:
+        same = q_seg[:, :, None] == k_seg[:, None, :]
+        mask = same if mask is None else mask & same
+    return mask
+
+
+def _masked_logits(q, k, q_pos, k_pos, scale, q_seg=None, k_seg=None):
+    """Logits [b, kv_heads, group, t, s] in fp32, -inf where the query must not see the key."""
     logits = jnp.einsum("btkgd,bskd->bkgts", _grouped(q, k.shape[2]), k, preferred_element_type=F32) * F32(scale)
-    if q_pos is not None:
-        visible = q_pos[:, None] >= k_pos[None, :]
-        logits = jnp.where(visible, logits, -jnp.inf)
+    mask = visible(q_pos, k_pos, q_seg, k_seg)
+    if mask is not None:
+        logits = jnp.where(mask[:, None, None], logits, -jnp.inf)
     return logits
 
 
@@ -52,17 +64,18 @@ def _from_btH(x, kv_heads):
     return jnp.transpose(x.reshape(b, t, kv_heads, h // kv_heads), (0, 2, 3, 1))
 
 
-def block_forward(q, k, v, q_pos=None, k_pos=None, *, scale):
+def block_forward(q, k, v, q_pos=None, k_pos=None, *, scale, q_seg=None, k_seg=None):
     """(out fp32 [b, t, heads, d], lse fp32 [b, t, heads]) of q attending to this K/V block.
 
-    Pass positions for a causal mask; None means every key is visible.
+    Pass positions for a causal mask and document ids for a document mask; None means every key
+    is visible.
     """
-    if q_pos is None and _cudnn_usable(q, k):
+    if q_pos is None and q_seg is None and _cudnn_usable(q, k):
         try:
             return _cudnn_forward(q, k, v, scale=scale)
         except (ValueError, NotImplementedError):  # a layout cuDNN rejects at trace time
             pass
-    logits = _masked_logits(q, k, q_pos, k_pos, scale)
+    logits = _masked_logits(q, k, q_pos, k_pos, scale, q_seg, k_seg)
     row_max = logits.max(-1)
     row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
     probs = jnp.exp(logits - row_max[..., None])
@@ -83,11 +96,11 @@ def merge_partials(out, lse, block_out, block_lse):
     return out * w_old + block_out * w_new, new_lse
 
 
-def block_backward(q, k, v, do, lse, delta, q_pos=None, k_pos=None, *, scale):
+def block_backward(q, k, v, do, lse, delta, q_pos=None, k_pos=None, *, scale, q_seg=None, k_seg=None):
     """(dq, dk, dv) in fp32 of this block's share of the attention, given the final lse and
     delta = sum(dO * O, -1) over the whole key range (flash-attention backward)."""
     kv_heads = k.shape[2]
-    logits = _masked_logits(q, k, q_pos, k_pos, scale)
+    logits = _masked_logits(q, k, q_pos, k_pos, scale, q_seg, k_seg)
     lse_g = _from_btH(lse, kv_heads)
     lse_g = jnp.where(jnp.isfinite(lse_g), lse_g, jnp.inf)
     probs = jnp.exp(logits - lse_g[..., None])

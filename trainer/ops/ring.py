@@ -8,6 +8,7 @@ Backward (custom VJP, nothing per-step is saved): K/V rotate again, and the dK/d
 (fp32) travel with them, each device adding the contribution of its queries; after the last step
 one more shift brings every accumulator home to the device that owns that K/V shard. dQ stays put.
 Residuals are the local q, k, v, out and lse only (in host memory when offloading).
+With packed documents the K/V shard's document ids travel with it, a few bytes per token.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import jax.numpy as jnp
 from jax import custom_vjp, lax
 
 from .block import F32, merge_partials
-from .chunked import chunked_backward, chunked_forward, split_kv
+from .chunked import Span, chunked_backward, chunked_forward, split_kv
 from .offload import to_device, to_host
 
 
 def make_ring_attention(
     *, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool, group: int = 1
 ):
-    """Per-device ring attention f(q, k, v) -> out for use inside shard_map over `axis`.
+    """Per-device ring attention f(q, k, v, segments) -> out for use inside shard_map over `axis`;
+    `segments` [b, t]: the local tokens' document ids, or None (one document per sequence).
 
     `positions` (numpy [seq], layout order) gives true token positions for the causal mask;
     None for non-causal attention. `group` consecutive devices of the axis form one ring member
@@ -46,80 +48,84 @@ def make_ring_attention(
         source = (lax.axis_index(axis) // group - step) % members
         return shard_positions(source, tokens)
 
-    def forward(q, k, v):
+    def forward(q, k, v, segments):
         tokens = q.shape[1]
-        q_pos = held_positions(0, tokens)
+        q_span = Span(held_positions(0, tokens), segments)
 
-        def attend(out, lse, k, v, step):
+        def attend(out, lse, k, v, k_seg, step):
             return merge_partials(
                 out,
                 lse,
                 *chunked_forward(
                     q,
                     *split_kv(k, v, chunk_tokens, on_host=False),
-                    q_pos,
-                    held_positions(step, tokens),
+                    q_span,
+                    Span(held_positions(step, tokens), k_seg),
                     scale=scale,
                     chunk_tokens=chunk_tokens,
                 ),
             )
 
         def step_and_pass(carry, step):
-            out, lse, k, v = carry
-            k_next, v_next = rotate(k, v)
-            return (*attend(out, lse, k, v, step), k_next, v_next), None
+            out, lse, k, v, k_seg = carry
+            passed = rotate(k, v, *([] if k_seg is None else [k_seg]))
+            k_seg_next = None if k_seg is None else passed[2]
+            return (*attend(out, lse, k, v, k_seg, step), *passed[:2], k_seg_next), None
 
-        init = (jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32), k, v)
-        (out, lse, k_last, v_last), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
-        out, lse = attend(out, lse, k_last, v_last, members - 1)
+        init = (jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32), k, v, segments)
+        (out, lse, k_last, v_last, k_seg), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
+        out, lse = attend(out, lse, k_last, v_last, k_seg, members - 1)
         return out.astype(q.dtype), lse
 
-    def backward(q, k, v, out, lse, do):
+    def backward(q, k, v, segments, out, lse, do):
         tokens = q.shape[1]
-        q_pos = held_positions(0, tokens)
+        q_span = Span(held_positions(0, tokens), segments)
         delta = jnp.sum(do.astype(F32) * out.astype(F32), axis=-1)
 
-        def grads(k, v, step):
+        def grads(k, v, k_seg, step):
             return chunked_backward(
                 q,
                 *split_kv(k, v, chunk_tokens, on_host=False),
                 do,
                 lse,
                 delta,
-                q_pos,
-                held_positions(step, tokens),
+                q_span,
+                Span(held_positions(step, tokens), k_seg),
                 scale=scale,
                 chunk_tokens=chunk_tokens,
             )
 
         def step_and_pass(carry, step):
-            dq, k, v, dk, dv = carry
-            dq_s, dk_s, dv_s = grads(k, v, step)
-            return (dq + dq_s, *rotate(k, v, dk + dk_s, dv + dv_s)), None
+            dq, k, v, k_seg, dk, dv = carry
+            dq_s, dk_s, dv_s = grads(k, v, k_seg, step)
+            k_seg_next = None if k_seg is None else rotate(k_seg)[0]
+            k_next, v_next, dk, dv = rotate(k, v, dk + dk_s, dv + dv_s)
+            return (dq + dq_s, k_next, v_next, k_seg_next, dk, dv), None
 
         def zeros(x):
             return jnp.zeros(x.shape, F32)
 
-        init = (zeros(q), k, v, zeros(k), zeros(v))
-        (dq, k, v, dk, dv), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
-        dq_s, dk_s, dv_s = grads(k, v, members - 1)
+        init = (zeros(q), k, v, segments, zeros(k), zeros(v))
+        (dq, k, v, k_seg, dk, dv), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
+        dq_s, dk_s, dv_s = grads(k, v, k_seg, members - 1)
         dk, dv = dk + dk_s, dv + dv_s
         if members > 1:
             dk, dv = rotate(dk, dv)  # home: the owner of this K/V shard is one step ahead
         return dq + dq_s, dk, dv
 
     @custom_vjp
-    def ring_attention(q, k, v):
-        return forward(q, k, v)[0]
+    def ring_attention(q, k, v, segments):
+        return forward(q, k, v, segments)[0]
 
-    def ring_fwd(q, k, v):
-        out, lse = forward(q, k, v)
-        return out, tuple(to_host(x, offload) for x in (q, k, v, out, lse))
+    def ring_fwd(q, k, v, segments):
+        out, lse = forward(q, k, v, segments)
+        return out, (tuple(to_host(x, offload) for x in (q, k, v, out, lse)), segments)
 
     def ring_bwd(residuals, do):
-        q, k, v, out, lse = (to_device(x, offload) for x in residuals)
-        dq, dk, dv = backward(q, k, v, out, lse, do)
-        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+        saved, segments = residuals
+        q, k, v, out, lse = (to_device(x, offload) for x in saved)
+        dq, dk, dv = backward(q, k, v, segments, out, lse, do)
+        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
 
     ring_attention.defvjp(ring_fwd, ring_bwd)
     return ring_attention

@@ -23,13 +23,15 @@ from jax import lax
 
 from ..config import ulysses_kv_repeat
 from .all_gather import make_local_attention
+from .chunked import Span
 from .ring import make_ring_attention
 
 
 def make_ulysses_attention(
     *, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool, ring: int = 1
 ):
-    """Per-device f(q, k, v) -> out for use inside shard_map over `axis` (of `axis_size` devices);
+    """Per-device f(q, k, v, segments) -> out for use inside shard_map over `axis` (of `axis_size`
+    devices; segments: the local tokens' document ids [b, t], or None);
     `ring` > 1 makes it the hybrid of Ulysses groups of axis_size // ring devices and a ring of them.
 
     `positions`: the true position of every token of the sequence in layout order (None: not
@@ -40,8 +42,8 @@ def make_ulysses_attention(
         local_attention = make_local_attention(scale=scale, chunk_tokens=chunk_tokens, offload=offload)
         pos = None if positions is None else jnp.asarray(positions)
 
-        def attend(q, k, v):
-            return local_attention(q, k, v, pos, pos)
+        def attend(q, k, v, segments):
+            return local_attention(q, k, v, Span(pos, segments), Span(pos, segments))
 
     else:
         attend = make_ring_attention(
@@ -60,10 +62,15 @@ def make_ulysses_attention(
     def to_sequence(x):  # [batch, U*seq/C, heads/U, dim] -> [batch, seq/C, heads, dim]
         return lax.all_to_all(x, axis, split_axis=1, concat_axis=2, tiled=True, axis_index_groups=groups)
 
-    def ulysses_attention(q, k, v):
+    def group_segments(segments):  # [batch, seq/C] -> [batch, U*seq/C]: the document ids to_heads' tokens have
+        if segments is None:
+            return None
+        return lax.all_gather(segments, axis, axis=1, tiled=True, axis_index_groups=groups)
+
+    def ulysses_attention(q, k, v, segments):
         repeat = ulysses_kv_repeat(q.shape[2], k.shape[2], degree)
         if repeat > 1:  # copy j of K/V head i becomes head i * repeat + j: device d gets head d // repeat
             k, v = (jnp.repeat(x, repeat, axis=2) for x in (k, v))
-        return to_sequence(attend(to_heads(q), to_heads(k), to_heads(v)))
+        return to_sequence(attend(to_heads(q), to_heads(k), to_heads(v), group_segments(segments)))
 
     return ulysses_attention

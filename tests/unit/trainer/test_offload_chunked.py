@@ -21,7 +21,7 @@ from longctx_trainer.ops import (
     permutation,
     reference_attention,
 )
-from longctx_trainer.ops.chunked import FULL, MASKED, SKIP, _relation
+from longctx_trainer.ops.chunked import FULL, MASKED, SKIP, Span, _relation
 from support import mutants
 
 BATCH, SEQ, HEADS, HEAD_DIM = 2, 128, 8, 16
@@ -142,10 +142,10 @@ def test_host_placement_path_keeps_the_numbers(impl, layout, monkeypatch):
 
 def test_causal_chunk_pairs_are_classified_for_skipping():
     early, late = jnp.arange(0, 8), jnp.arange(8, 16)
-    assert int(_relation(early, late)) == SKIP  # every key in every query's future
-    assert int(_relation(late, early)) == FULL  # every key visible: no mask needed
-    assert int(_relation(late, late)) == MASKED
-    assert _relation(None, None) == FULL  # non-causal
+    assert int(_relation(Span(early), Span(late))) == SKIP  # every key in every query's future
+    assert int(_relation(Span(late), Span(early))) == FULL  # every key visible: no mask needed
+    assert int(_relation(Span(late), Span(late))) == MASKED
+    assert _relation(Span(), Span()) == FULL  # non-causal
 
 
 def test_chunking_shrinks_compiled_temporaries():
