@@ -175,15 +175,54 @@ class OptimizerConfig(_Strict):
     beta2: float = Field(0.95, gt=0, lt=1)
 
 
+def token_file_record(path: str | Path) -> Path:
+    """Where `longctx tokenize` records a token file's end-of-text id (and vocabulary, documents,
+    tokens): <token file>.json beside it."""
+    return Path(f"{path}.json")
+
+
+BYTE_VOCAB = 256  # byte-level text: token ids are the bytes
+TEXT_DOCUMENT_SEPARATOR = 0
+"""The byte that ends each document of byte-level text under packing: NUL, which never occurs in
+text (the files of a directory are joined with it)."""
+
+
+class PackingConfig(_Strict):
+    """Many documents packed into one sequence (data.packing): where documents end, and whether
+    attention and RoPE respect the boundaries."""
+
+    document_mask: bool = Field(
+        False,
+        description="Attention stays within each document, and the loss leaves out the prediction "
+        "across a document boundary (of the token after the separator from the separator).",
+    )
+    reset_positions: bool = Field(False, description="RoPE positions restart at 0 at the start of each document.")
+    separator: int | None = Field(
+        None,
+        ge=0,
+        description="Token id that ends each document. Default: the end-of-text id recorded by "
+        "`longctx tokenize` beside a token file, byte 0 (NUL) for text; synthetic data needs one.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.document_mask or self.reset_positions
+
+
 class DataConfig(_Strict):
     kind: DataKind = "synthetic"
     path: str | None = Field(None, description="Token file (.bin of uint16/uint32) or text file/dir.")
     seed: int = 0
+    packing: PackingConfig = PackingConfig()
 
     @model_validator(mode="after")
     def _path_needed(self) -> DataConfig:
         if self.kind != "synthetic" and not self.path:
             raise ValueError(f"data.path is required for data.kind={self.kind}")
+        if self.kind == "synthetic" and self.packing.enabled and self.packing.separator is None:
+            raise ValueError(
+                "data.packing with synthetic data needs packing.separator (the token that ends a document)"
+            )
         return self
 
 

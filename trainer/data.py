@@ -5,21 +5,65 @@ samples s*B .. s*B+B-1. The data position is therefore just the number of sample
 which the checkpoint records, and a resumed run reads exactly what an uninterrupted one would.
 Each process materialises only the rows (and sequence columns) of the global batch that its
 own devices hold (`jax.make_array_from_callback`), so every data-parallel rank reads its shard.
+
+Packed documents (`data.packing`): a separator token ends each document (the end-of-text id for
+token files, NUL between the files of a text directory). Each window then also yields, per input
+token, its document's index within the window, its position within its document and whether its
+target lies in the same document (`Documents`), all derived from the window alone, so a shard
+needs no other shard's tokens.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from .config import DataConfig, TrainerConfig
+from .config import BYTE_VOCAB, TEXT_DOCUMENT_SEPARATOR, DataConfig, PackingConfig, TrainerConfig, token_file_record
 from .model import TOKENS
 
-BYTE_VOCAB = 256
+
+class Documents(NamedTuple):
+    """The packed documents of a batch, each [batch, seq] like the inputs, in natural token order."""
+
+    segments: jax.Array  # document index of each input token within its window (int32)
+    positions: jax.Array  # its position within its document, from 0 (int32)
+    loss_mask: jax.Array  # False where the target starts the next document (the input is a separator)
+
+
+def document_layout(window: np.ndarray, separator: int) -> dict[str, np.ndarray]:
+    """Documents of one window of sequence + 1 tokens: `Documents`' fields for its inputs. A
+    separator belongs to the document it ends; the window may begin or end inside a document."""
+    ends = window == separator
+    segments = np.concatenate([[0], np.cumsum(ends[:-1])]).astype(np.int32)
+    index = np.arange(len(window))
+    starts = np.maximum.accumulate(np.where(np.concatenate([[True], segments[1:] != segments[:-1]]), index, 0))
+    return {
+        "segments": segments[:-1],
+        "positions": (index - starts)[:-1].astype(np.int32),
+        "loss_mask": segments[1:] == segments[:-1],
+    }
+
+
+def document_separator(data: DataConfig) -> int:
+    """The token that ends each document: packing.separator, else the token file's recorded
+    end-of-text id, else NUL for text."""
+    if data.packing.separator is not None:
+        return data.packing.separator
+    if data.kind == "text":
+        return TEXT_DOCUMENT_SEPARATOR
+    sidecar = token_file_record(data.path)
+    try:
+        return int(json.loads(sidecar.read_text())["end_of_text"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"data.packing needs the end-of-text id of {data.path}: set packing.separator, or write the file "
+            f"with `longctx tokenize`, which records it in {sidecar.name} ({error})"
+        ) from None
 
 
 class TokenSource(Protocol):
@@ -66,10 +110,11 @@ def token_file(path: str | Path, vocab: int) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def text_bytes(path: str | Path) -> np.ndarray:
+def text_bytes(path: str | Path, separator: int | None = None) -> np.ndarray:
     """Byte-level tokens of a text file (memory-mapped) or of every text file under a directory.
 
-    In a directory, binary files (those containing a NUL byte, e.g. __pycache__/*.pyc) are skipped.
+    In a directory, binary files (those containing a NUL byte, e.g. __pycache__/*.pyc) are skipped;
+    with a `separator` byte, each file is one document and ends with it.
     """
     path = Path(path)
     if path.is_file():
@@ -77,7 +122,8 @@ def text_bytes(path: str | Path) -> np.ndarray:
     texts = [b for b in (p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()) if b"\x00" not in b]
     if not texts:
         raise ValueError(f"no text files under {path}")
-    return np.frombuffer(b"".join(texts), dtype=np.uint8)
+    end = b"" if separator is None else bytes([separator])
+    return np.frombuffer(b"".join(text + end for text in texts), dtype=np.uint8)
 
 
 def make_source(data: DataConfig, vocab: int, sequence_length: int) -> TokenSource:
@@ -87,36 +133,53 @@ def make_source(data: DataConfig, vocab: int, sequence_length: int) -> TokenSour
         return CorpusWindows(token_file(data.path, vocab), sequence_length, data.seed)
     if vocab < BYTE_VOCAB:
         raise ValueError(f"byte-level text needs a vocabulary of at least {BYTE_VOCAB}, the model has {vocab}")
-    return CorpusWindows(text_bytes(data.path), sequence_length, data.seed)
+    separator = document_separator(data) if data.packing.enabled else None
+    if separator is not None and separator >= BYTE_VOCAB:
+        raise ValueError(f"data.packing.separator {separator} is not a byte (text is byte-level)")
+    return CorpusWindows(text_bytes(data.path, separator), sequence_length, data.seed)
 
 
 class Batches:
-    """Global batches (inputs, targets) [batch, seq] sharded (data, context) on the mesh."""
+    """Global batches [batch, seq] sharded (data, context) on the mesh: (inputs, targets,
+    documents), documents a `Documents` with data.packing, else None."""
 
     def __init__(self, config: TrainerConfig, mesh: Mesh, source: TokenSource | None = None):
         self.batch_size, self.seq = config.batch_size, config.sequence_length
         self.source = source or make_source(config.data, config.model.vocab, self.seq)
         self.sharding = NamedSharding(mesh, TOKENS)
+        packing: PackingConfig = config.data.packing
+        self.separator = document_separator(config.data) if packing.enabled else None
 
-    def for_step(self, step: int) -> tuple[jax.Array, jax.Array]:
-        windows: dict[int, np.ndarray] = {}  # shared by the callbacks of this step's shards
+    def for_step(self, step: int) -> tuple[jax.Array, jax.Array, Documents | None]:
+        rows: dict[int, dict[str, np.ndarray]] = {}  # shared by the callbacks of this step's shards
         shape = (self.batch_size, self.seq)
-        inputs = jax.make_array_from_callback(shape, self.sharding, lambda index: self.piece(step, index, 0, windows))
-        targets = jax.make_array_from_callback(shape, self.sharding, lambda index: self.piece(step, index, 1, windows))
-        return inputs, targets
 
-    def piece(self, step: int, index: tuple[slice, slice], shift: int, windows: dict[int, np.ndarray]) -> np.ndarray:
-        """Rows and columns `index` of step's inputs (shift 0) or targets (shift 1).
+        def array(field: str) -> jax.Array:
+            return jax.make_array_from_callback(
+                shape, self.sharding, lambda index: self.piece(step, index, field, rows)
+            )
 
-        Reads only the samples of those rows: a process builds just its devices' shards.
+        if self.separator is None:
+            return array("inputs"), array("targets"), None
+        return array("inputs"), array("targets"), Documents(*(array(f) for f in Documents._fields))
+
+    def piece(self, step: int, index: tuple[slice, slice], field: str, rows: dict[int, dict]) -> np.ndarray:
+        """Rows and columns `index` of one of step's arrays: "inputs", "targets" or a field of
+        `Documents`. Reads only the samples of those rows: a process builds just its devices' shards.
         """
         first = step * self.batch_size
-        rows = []
+        pieces = []
         for row in range(self.batch_size)[index[0]]:
-            if row not in windows:
-                windows[row] = self.source.sample(first + row)
-            rows.append(windows[row][shift : shift + self.seq][index[1]])
-        return np.stack(rows)
+            if row not in rows:
+                rows[row] = self._row(self.source.sample(first + row))
+            pieces.append(rows[row][field][index[1]])
+        return np.stack(pieces)
+
+    def _row(self, window: np.ndarray) -> dict[str, np.ndarray]:
+        fields = {"inputs": window[:-1], "targets": window[1:]}
+        if self.separator is not None:
+            fields |= document_layout(window, self.separator)
+        return fields
 
     def position(self, step: int) -> int:
         """Samples consumed before `step` (the data position stored in checkpoints)."""

@@ -6,6 +6,10 @@ Parallelism is expressed with shardings on the (data, context, tensor) mesh:
   another dim over (data, context) -- ZeRO-3 / FSDP, XLA gathers them where used.
 The sequence is reordered once at input by the load-balance permutation (tokens and targets
 alike, so the mean loss is unchanged) and RoPE uses the permuted positions.
+
+Packed documents (data.packing, `Documents` from data.py, reordered the same way): with
+`document_mask` attention stays within each document and the loss averages over the predictions
+that stay within one; with `reset_positions` RoPE uses each token's position in its document.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class ModelOptions:
     attention: str
     load_balance: str
     ulysses: int = 1  # the Ulysses group size of attention "hybrid"
+    document_mask: bool = False  # packed documents: attention and loss stay within each document
+    reset_positions: bool = False  # packed documents: RoPE positions restart in each document
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
     fp8: Fp8Layout | None = None  # None: no FP8
 
@@ -91,6 +97,8 @@ class ModelOptions:
             attention=config.parallelism.attention,
             load_balance=config.parallelism.load_balance,
             ulysses=config.parallelism.ulysses,
+            document_mask=config.data.packing.document_mask,
+            reset_positions=config.data.packing.reset_positions,
         )
 
 
@@ -205,15 +213,17 @@ def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = 
 
 
 def rope(x: jax.Array, positions: jax.Array, theta: float, scaling: RopeScaling | None = None) -> jax.Array:
-    """Rotary embedding (rotate-half form) of x [batch, seq, heads, head_dim] at `positions` [seq]."""
+    """Rotary embedding (rotate-half form) of x [batch, seq, heads, head_dim] at `positions`
+    [seq], or [batch, seq] (positions within packed documents)."""
     freqs = rope_frequencies(x.shape[-1], theta, scaling)
-    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]  # [seq, half]
-    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    angles = positions.astype(jnp.float32)[..., None] * freqs  # [(batch,) seq, half]
+    angles = jnp.broadcast_to(angles, (x.shape[0], *angles.shape[-2:]))[:, :, None, :]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def _layer(x, layer, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOptions):
+def _layer(x, layer, *, positions, segments, dims: ModelDims, mesh: Mesh, options: ModelOptions):
     p, scaling = layer  # this layer's weights and (FP8 runs) its matmuls' scaling state, else None
 
     def matmul(spec: str, a: jax.Array, name: str) -> jax.Array:
@@ -238,6 +248,7 @@ def _layer(x, layer, *, positions, dims: ModelDims, mesh: Mesh, options: ModelOp
         chunk_tokens=options.chunk_tokens,
         offload=options.offload,
         ulysses=options.ulysses,
+        segments=segments,
     )
     a = _constrain(a, mesh, HEADS)
     x = _constrain(x + matmul("bsnd,ndh->bsh", a, "wo"), mesh, ACTIVATION)
@@ -267,17 +278,33 @@ def remat_policy(options: ModelOptions, mesh: Mesh):
 
 
 def final_hidden(
-    params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims, mesh: Mesh, options: ModelOptions
+    params: dict,
+    tokens: jax.Array,
+    targets: jax.Array,
+    documents=None,
+    *,
+    dims: ModelDims,
+    mesh: Mesh,
+    options: ModelOptions,
 ) -> tuple[jax.Array, jax.Array]:
-    """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order."""
+    """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order
+    (`documents`: data.Documents of packed documents, or None)."""
     perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
-    tokens = _constrain(tokens[:, perm], mesh, TOKENS)
-    targets = _constrain(targets[:, perm], mesh, TOKENS)
+
+    def reorder(x):
+        return _constrain(x[:, perm], mesh, TOKENS)
+
+    tokens, targets = reorder(tokens), reorder(targets)
     positions = jnp.asarray(perm, jnp.int32)
+    segments = None
+    if documents is not None and options.reset_positions:
+        positions = reorder(documents.positions)
+    if documents is not None and options.document_mask:
+        segments = reorder(documents.segments)
 
     table = _constrain(params["embed"].astype(options.compute_dtype), mesh, P())  # for the lookup
     x = _constrain(table[tokens], mesh, ACTIVATION)
-    body = partial(_layer, positions=positions, dims=dims, mesh=mesh, options=options)
+    body = partial(_layer, positions=positions, segments=segments, dims=dims, mesh=mesh, options=options)
     if options.remat:
         body = jax.checkpoint(body, policy=remat_policy(options, mesh), prevent_cse=False)
     scaling = params[FP8_STATE]["layers"] if options.fp8 is not None else None
@@ -293,8 +320,10 @@ def chunked_cross_entropy(
     mesh: Mesh,
     chunk_tokens: int,
     head_scaling: dict | None = None,
+    weights: jax.Array | None = None,
 ) -> jax.Array:
-    """Mean cross-entropy of logits x @ head (fp32), never materialising all logits at once.
+    """Mean cross-entropy of logits x @ head (fp32), never materialising all logits at once;
+    with `weights` [batch, seq] (0 or 1: packed documents' loss mask) the mean over the weighted.
 
     Full logits are [batch, seq, vocab] in fp32 (64 GB at 128K tokens and a 128K vocabulary), so
     every device walks its own sequence shard in chunks of `chunk_tokens`, recomputing each
@@ -309,9 +338,10 @@ def chunked_cross_entropy(
     # [batch, seq, ...] -> [chunks, batch, context, chunk, ...]: chunks within each device's shard.
     xs = jnp.moveaxis(x.reshape(batch, context, local // chunk, chunk, hidden), 2, 0)
     ts = jnp.moveaxis(targets.reshape(batch, context, local // chunk, chunk), 2, 0)
+    ws = None if weights is None else jnp.moveaxis(weights.reshape(batch, context, local // chunk, chunk), 2, 0)
 
     @jax.checkpoint
-    def chunk_loss(x_chunk, t_chunk, scaling):
+    def chunk_loss(x_chunk, t_chunk, w_chunk, scaling):
         x_chunk = _constrain(x_chunk, mesh, P(DATA, CONTEXT, None, None))
         if scaling is None:
             logits = jnp.einsum("bxch,hv->bxcv", x_chunk, head, preferred_element_type=jnp.float32)
@@ -319,21 +349,35 @@ def chunked_cross_entropy(
             logits = fp8.fp8_einsum("bxch,hv->bxcv", x_chunk.astype(jnp.float32), head, scaling)
         logits = _constrain(logits, mesh, P(DATA, CONTEXT, None, TENSOR))
         logp = jax.nn.log_softmax(logits, axis=-1)
-        return -jnp.sum(jnp.take_along_axis(logp, t_chunk[..., None], axis=-1))
+        nll = -jnp.take_along_axis(logp, t_chunk[..., None], axis=-1)[..., 0]
+        return jnp.sum(nll if w_chunk is None else nll * w_chunk)
 
     if head_scaling is not None:
         head_scaling = fp8.shared_across(head_scaling, local // chunk)
     total, _ = jax.lax.scan(
-        lambda acc, xts: (acc + chunk_loss(*xts), None), jnp.zeros((), jnp.float32), (xs, ts, head_scaling)
+        lambda acc, xts: (acc + chunk_loss(*xts), None), jnp.zeros((), jnp.float32), (xs, ts, ws, head_scaling)
     )
-    return total / (batch * seq)
+    count = batch * seq if weights is None else jnp.maximum(jnp.sum(weights), 1.0)
+    return total / count
 
 
 def loss_fn(
-    params: dict, tokens: jax.Array, targets: jax.Array, *, dims: ModelDims, mesh: Mesh, options: ModelOptions
+    params: dict,
+    tokens: jax.Array,
+    targets: jax.Array,
+    documents=None,
+    *,
+    dims: ModelDims,
+    mesh: Mesh,
+    options: ModelOptions,
 ) -> jax.Array:
-    """Mean next-token cross-entropy (fp32) over all tokens of the batch."""
-    x, targets = final_hidden(params, tokens, targets, dims=dims, mesh=mesh, options=options)
+    """Mean next-token cross-entropy (fp32) over all tokens of the batch; with a document mask,
+    over the predictions that stay within one document."""
+    x, targets = final_hidden(params, tokens, targets, documents, dims=dims, mesh=mesh, options=options)
+    weights = None
+    if documents is not None and options.document_mask:
+        perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
+        weights = _constrain(documents.loss_mask[:, perm].astype(jnp.float32), mesh, TOKENS)
     head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
     head_scaling = params[FP8_STATE].get("lm_head") if options.fp8 is not None else None
     return chunked_cross_entropy(
@@ -343,4 +387,5 @@ def loss_fn(
         mesh=mesh,
         chunk_tokens=options.loss_chunk_tokens,
         head_scaling=head_scaling,
+        weights=weights,
     )

@@ -1,22 +1,25 @@
 """Text files -> one token file for `data.kind: tokens`, with a Hugging Face tokenizer.
 
-Offline data preparation (`longctx tokenize`, or `python -m longctx_trainer.tokenize`): every
-input file is one document, encoded with the tokenizer.json of the model being trained (the one
-in its Hugging Face checkpoint directory) and followed by the end-of-text token, and the ids are
-appended to a flat .bin file in the width `data.token_file` reads for the model's vocabulary
-(uint16 up to 65,536 ids, else uint32). Large files are encoded in blocks of whole lines, so
-memory stays bounded. Imports no JAX, and numpy only when it runs: the operator's CLI, whose
-image has no numpy, declares these arguments from here.
+Offline data preparation (`longctx tokenize`, or `python -m longctx_trainer.tokenize`): every input
+file is one document, encoded with the tokenizer.json of the model being trained (the one in its
+Hugging Face checkpoint directory) and followed by the end-of-text token, and the ids are appended
+to a flat .bin file in the width `data.token_file` reads for the model's vocabulary (uint16 up to
+65,536 ids, else uint32). Beside it, <output>.json records the end-of-text id (which `data.packing`
+splits documents at), the vocabulary, the documents and the tokens. Large files are encoded in
+blocks of whole lines, so memory stays bounded. Imports no JAX, and numpy only when it runs: the
+operator's CLI, whose image has no numpy, declares these arguments from here.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import hfconfig
+from .config import token_file_record
 
 # End-of-document tokens of common tokenizers: Llama 3, Llama 2 / Mistral, GPT-2 style.
 END_OF_TEXT = ("<|end_of_text|>", "</s>", "<|endoftext|>")
@@ -116,7 +119,7 @@ def tokenize_files(
         raise TokenizeError(f"the end-of-text token's id {eos} is outside the vocabulary of {vocab}")
     dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
     partial = output.with_name(output.name + ".partial")  # an existing output survives a failure
-    files = _text_files(inputs, skip={output.resolve(), partial.resolve()})
+    files = _text_files(inputs, skip={output.resolve(), partial.resolve(), token_file_record(output).resolve()})
     tokens = 0
     try:
         with partial.open("wb") as out:
@@ -132,7 +135,16 @@ def tokenize_files(
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
-    return Written(len(files), tokens, np.dtype(dtype).name)
+    written = Written(len(files), tokens, np.dtype(dtype).name)
+    record = {
+        "end_of_text": eos,
+        "vocab": vocab,
+        "documents": written.documents,
+        "tokens": tokens,
+        "dtype": written.dtype,
+    }
+    token_file_record(output).write_text(json.dumps(record, indent=1) + "\n")
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,7 +27,7 @@ from . import model
 from .checkpoint import Checkpoints
 from .config import OptimizerConfig, TrainerConfig
 from .data import Batches
-from .flops import flops_per_token
+from .flops import causal_pairs_within_documents, flops_per_token
 from .metrics import TrainMetrics
 from .weights import load_params
 
@@ -99,12 +99,14 @@ class StepFunctions:
         self.init_with = jax.jit(self._init_with, out_shardings=self.state_shardings, donate_argnums=0)
         self.step = jax.jit(
             self._step,
-            in_shardings=(self.state_shardings, tokens, tokens),
+            in_shardings=(self.state_shardings, tokens, tokens, tokens),
             out_shardings=(self.state_shardings, replicated),
             donate_argnums=0,
         )
         self.loss_and_grads = jax.jit(
-            jax.value_and_grad(self.loss), in_shardings=(params, tokens, tokens), out_shardings=(replicated, params)
+            jax.value_and_grad(self.loss),
+            in_shardings=(params, tokens, tokens, tokens),
+            out_shardings=(replicated, params),
         )
 
     def abstract_state(self) -> dict:
@@ -114,10 +116,10 @@ class StepFunctions:
             lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes, self.state_shardings
         )
 
-    def compiled_step(self, state: dict, inputs: jax.Array, targets: jax.Array):
+    def compiled_step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None):
         """The step compiled ahead of time (so no step's timing includes compilation), once."""
         if self._compiled is None:
-            self._compiled = self.step.lower(state, inputs, targets).compile()
+            self._compiled = self.step.lower(state, inputs, targets, documents).compile()
         return self._compiled
 
     def _initial_params(self, key: jax.Array) -> dict:
@@ -132,17 +134,22 @@ class StepFunctions:
         params = model.with_fp8_state(params, self.config.model.dims(), self.fp8_layout)
         return {"params": params, "opt_state": self.optimizer.init(weights), "step": jnp.zeros((), jnp.int32)}
 
-    def _step(self, state: dict, inputs: jax.Array, targets: jax.Array) -> tuple[dict, jax.Array]:
-        """One AdamW step of the weights. With FP8, the "gradient" of the scaling state is its
-        updated value (fp8_einsum's backward returns it there) and replaces it as it is."""
-        loss, grads = jax.value_and_grad(self.loss)(state["params"], inputs, targets)
+    def _step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None) -> tuple[dict, dict]:
+        """One AdamW step of the weights; returns the new state and {"loss"} (with a document mask,
+        also "attention_pairs": the causal query-key pairs within documents, see flops.py). With
+        FP8, the "gradient" of the scaling state is its updated value (fp8_einsum's backward
+        returns it there) and replaces it as it is."""
+        loss, grads = jax.value_and_grad(self.loss)(state["params"], inputs, targets, documents)
         weights, _ = model.split_fp8_state(state["params"])
         weight_grads, scaling = model.split_fp8_state(grads)
         updates, opt_state = self.optimizer.update(weight_grads, state["opt_state"], weights)
         params = optax.apply_updates(weights, updates)
         if scaling is not None:
             params = {**params, model.FP8_STATE: scaling}
-        return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, loss
+        stats = {"loss": loss}
+        if documents is not None and self.config.data.packing.document_mask:
+            stats["attention_pairs"] = causal_pairs_within_documents(documents.positions)
+        return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, stats
 
 
 def _restore(
@@ -190,16 +197,20 @@ def train(
         emit({"event": "resume", "step": start})
     metrics.observe_resume(start)
 
-    flops = flops_per_token(config.model.dims(), config.sequence_length).by_convention()
+    dims = config.model.dims()
+    flops = flops_per_token(dims, config.sequence_length).by_convention()
     peaks = {"bf16": peak_flops_per_device * mesh.size}
     if fp8_peak_flops_per_device is not None:
         peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
     step_fn = fns.compiled_step(state, *batches.for_step(start))
     for step in range(start, config.steps):
         begin = time.perf_counter()
-        state, loss = step_fn(state, *batches.for_step(step))
-        loss = float(loss)
+        state, stats = step_fn(state, *batches.for_step(step))
+        loss = float(stats["loss"])
         seconds = time.perf_counter() - begin
+        if "attention_pairs" in stats:  # the attention FLOPs this batch's documents need
+            pairs = float(stats["attention_pairs"]) / config.batch_size
+            flops = flops_per_token(dims, config.sequence_length, causal_pairs=pairs).by_convention()
         done = step + 1
         tokens_per_second = config.global_batch_tokens / seconds
         mfu = {(c, name): tokens_per_second * f / peak for c, f in flops.items() for name, peak in peaks.items()}

@@ -68,7 +68,8 @@ def test_global_batch_is_sharded_and_targets_are_shifted_inputs(tmp_path):
     config = _config(DataConfig(kind="text", path=str(tmp_path / "t.txt"), seed=1), data=2, context=2, tensor=2)
     mesh = make_mesh(config.parallelism)
     batches = Batches(config, mesh)
-    inputs, targets = batches.for_step(3)
+    inputs, targets, documents = batches.for_step(3)
+    assert documents is None  # no data.packing
     assert inputs.sharding.spec == jax.sharding.PartitionSpec("data", "context")
     assert inputs.addressable_shards[0].data.shape == (2, 8)  # 4 rows / data 2, 16 cols / context 2
     windows = np.stack([batches.source.sample(3 * 4 + r) for r in range(4)])
@@ -90,7 +91,7 @@ def test_a_shard_reads_only_its_own_rows():
     source = Recording()
     batches = Batches(config, make_mesh(config.parallelism, jax.devices()[:2]), source)
     # Rows 2..3 of step 1 (the second data rank), second half of the sequence, targets.
-    piece = batches.piece(1, (slice(2, 4), slice(8, 16)), 1, {})
+    piece = batches.piece(1, (slice(2, 4), slice(8, 16)), "targets", {})
     assert source.read == [6, 7]
     np.testing.assert_array_equal(piece, [np.arange(9, 17) + 600, np.arange(9, 17) + 700])
 

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from longctx_trainer.data import token_file
+from longctx_trainer.config import DataConfig, PackingConfig
+from longctx_trainer.data import document_separator, token_file
 from longctx_trainer.tokenize import tokenize_files
 from support.manifests import ROOT
 
@@ -47,6 +48,9 @@ def test_documents_are_encoded_in_order_each_ending_with_end_of_text(tmp_path, t
     assert (written.documents, written.tokens, written.dtype) == (2, len(expected), "uint16")
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     np.testing.assert_array_equal(token_file(tmp_path / "tokens.bin", vocab), expected)
+    # The record beside it names the separator `data.packing` splits documents at.
+    data = DataConfig(kind="tokens", path=str(tmp_path / "tokens.bin"), packing=PackingConfig(document_mask=True))
+    assert document_separator(data) == eos
 
 
 def test_the_width_follows_the_models_vocabulary_and_blocks_split_at_lines(tmp_path, tokenizer_dir, monkeypatch):

@@ -67,11 +67,11 @@ def test_fp8_tracks_bf16_with_context_parallelism_and_keeps_its_scaling_state():
         assert not np.array_equal(per_layer["w"]["amax_history"][0], per_layer["w"]["amax_history"][1])
 
 
-def _lowered_step(precision: str):
-    config = _config(precision, context=2, steps=1)
-    fns = StepFunctions(config, make_mesh(config.parallelism, jax.devices()[:2]))
+def _lowered_step(precision: str, context: int = 2):
+    config = _config(precision, context=context, steps=1)
+    fns = StepFunctions(config, make_mesh(config.parallelism, jax.devices()[:context]))
     tokens = jax.ShapeDtypeStruct((config.batch_size, config.sequence_length), jnp.int32)
-    return fns.step.lower(fns.abstract_state(), tokens, tokens)
+    return fns.step.lower(fns.abstract_state(), tokens, tokens, None)
 
 
 def test_the_step_program_quantizes_to_e4m3_and_e5m2():
@@ -82,7 +82,7 @@ def test_the_step_program_quantizes_to_e4m3_and_e5m2():
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="FP8 GEMMs need a GPU with FP8 tensor cores")
 def test_a_gpu_runs_the_layer_matmuls_as_fp8_gemms():
-    text = _lowered_step("fp8").compile().as_text()
+    text = _lowered_step("fp8", context=1).compile().as_text()  # one GPU is enough
     assert "__cublas$lt$matmul$f8" in text, "XLA did not rewrite the quantized dots into FP8 GEMMs"
 
 
