@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longctx_trainer import podenv
-from longctx_trainer.config import hybrid_split, sequence_split, ulysses_kv_repeat
+from longctx_trainer.config import BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
 from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
@@ -158,6 +158,10 @@ _MOUNT_MESSAGE = (
 _GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")
 _CEL_RESERVED_ENV = _cel_list(sorted(podenv.RESERVED))
 _CEL_USER_SETTABLE_ENV = _cel_list(sorted(podenv.USER_SETTABLE))
+
+
+def _packing_on(s: LongContextJobSpec) -> bool:
+    return s.data.packing.document_mask or s.data.packing.reset_positions
 
 
 def _names_gpu(resource: str | None) -> bool:
@@ -460,6 +464,21 @@ RULES: tuple[Rule, ...] = (
         "data.path is required unless data.kind is synthetic",
         lambda s: s.data.kind == "synthetic" or bool(s.data.path),
         ".data.path",
+    ),
+    Rule(
+        "spec",
+        "self.data.kind != 'synthetic' || has(self.data.packing.separator) || "
+        "!(self.data.packing.documentMask || self.data.packing.resetPositions)",
+        "data.packing with synthetic data needs data.packing.separator (the token that ends a document)",
+        lambda s: s.data.kind != "synthetic" or s.data.packing.separator is not None or not _packing_on(s),
+        ".data.packing.separator",
+    ),
+    Rule(
+        "spec",
+        f"self.data.kind != 'text' || !has(self.data.packing.separator) || self.data.packing.separator < {BYTE_VOCAB}",
+        f"data.packing.separator must be a byte (below {BYTE_VOCAB}) for text, which is tokenised byte-level",
+        lambda s: s.data.kind != "text" or s.data.packing.separator is None or s.data.packing.separator < BYTE_VOCAB,
+        ".data.packing.separator",
     ),
     Rule(
         "spec",

@@ -292,6 +292,20 @@ class MetricsSpec(ApiModel):
     listens on port + l (rank 0 is read for status.progress)."""
 
 
+class PackingSpec(ApiModel):
+    """Many documents packed into each sequence, split at a separator token."""
+
+    document_mask: bool = False
+    """Attention stays within each document (chunk pairs of different documents are skipped), and
+    the loss leaves out the prediction across a document boundary."""
+    reset_positions: bool = False
+    """RoPE positions restart at 0 at the start of each document."""
+    separator: int | None = Field(None, ge=0, le=2**31 - 1)
+    """Token id that ends each document. Default: the end-of-text id that `longctx tokenize`
+    recorded beside the token file (<path>.json), or byte 0 (NUL) for text, which ends each file of
+    a text directory. Synthetic data needs one."""
+
+
 class DataSpec(ApiModel):
     """Training data."""
 
@@ -299,6 +313,8 @@ class DataSpec(ApiModel):
     """synthetic tokens, a memory-mapped token file, or raw text tokenised byte-level."""
     path: str | None = Field(None, max_length=1024, pattern=PATH_PATTERN)
     """Path inside the pod to the token file or text (required unless synthetic)."""
+    packing: PackingSpec = PackingSpec()
+    """Packed documents: document mask and per-document positions (off by default)."""
 
 
 class InitFromSpec(ApiModel):

@@ -9,6 +9,7 @@ from longctx_trainer.config import (
     MetricsConfig,
     OffloadConfig,
     OptimizerConfig,
+    PackingConfig,
     ParallelConfig,
     TrainerConfig,
 )
@@ -45,7 +46,15 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
             grad_clip=spec.optimizer.grad_clip,
             schedule=spec.optimizer.schedule,
         ),
-        data=DataConfig(kind=spec.data.kind, path=spec.data.path),
+        data=DataConfig(
+            kind=spec.data.kind,
+            path=spec.data.path,
+            packing=PackingConfig(
+                document_mask=spec.data.packing.document_mask,
+                reset_positions=spec.data.packing.reset_positions,
+                separator=spec.data.packing.separator,
+            ),
+        ),
         checkpoint=CheckpointConfig(path=checkpoint_path, interval_steps=spec.checkpoint.interval_steps),
         metrics=MetricsConfig(port=spec.metrics.port, job=name),
         init_from=spec.init_from.path if spec.init_from else None,

@@ -19,6 +19,7 @@ from longctx_operator.api.spec import (
     MetricsSpec,
     ModelSpec,
     OptimizerSpec,
+    PackingSpec,
     ParallelismSpec,
     RopeScalingSpec,
 )
@@ -31,6 +32,7 @@ from longctx_trainer.config import (
     MetricsConfig,
     ModelConfig,
     OptimizerConfig,
+    PackingConfig,
     ParallelConfig,
     Precision,
     RopeScalingConfig,
@@ -45,6 +47,7 @@ FAMILIES = {
     "model": (ModelSpec, ModelConfig, ModelDims),
     "parallelism": (ParallelismSpec, ParallelConfig, PlanRequest),
     "data": (DataSpec, DataConfig),
+    "packing": (PackingSpec, PackingConfig),
     "checkpoint": (CheckpointSpec, CheckpointConfig),
     "metrics": (MetricsSpec, MetricsConfig),
     "fp8": (Fp8Spec, Fp8Config),

@@ -288,6 +288,16 @@ def test_configmap_carries_a_trainer_config_the_trainer_parses():
     assert parsed.sequence_length == 131072 and parsed.job_name == "job"
 
 
+def test_packing_reaches_the_trainer_config():
+    packing = {"documentMask": True, "resetPositions": True, "separator": 128001}
+    _, config, _ = render({"spec.data": {"kind": "tokens", "path": "/data/corpus.bin", "packing": packing}})
+    parsed = TrainerConfig.model_validate(yaml.safe_load(config["data"]["trainer.yaml"]))
+    assert parsed.data.packing.document_mask and parsed.data.packing.reset_positions
+    assert parsed.data.packing.separator == 128001
+    _, unpacked, _ = render({})
+    assert not TrainerConfig.model_validate(yaml.safe_load(unpacked["data"]["trainer.yaml"])).data.packing.enabled
+
+
 def test_cpu_job_has_no_gpu_settings():
     _, _, workload = render(
         {
