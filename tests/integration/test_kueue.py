@@ -233,3 +233,13 @@ def test_kueue_topology_places_the_whole_gang_in_one_block(kubectl, queue, wait_
     nodes = {p["spec"]["nodeName"] for p in pods}
     blocks = {kubectl.json("get", "node", n)["metadata"]["labels"][BLOCK_LABEL] for n in nodes}
     assert len(nodes) == 2 and blocks == {"block-033"}
+    # Kueue's topology-aware scheduling chose those nodes (not only the pods' own affinity).
+    [workload] = [
+        w
+        for w in kubectl.json("get", "workloads.kueue.x-k8s.io")["items"]
+        if any(ref["name"] == "packed-g1" for ref in w["metadata"].get("ownerReferences", []))
+    ]
+    assignment = workload["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    assert assignment["levels"] == [HOSTNAME], assignment
+    [chosen] = [level["individual"] for s in assignment["slices"] for level in s["valuesPerLevel"]]
+    assert {chosen.get("prefix", "") + root + chosen.get("suffix", "") for root in chosen["roots"]} == nodes
