@@ -32,6 +32,11 @@ class RankFailure:
         return f"{who} failed: {self.reason}"
 
 
+KUEUE_MESSAGE_MAX = 1000
+"""Kueue's message is cut to this many characters (one per flavor and resource can grow long;
+the job's status message holds 4096)."""
+
+
 @dataclass(frozen=True)
 class KueueVerdict:
     """What Kueue's Workload for the Job says, in Kueue's own words: why it is not admitted
@@ -54,7 +59,10 @@ def kueue_verdict(workload: dict | None) -> KueueVerdict | None:
     for kind, status, evicted in (("Evicted", "True", True), ("QuotaReserved", "False", False)):
         c = conditions.get(kind)
         if c is not None and c.get("status") == status:
-            return KueueVerdict(evicted, c.get("reason") or kind, " ".join((c.get("message") or "").split()))
+            message = " ".join((c.get("message") or "").split())
+            if len(message) > KUEUE_MESSAGE_MAX:
+                message = message[: KUEUE_MESSAGE_MAX - 3] + "..."
+            return KueueVerdict(evicted, c.get("reason") or kind, message)
     return None
 
 

@@ -2,7 +2,15 @@
 
 from datetime import UTC, datetime
 
-from longctx_operator.observe import MISSING, KueueVerdict, exit_reason, kueue_verdict, observe_workload, parse_time
+from longctx_operator.observe import (
+    KUEUE_MESSAGE_MAX,
+    MISSING,
+    KueueVerdict,
+    exit_reason,
+    kueue_verdict,
+    observe_workload,
+    parse_time,
+)
 
 
 def job(completions=2, conditions=(), suspend=False, deleting=False):
@@ -111,3 +119,9 @@ def test_an_eviction_outranks_the_pending_quota_and_an_admitted_workload_says_no
     admitted = kueue_workload(("QuotaReserved", "True", "QuotaReserved", ""), ("Evicted", "False", "Preempted", ""))
     assert kueue_verdict(admitted) is None
     assert kueue_verdict(None) is None and observe_workload(job(), []).kueue is None
+
+
+def test_a_long_kueue_message_is_cut_to_fit_the_status():
+    long = kueue_workload(("QuotaReserved", "False", "Pending", "insufficient quota; " * 200))
+    message = kueue_verdict(long).message
+    assert len(message) == KUEUE_MESSAGE_MAX and message.endswith("...")
