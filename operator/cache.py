@@ -62,6 +62,21 @@ def trim_job(job: dict) -> dict:
     }
 
 
+def trim_kueue_workload(workload: dict) -> dict:
+    return {
+        "metadata": {"name": workload["metadata"].get("name")},
+        "status": {"conditions": (workload.get("status") or {}).get("conditions") or []},
+    }
+
+
+def _owner_job(obj: dict) -> str | None:
+    """The name of the batch Job that owns `obj` (Kueue's Workload of that Job), if any."""
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and ref.get("apiVersion", "").startswith("batch/"):
+            return ref.get("name")
+    return None
+
+
 def _put_owned(store: dict, obj: dict, deleted: bool, trim) -> Key | None:
     """Stores (trimmed) or drops a Job or pod; returns the LongContextJob that owns it, if any."""
     key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
@@ -78,6 +93,7 @@ class Cache:
     jobs_of: dict[Key, dict] = field(default_factory=dict)  # LongContextJobs
     workloads: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, Job name) -> Job
     pods: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, pod name) -> pod
+    kueue_workloads: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, Job name) -> Kueue's
     nodes: dict[str, dict] = field(default_factory=dict)
 
     def put_job(self, obj: dict, deleted: bool) -> None:
@@ -90,6 +106,19 @@ class Cache:
 
     def put_workload(self, obj: dict, deleted: bool) -> Key | None:
         return _put_owned(self.workloads, obj, deleted, trim_job)
+
+    def put_kueue_workload(self, obj: dict, deleted: bool) -> Key | None:
+        """Kueue's Workload, stored under the Job it admits; returns that Job's LongContextJob."""
+        job = _owner_job(obj)
+        if job is None:
+            return None
+        key = (obj["metadata"]["namespace"], job)
+        if not deleted:
+            self.kueue_workloads[key] = trim_kueue_workload(obj)
+        elif (self.kueue_workloads.get(key) or {}).get("metadata", {}).get("name") == obj["metadata"].get("name"):
+            del self.kueue_workloads[key]  # not a newer Workload Kueue made for the same Job
+        owner = ((self.workloads.get(key) or {}).get("metadata", {}).get("labels") or {}).get(JOB_NAME_LABEL)
+        return (key[0], owner) if owner else None
 
     def put_pod(self, obj: dict, deleted: bool) -> Key | None:
         return _put_owned(self.pods, obj, deleted, trim_pod)

@@ -40,6 +40,10 @@ class OperatorConfig(BaseModel):
     """Namespaces whose LongContextJobs this operator serves; empty: every namespace."""
     read_nodes: bool = True
     """Watch nodes (builtin gang admission counts free GPUs); false where RBAC cannot read them."""
+    read_kueue_workloads: bool = False
+    """Watch Kueue's Workloads (kueue.x-k8s.io/v1beta2, Kueue 0.15 or later), to show in a queued
+    job's status why Kueue has not admitted it and why it evicted one; needs Kueue's CRDs and the
+    right to list and watch workloads.kueue.x-k8s.io."""
     workers: int = Field(16, ge=1, le=256)
     """Concurrent reconciliations."""
     progress_interval_seconds: float = Field(10.0, gt=0, le=3600)

@@ -17,7 +17,7 @@ import prometheus_client
 
 from .config import OperatorConfig
 from .kube import GROUP, PLURAL, VERSION, Kube, load_client
-from .names import JOB_NAME_LABEL
+from .names import JOB_NAME_LABEL, KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_PLURAL, KUEUE_WORKLOAD_VERSION
 from .reconciler import Reconciler
 
 
@@ -26,7 +26,8 @@ def _deleted(event: dict) -> bool:
 
 
 def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
-    """The operator's handlers; nodes are watched only when the configuration can read them."""
+    """The operator's handlers; nodes and Kueue's Workloads are watched only when the configuration
+    says it can read them."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -65,6 +66,13 @@ def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     async def pod_event(event, memo: kopf.Memo, **_) -> None:
         """Every pod: the job's ranks, and the GPUs other pods hold (builtin admission)."""
         memo.reconciler.pod_event(event["object"], _deleted(event))
+
+    if config.read_kueue_workloads:
+
+        @kopf.on.event(KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_VERSION, KUEUE_WORKLOAD_PLURAL, registry=registry)
+        async def kueue_workload_event(event, memo: kopf.Memo, **_) -> None:
+            """Kueue's Workloads: why a job waits in its queue, or why Kueue evicted it."""
+            memo.reconciler.kueue_workload_event(event["object"], _deleted(event))
 
     if config.read_nodes:
 

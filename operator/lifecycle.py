@@ -26,7 +26,7 @@ from .api.spec import API_ATTENTION, TRAINER_ATTENTION, LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .conditions import ConditionType
 from .layout import ResolvedLayout
-from .observe import WorkloadObservation, parse_time
+from .observe import KueueVerdict, WorkloadObservation, parse_time
 from .planner import Plan, PlanError
 from .reasons import Reason
 from .resolve import resolve_layout, unplanned_attention
@@ -217,12 +217,14 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: Re
     return n.decision(requeue_after=float(spec.restart_policy.backoff_seconds))
 
 
-def _evicted(n: _Next, generation: int) -> Decision:
+def _evicted(n: _Next, generation: int, kueue: KueueVerdict | None) -> Decision:
     """Kueue suspended an admitted Job (preemption by a higher-priority workload, or eviction):
     JAX cannot run a partial gang, so the whole generation is deleted and the next one is queued
-    again, resuming from the last checkpoint. Not a failure: no restart is counted."""
+    again, resuming from the last checkpoint. Not a failure: no restart is counted. The message
+    carries Kueue's own reason (Preempted, PodsReadyTimeout, ...) when its Workload says it."""
+    why = f"evicted it: {kueue.describe()}" if kueue is not None and kueue.evicted else "preempted or evicted it"
     message = (
-        f"Kueue suspended Job {n.status.current_workload} (preempted or evicted); the gang is "
+        f"Kueue suspended Job {n.status.current_workload} ({why}); the gang is "
         "stopped and requeued, and resumes from its last checkpoint when Kueue admits it again"
     )
     n.actions.append(DeleteWorkload(generation))
@@ -345,9 +347,15 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         return _gang_failed(n, spec, generation, reasons.RANK_FAILED, observed.failure.describe())
     if observed.suspended:
         admitted = any(c.type == conditions.ADMITTED and c.status == "True" for c in n.status.conditions)
-        if not admitted:  # Kueue has not admitted it yet
+        if not admitted:  # Kueue has not admitted it yet: show why, in Kueue's words
+            if observed.kueue is not None and not observed.kueue.evicted:
+                message = (
+                    f"Job suspended in LocalQueue {spec.scheduling.queue_name}; Kueue: {observed.kueue.describe()}"
+                )
+                n.set(reason=reasons.QUEUED_IN_KUEUE, message=message)
+                n.condition(conditions.ADMITTED, False, reasons.QUEUED_IN_KUEUE, message)
             return n.decision()
-        return _evicted(n, generation)
+        return _evicted(n, generation, observed.kueue)
     if spec.scheduling.admission == "kueue":
         n.condition(conditions.ADMITTED, True, reasons.ADMITTED_BY_KUEUE, "Kueue unsuspended the Job")
         if n.status.phase == "Pending":

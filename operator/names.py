@@ -13,6 +13,15 @@ JOB_NAME_LABEL = "longctx.io/job-name"
 GENERATION_LABEL = "longctx.io/generation"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+"""On the Job: its Kueue WorkloadPriorityClass."""
+KUEUE_TOPOLOGY_ANNOTATIONS = {
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+    "required": "kueue.x-k8s.io/podset-required-topology",
+}
+"""On the pod template: the node label whose one domain Kueue places the gang in (its TAS)."""
+KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_VERSION, KUEUE_WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
+"""Kueue's Workload, which it creates for each Job it manages: its conditions say why it waits."""
 
 POD_ANNOTATIONS_ANNOTATION = "longctx.io/pod-annotations"
 """On a LongContextJob: a JSON object of annotations for its pods (keys the admin allows)."""

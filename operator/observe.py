@@ -32,6 +32,40 @@ class RankFailure:
         return f"{who} failed: {self.reason}"
 
 
+KUEUE_MESSAGE_MAX = 1000
+"""Kueue's message is cut to this many characters (one per flavor and resource can grow long;
+the job's status message holds 4096)."""
+
+
+@dataclass(frozen=True)
+class KueueVerdict:
+    """What Kueue's Workload for the Job says, in Kueue's own words: why it is not admitted
+    (QuotaReserved False) or why it was evicted (Evicted True)."""
+
+    evicted: bool
+    reason: str
+    message: str
+
+    def describe(self) -> str:
+        return f"{self.reason}: {self.message}" if self.message else self.reason
+
+
+def kueue_verdict(workload: dict | None) -> KueueVerdict | None:
+    """Kueue's reason from its Workload's conditions; None when it has said nothing yet (or the
+    Workload is unknown: Kueue's Workloads are watched only where the configuration says so)."""
+    if workload is None:
+        return None
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    for kind, status, evicted in (("Evicted", "True", True), ("QuotaReserved", "False", False)):
+        c = conditions.get(kind)
+        if c is not None and c.get("status") == status:
+            message = " ".join((c.get("message") or "").split())
+            if len(message) > KUEUE_MESSAGE_MAX:
+                message = message[: KUEUE_MESSAGE_MAX - 3] + "..."
+            return KueueVerdict(evicted, c.get("reason") or kind, message)
+    return None
+
+
 @dataclass(frozen=True)
 class WorkloadObservation:
     """The ranks of one generation. `exists` is False when its Job is not (or no longer) there;
@@ -49,6 +83,7 @@ class WorkloadObservation:
     failed: int = 0
     complete: bool = False
     failure: RankFailure | None = None
+    kueue: KueueVerdict | None = None
 
     @property
     def all_running(self) -> bool:
@@ -93,8 +128,9 @@ def exit_reason(pod: dict) -> str:
     return status.get("reason") or status.get("message") or "pod Failed"
 
 
-def observe_workload(job: dict | None, pods: list[dict]) -> WorkloadObservation:
-    """Ranks of the Job `job` from `pods` (the pods of that generation; others must be filtered out)."""
+def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | None = None) -> WorkloadObservation:
+    """Ranks of the Job `job` from `pods` (the pods of that generation; others must be filtered out)
+    and, for a Job Kueue manages, Kueue's verdict from its Workload `kueue_workload`."""
     if job is None:
         return MISSING
     spec = job.get("spec", {})
@@ -124,4 +160,5 @@ def observe_workload(job: dict | None, pods: list[dict]) -> WorkloadObservation:
         failed=len(failed),
         complete=_condition(job, "Complete") is not None,
         failure=failure,
+        kueue=kueue_verdict(kueue_workload),
     )

@@ -120,6 +120,10 @@ class Reconciler:
         if (key := self.cache.put_workload(obj, deleted)) is not None:
             self.queue.add_after(key, COALESCE_SECONDS)
 
+    def kueue_workload_event(self, obj: dict, deleted: bool) -> None:
+        if (key := self.cache.put_kueue_workload(obj, deleted)) is not None:
+            self.queue.add_after(key, COALESCE_SECONDS)
+
     def pod_event(self, obj: dict, deleted: bool) -> None:
         key = self.cache.put_pod(obj, deleted)
         if key is not None:
@@ -211,9 +215,12 @@ class Reconciler:
         generation = status.workload_generation
         observed = MISSING
         if generation:
-            workload = self.cache.workloads.get((key[0], workload_name(key[1], generation)))
+            job_key = (key[0], workload_name(key[1], generation))
+            workload = self.cache.workloads.get(job_key)
             if workload is not None:
-                observed = observe_workload(workload, self.cache.generation_pods(key, generation))
+                observed = observe_workload(
+                    workload, self.cache.generation_pods(key, generation), self.cache.kueue_workloads.get(job_key)
+                )
             elif self._state(key).create_error is not None:
                 observed = WorkloadObservation(exists=False, create_error=self._state(key).create_error)
         now = datetime.now(UTC)

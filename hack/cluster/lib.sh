@@ -18,6 +18,7 @@ bin_dirs() {
   echo "$(component_dir helm "$HELM_VERSION")/bin"
   echo "$(component_dir node "$KUBERNETES_VERSION")/bin"
   echo "$(component_dir coredns "$COREDNS_VERSION")/bin"
+  echo "$(component_dir kueue "$KUEUE_VERSION")/bin"
 }
 
 cluster_path() { local IFS=:; local dirs; mapfile -t dirs < <(bin_dirs); echo "${dirs[*]}"; }

@@ -26,6 +26,7 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "description": "Why the job is in its phase"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.resources.nodes"},
     {
         "name": "CP",
@@ -40,6 +41,7 @@ PRINTER_COLUMNS = [
     {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 
 _DROPPED_KEYS = {"title", "additionalProperties", "$defs", "patternProperties", "propertyNames"}

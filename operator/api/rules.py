@@ -404,6 +404,24 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "spec",
+        "self.scheduling.kueueTopology == 'none' || "
+        "(self.scheduling.admission == 'kueue' && has(self.scheduling.topologyKey))",
+        "scheduling.kueueTopology needs admission kueue and scheduling.topologyKey",
+        lambda s: (
+            s.scheduling.kueue_topology == "none"
+            or (s.scheduling.admission == "kueue" and bool(s.scheduling.topology_key))
+        ),
+        ".scheduling.kueueTopology",
+    ),
+    Rule(
+        "spec",
+        "!has(self.scheduling.workloadPriorityClassName) || self.scheduling.admission == 'kueue'",
+        "scheduling.workloadPriorityClassName needs admission kueue",
+        lambda s: s.scheduling.workload_priority_class_name is None or s.scheduling.admission == "kueue",
+        ".scheduling.workloadPriorityClassName",
+    ),
+    Rule(
+        "spec",
         "self.network.fabric != 'roce' || (has(self.network.networks) && size(self.network.networks) > 0)",
         "fabric roce needs network.networks (the Multus networks of the RoCE NICs)",
         lambda s: s.network.fabric != "roce" or len(s.network.networks) > 0,

@@ -260,6 +260,13 @@ class SchedulingSpec(ApiModel):
     """Extra tolerations (nvidia.com/gpu is always tolerated on GPU jobs)."""
     topology_key: QualifiedName | None = "nvidia.com/gpu.clique"
     """Node label the gang prefers to share (NVLink clique, rack or block)."""
+    kueue_topology: Literal["none", "preferred", "required"] = "none"
+    """Kueue topology-aware scheduling over topologyKey (admission kueue): preferred or required asks
+    Kueue to place the whole gang in one domain of that label (the queue's ResourceFlavor needs a
+    Kueue Topology with it as a level); none leaves placement to the pods' affinity."""
+    workload_priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """Kueue WorkloadPriorityClass (admission kueue): orders the queue, and a higher one may preempt
+    a running lower one, which restarts from its checkpoint when admitted again."""
     startup_timeout_seconds: int = Field(600, ge=10, le=86400)
     """Pods must all be Running within this time, or the attempt counts as failed."""
 

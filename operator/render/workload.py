@@ -199,8 +199,15 @@ def _job(
     fabric = fabric_profile(spec, config)
     pod_labels = {**common_labels(name), names.GENERATION_LABEL: str(generation)}
     job_labels = dict(pod_labels)
+    pod_annotations = dict(fabric.annotations)
     if spec.scheduling.admission == "kueue":
         job_labels[names.KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+        if spec.scheduling.workload_priority_class_name:
+            job_labels[names.KUEUE_PRIORITY_LABEL] = spec.scheduling.workload_priority_class_name
+        if spec.scheduling.kueue_topology != "none":
+            pod_annotations[names.KUEUE_TOPOLOGY_ANNOTATIONS[spec.scheduling.kueue_topology]] = (
+                spec.scheduling.topology_key
+            )
     volumes, mounts = _volumes(name, spec, fabric)
     trainer = {
         "name": TRAINER_CONTAINER,
@@ -245,7 +252,7 @@ def _job(
             "backoffLimit": 0,
             "podReplacementPolicy": "Failed",
             "suspend": spec.scheduling.admission == "kueue",
-            "template": {"metadata": {"labels": pod_labels, "annotations": dict(fabric.annotations)}, "spec": pod_spec},
+            "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
         },
     }
 

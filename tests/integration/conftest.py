@@ -3,6 +3,7 @@
 `cluster` (session): reuses a live cluster named by $LONGCTX_KUBECONFIG or <repo>/.cluster/kubeconfig
 (started by `hack/cluster/up`, left running), otherwise starts a private one in a temporary folder
 with $LONGCTX_CLUSTER_NODES simulated GPU nodes (default 4) and stops it at the end of the session.
+`kueue` (session): Kueue's manager on that cluster, started once by the first test that asks.
 `namespace` / `kubectl` (per test): a fresh namespace, deleted afterwards, and a kubectl bound to it.
 `wait_until`: polls a function until it returns something truthy (a fixture, since test modules
 cannot import this file under --import-mode=importlib).
@@ -121,6 +122,37 @@ def cluster() -> Iterator[Cluster]:
     finally:
         subprocess.run([str(CLUSTER_SCRIPTS / "down")], env=env, check=False)
         shutil.rmtree(state, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Kueue:
+    """Kueue's manager running on the test cluster; `pods_ready_timeout` is its waitForPodsReady
+    timeout in seconds (None where a reused cluster's Kueue runs without it)."""
+
+    pods_ready_timeout: float | None
+
+
+KUEUE_PODS_READY_TIMEOUT = 20
+"""waitForPodsReady of the session's Kueue, in seconds: KWOK's pods are Ready 0.2 s after binding."""
+
+
+@pytest.fixture(scope="session")
+def kueue(cluster: Cluster) -> Kueue:
+    """Kueue on the session's cluster (hack/cluster/kueue), started once and stopped with the
+    cluster; a reused cluster's running Kueue is taken as it is."""
+    state = cluster.kubeconfig.parent
+    if not (state / "pids" / "kueue.pid").exists():
+        env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}
+        timeout = f"{KUEUE_PODS_READY_TIMEOUT}s"
+        subprocess.run(
+            [str(CLUSTER_SCRIPTS / "kueue"), "--pods-ready-timeout", timeout],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    config = yaml.safe_load((state / "kueue-config.yaml").read_text())
+    timeout = (config.get("waitForPodsReady") or {}).get("timeout")
+    return Kueue(float(timeout.removesuffix("s")) if timeout else None)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ NON_DEFAULT_VALUES = {
         "trainerImage": {"repository": "registry.example.com/ml/longctx-trainer", "tag": "0.1.0-cuda13"},
         "tcpxoDaemonImage": "registry.example.com/gcp/tcpgpudmarxd:v1.0.99",
     },
-    "operator": {"healthPort": 18080, "metricsPort": 18000},
+    "operator": {"healthPort": 18080, "metricsPort": 18000, "readKueueWorkloads": True},
     "metrics": {
         "service": {"port": 18000},
         "serviceMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "1m"},
@@ -179,6 +179,7 @@ def test_operator_config_carries_trainer_image_scope_and_ports(default_objects, 
     assert custom["trainerImage"] == "registry.example.com/ml/longctx-trainer:0.1.0-cuda13"
     assert custom["readNodes"] is False and custom["watchNamespaces"] == ["ml-a", "ml-b"]
     assert custom["healthPort"] == 18080 and custom["metricsPort"] == 18000
+    assert default["readKueueWorkloads"] is False and custom["readKueueWorkloads"] is True
     container = operator_container(custom_objects)
     assert {port["containerPort"] for port in container["ports"]} == {18080, 18000}
 
@@ -201,6 +202,7 @@ def test_operator_reads_the_rendered_config_through_its_own_flags(request, tmp_p
     assert config.trainer_image_pull_policy == rendered["trainerImagePullPolicy"]
     assert config.watch_namespaces == rendered["watchNamespaces"]
     assert config.read_nodes == rendered["readNodes"] and config.trainer_user == rendered["trainerUser"]
+    assert config.read_kueue_workloads == rendered["readKueueWorkloads"]
     assert (config.health_port, config.metrics_port) == (rendered["healthPort"], rendered["metricsPort"])
     if fixture == "custom_objects":
         assert config.tcpxo_daemon_image == "registry.example.com/gcp/tcpgpudmarxd:v1.0.99"

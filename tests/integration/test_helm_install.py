@@ -45,6 +45,8 @@ OPERATOR_CALLS_NAMESPACED = {
     ("list", "pods", ""),
     ("watch", "pods", ""),  # handlers: pod_event
     ("create", "events", ""),  # kube.post_event
+    ("list", "workloads.kueue.x-k8s.io", ""),
+    ("watch", "workloads.kueue.x-k8s.io", ""),  # handlers: kueue_workload_event (readKueueWorkloads)
 }
 OPERATOR_CALLS_CLUSTER = {("list", "nodes", ""), ("watch", "nodes", "")}  # handlers: node_event
 

@@ -212,27 +212,6 @@ def test_not_enough_gpus_stays_pending_then_starts_when_nodes_are_added(
     assert nodes == {"sim-gpu-0900", "sim-gpu-0901"}
 
 
-def test_kueue_job_is_created_suspended_and_runs_once_unsuspended(operator, kubectl, wait_until):
-    kubectl.apply(pool_job("queued", pod_annotations=FAST, scheduling={"admission": "kueue", "queueName": "team-a"}))
-    job = wait_until(
-        lambda: kubectl.json("get", "jobs", "-l", "longctx.io/job-name=queued")["items"],
-        timeout=30,
-        what="the suspended Job",
-    )[0]
-    assert job["spec"]["suspend"] is True
-    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    queued = kubectl.json("get", "lcj", "queued")
-    assert queued["status"]["phase"] == "Pending"
-    assert h.conditions(queued)[cond.ADMITTED] == ("False", reasons.QUEUED_IN_KUEUE)
-    assert kubectl.pods("longctx.io/job-name=queued") == []
-    kubectl.run(
-        "patch", "job", job["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":false}}'
-    )  # Kueue's part
-    done = h.wait_phase(kubectl, wait_until, "queued", "Succeeded")
-    assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.ADMITTED_BY_KUEUE)
-    assert done["status"]["workloadGeneration"] == 1
-
-
 def test_suspend_then_resume_runs_the_next_generation(operator, kubectl, wait_until):
     kubectl.apply(pool_job("pausable", pod_annotations={"longctx.io/keep-running": "true"}))
     h.wait_phase(kubectl, wait_until, "pausable", "Running")

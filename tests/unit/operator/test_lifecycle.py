@@ -16,7 +16,7 @@ from longctx_operator.lifecycle import (
     decide,
     resolved,
 )
-from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation
+from longctx_operator.observe import MISSING, KueueVerdict, RankFailure, WorkloadObservation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FITS = Admission(True, reasons.GANG_FITS, "2 of 4 free nodes")
@@ -329,6 +329,32 @@ def test_kueue_taking_a_running_job_back_stops_the_gang_and_queues_the_next_gene
     assert [(type(a).__name__, a.generation) for a in requeued.actions] == [("CreateWorkload", 2)]
     assert conditions(requeued.status)[cond.ADMITTED] == ("False", reasons.QUEUED_IN_KUEUE)
     assert requeued.status.restarts == 0
+
+
+def test_a_queued_job_shows_kueues_own_reason_for_not_admitting_it():
+    s = spec(scheduling={"admission": "kueue", "queueName": "team-a"})
+    queued, _ = step(s, LongContextJobStatus())
+    quota = KueueVerdict(False, "Pending", "couldn't assign flavors to pod set main: insufficient unused quota")
+    held = WorkloadObservation(exists=True, suspended=True, created=T0, total=2, kueue=quota)
+    waiting, _ = step(s, queued.status, held, now=T0 + timedelta(seconds=5))
+    assert waiting.actions == () and waiting.status.phase == "Pending"
+    assert conditions(waiting.status)[cond.ADMITTED] == ("False", reasons.QUEUED_IN_KUEUE)
+    assert waiting.status.reason == reasons.QUEUED_IN_KUEUE
+    assert "Kueue: Pending: couldn't assign flavors" in waiting.status.message
+    assert "LocalQueue team-a" in waiting.status.message
+    assert waiting.events == ()  # the condition stays False: a new message is no transition
+
+
+def test_an_eviction_names_kueues_reason_and_counts_no_restart():
+    s = spec(scheduling={"admission": "kueue", "queueName": "team-a"})
+    queued, _ = step(s, LongContextJobStatus())
+    run, _ = step(s, queued.status, running(), now=T0 + timedelta(seconds=1))
+    why = KueueVerdict(True, "PodsReadyTimeout", "Exceeded the PodsReady timeout default/job-g1")
+    taken = WorkloadObservation(exists=True, suspended=True, created=T0, total=2, kueue=why)
+    evicted, _ = step(s, run.status, taken, now=T0 + timedelta(minutes=1))
+    assert evicted.status.reason == reasons.EVICTED_BY_KUEUE and evicted.status.restarts == 0
+    assert "evicted it: PodsReadyTimeout: Exceeded the PodsReady timeout" in evicted.status.message
+    assert [type(a).__name__ for a in evicted.actions] == ["DeleteWorkload"]
 
 
 def test_admission_none_creates_at_once():

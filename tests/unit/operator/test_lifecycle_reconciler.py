@@ -60,6 +60,29 @@ def test_cache_keeps_the_newest_copy_of_a_job():
     assert ("n", "j") not in cache.jobs_of
 
 
+def test_cache_files_kueues_workload_under_its_job_and_keeps_a_newer_one():
+    cache = Cache()
+    job = {"metadata": {"namespace": "n", "name": "j-g1", "labels": {"longctx.io/job-name": "j"}}}
+    cache.put_workload(job, deleted=False)
+
+    def kueue(name, reason):
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j-g1", "uid": "u"}
+        conditions = [{"type": "QuotaReserved", "status": "False", "reason": reason}]
+        return {
+            "metadata": {"namespace": "n", "name": name, "ownerReferences": [owner]},
+            "status": {"conditions": conditions},
+        }
+
+    assert cache.put_kueue_workload(kueue("job-j-g1-old", "Pending"), deleted=False) == ("n", "j")
+    assert cache.put_kueue_workload(kueue("job-j-g1-new", "Inadmissible"), deleted=False) == ("n", "j")
+    cache.put_kueue_workload(kueue("job-j-g1-old", "Pending"), deleted=True)  # a late delete of the old one
+    assert cache.kueue_workloads[("n", "j-g1")]["status"]["conditions"][0]["reason"] == "Inadmissible"
+    cache.put_kueue_workload(kueue("job-j-g1-new", "Inadmissible"), deleted=True)
+    assert ("n", "j-g1") not in cache.kueue_workloads
+    unowned = {"metadata": {"namespace": "n", "name": "w", "ownerReferences": []}, "status": {}}
+    assert cache.put_kueue_workload(unowned, deleted=False) is None and len(cache.kueue_workloads) == 0
+
+
 def test_cache_finds_the_pods_of_one_generation():
     cache = Cache()
     for gen, name in ((1, "a"), (2, "b")):

@@ -2,7 +2,15 @@
 
 from datetime import UTC, datetime
 
-from longctx_operator.observe import MISSING, exit_reason, observe_workload, parse_time
+from longctx_operator.observe import (
+    KUEUE_MESSAGE_MAX,
+    MISSING,
+    KueueVerdict,
+    exit_reason,
+    kueue_verdict,
+    observe_workload,
+    parse_time,
+)
 
 
 def job(completions=2, conditions=(), suspend=False, deleting=False):
@@ -85,3 +93,35 @@ def test_exit_reason_falls_back_to_the_pod_reason():
 def test_parse_time():
     assert parse_time(None) is None
     assert parse_time("2026-11-20T22:00:01Z").second == 1
+
+
+def kueue_workload(*conditions):
+    return {
+        "status": {"conditions": [{"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions]}
+    }
+
+
+def test_kueues_pending_reason_comes_from_quota_reserved_false():
+    pending = kueue_workload(
+        ("QuotaReserved", "False", "Pending", "couldn't assign flavors to pod set main:\n insufficient quota"),
+    )
+    verdict = observe_workload(job(suspend=True), [], pending).kueue
+    assert verdict == KueueVerdict(False, "Pending", "couldn't assign flavors to pod set main: insufficient quota")
+    assert verdict.describe() == "Pending: couldn't assign flavors to pod set main: insufficient quota"
+
+
+def test_an_eviction_outranks_the_pending_quota_and_an_admitted_workload_says_nothing():
+    evicted = kueue_workload(
+        ("QuotaReserved", "False", "Pending", "waiting"),
+        ("Evicted", "True", "Preempted", "Preempted to accommodate a workload"),
+    )
+    assert kueue_verdict(evicted) == KueueVerdict(True, "Preempted", "Preempted to accommodate a workload")
+    admitted = kueue_workload(("QuotaReserved", "True", "QuotaReserved", ""), ("Evicted", "False", "Preempted", ""))
+    assert kueue_verdict(admitted) is None
+    assert kueue_verdict(None) is None and observe_workload(job(), []).kueue is None
+
+
+def test_a_long_kueue_message_is_cut_to_fit_the_status():
+    long = kueue_workload(("QuotaReserved", "False", "Pending", "insufficient quota; " * 200))
+    message = kueue_verdict(long).message
+    assert len(message) == KUEUE_MESSAGE_MAX and message.endswith("...")

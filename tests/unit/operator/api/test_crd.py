@@ -62,7 +62,20 @@ def test_every_rule_is_in_the_crd_once():
 def test_printer_columns_and_names():
     version = crd()["spec"]["versions"][0]
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Phase", "Nodes", "CP", "TP", "Step", "Tokens/s", "Done %", "ETA", "Restarts", "Age"]
+    assert columns == [
+        "Phase",
+        "Reason",
+        "Nodes",
+        "CP",
+        "TP",
+        "Step",
+        "Tokens/s",
+        "Done %",
+        "ETA",
+        "Restarts",
+        "Age",
+        "Message",
+    ]
     assert version["subresources"] == {"status": {}}
     names = crd()["spec"]["names"]
     assert names["shortNames"] == ["lcj"] and "longctx" in names["categories"]

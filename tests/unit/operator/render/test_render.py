@@ -258,6 +258,32 @@ def test_kueue_admission_creates_a_suspended_job_with_the_queue_label():
     assert builtin["spec"]["suspend"] is False
 
 
+@pytest.mark.parametrize("mode", ["preferred", "required"])
+def test_kueue_topology_asks_kueue_for_one_domain_of_the_topology_key(mode):
+    _, _, workload = render(
+        {"spec.scheduling": {"admission": "kueue", "queueName": "q", "topologyKey": "rack", "kueueTopology": mode}}
+    )
+    annotations = pod(workload)["metadata"]["annotations"]
+    assert annotations[f"kueue.x-k8s.io/podset-{mode}-topology"] == "rack"
+    other = "required" if mode == "preferred" else "preferred"
+    assert f"kueue.x-k8s.io/podset-{other}-topology" not in annotations
+
+
+def test_kueue_topology_none_and_the_builtin_admission_render_no_topology_request():
+    _, _, kueue = render({"spec.scheduling": {"admission": "kueue", "queueName": "q"}})
+    _, _, builtin = render()
+    for workload in (kueue, builtin):
+        assert not any(k.startswith("kueue.x-k8s.io/") for k in pod(workload)["metadata"].get("annotations", {}))
+
+
+def test_workload_priority_class_is_the_jobs_kueue_priority_label():
+    _, _, workload = render(
+        {"spec.scheduling": {"admission": "kueue", "queueName": "q", "workloadPriorityClassName": "urgent"}}
+    )
+    assert workload["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "urgent"
+    assert "kueue.x-k8s.io/priority-class" not in pod(workload)["metadata"]["labels"]
+
+
 def test_checkpoint_claim_is_mounted_at_the_checkpoint_path():
     _, _, workload = render({"spec.checkpoint": {"path": "/ckpt", "persistentVolumeClaim": "c"}})
     assert {"name": "checkpoints", "mountPath": "/ckpt"} in trainer(workload)["volumeMounts"]
