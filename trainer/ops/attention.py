@@ -11,12 +11,14 @@ from jax.sharding import PartitionSpec as P
 from ..config import Attention, hybrid_split
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
+from .chunked import LocalAttention
 from .load_balance import permutation
 from .ring import make_ring_attention
 from .ulysses import make_ulysses_attention
 
 ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
 SEGMENT_SPEC = P(DATA, CONTEXT)
+PER_DEVICE = P((DATA, CONTEXT, TENSOR))  # one block per device, stacked: how residuals leave shard_map
 
 
 def context_parallel_attention(
@@ -53,28 +55,59 @@ def context_parallel_attention(
     options = dict(positions=positions, scale=float(q.shape[-1]) ** -0.5, chunk_tokens=chunk_tokens, offload=offload)
     if impl not in get_args(Attention):
         raise ValueError(f"unknown attention impl {impl!r}; expected one of {get_args(Attention)}")
+    heads = dict(heads=q.shape[2] // mesh.shape[TENSOR], kv_heads=k.shape[2] // mesh.shape[TENSOR])
     if impl == "ring" and context > 1:
         local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
     elif impl == "ulysses" and context > 1:
-        local = make_ulysses_attention(axis=CONTEXT, axis_size=context, **options)
+        local = make_ulysses_attention(axis=CONTEXT, axis_size=context, **heads, **options)
     elif impl == "hybrid" and context > 1:
         hybrid_split(context, ulysses)
-        local = make_ulysses_attention(axis=CONTEXT, axis_size=context, ring=context // ulysses, **options)
+        local = make_ulysses_attention(axis=CONTEXT, axis_size=context, ring=context // ulysses, **heads, **options)
     else:  # at context 1 both are the local chunked attention (its K/V offload included)
         local = make_all_gather_attention(axis=CONTEXT, **options)
-    # check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;
-    # every output is genuinely per-device (sharded like q), nothing relies on replication checks.
-    if segments is None:
+    return _sharded(local, mesh)(q, k, v, segments)
+
+
+def _sharded(local: LocalAttention, mesh):
+    """f(q, k, v, segments) on global arrays: `local` inside shard_map, differentiated only through
+    its own backward. The custom VJP sits outside shard_map: inside it, under the scan over
+    layers, JAX linearized the chunk loops and kept every chunk pair's logits for the backward
+    (seen as a 128 GiB buffer at 32K tokens on an H200). Residuals leave shard_map stacked one
+    block per device (PER_DEVICE), whatever their shape, and each device gets its own back.
+
+    check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;
+    every output is genuinely per-device, nothing relies on replication checks."""
+    in_specs = (ACTIVATION_SPEC,) * 3 + (SEGMENT_SPEC,)
+
+    def per_device_fwd(q, k, v, segments):
+        out, residuals = local.fwd(q, k, v, segments)
+        return out, jax.tree.map(lambda x: x[None], residuals)
+
+    def per_device_bwd(residuals, do):
+        dq, dk, dv = local.bwd(jax.tree.map(lambda x: x[0], residuals), do)
+        return dq.astype(do.dtype), dk.astype(do.dtype), dv.astype(do.dtype)
+
+    def forward(q, k, v, segments):
         return jax.shard_map(
-            lambda q, k, v: local(q, k, v, None),
+            per_device_fwd, mesh=mesh, in_specs=in_specs, out_specs=(ACTIVATION_SPEC, PER_DEVICE), check_vma=False
+        )(q, k, v, segments)
+
+    @jax.custom_vjp
+    def attention(q, k, v, segments):
+        return forward(q, k, v, segments)[0]
+
+    def attention_bwd(residuals, do):
+        dq, dk, dv = jax.shard_map(
+            per_device_bwd,
             mesh=mesh,
-            in_specs=(ACTIVATION_SPEC,) * 3,
-            out_specs=ACTIVATION_SPEC,
+            in_specs=(PER_DEVICE, ACTIVATION_SPEC),
+            out_specs=(ACTIVATION_SPEC,) * 3,
             check_vma=False,
-        )(q, k, v)
-    return jax.shard_map(
-        local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3 + (SEGMENT_SPEC,), out_specs=ACTIVATION_SPEC, check_vma=False
-    )(q, k, v, segments)
+        )(residuals, do)
+        return dq, dk, dv, None
+
+    attention.defvjp(forward, attention_bwd)
+    return attention
 
 
 def _within_layout_chunks(shard_tokens: int, chunk_tokens):

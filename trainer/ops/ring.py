@@ -4,7 +4,7 @@ Runs per device inside `jax.shard_map`. Forward: C steps; at each step the devic
 query shard to the K/V shard it currently holds while `lax.ppermute` already sends that shard on
 to the next device; partial results merge by online softmax in fp32.
 
-Backward (custom VJP, nothing per-step is saved): K/V rotate again, and the dK/dV accumulators
+Backward (nothing per-step is saved): K/V rotate again, and the dK/dV accumulators
 (fp32) travel with them, each device adding the contribution of its queries; after the last step
 one more shift brings every accumulator home to the device that owns that K/V shard. dQ stays put.
 Residuals are the local q, k, v, out and lse only (in host memory when offloading).
@@ -14,17 +14,17 @@ With packed documents the K/V shard's document ids travel with it, a few bytes p
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax import custom_vjp, lax
+from jax import lax
 
 from .block import F32, merge_partials
-from .chunked import Span, chunked_backward, chunked_forward, split_kv
+from .chunked import LocalAttention, Span, chunked_backward, chunked_forward, split_kv
 from .offload import to_device, to_host
 
 
 def make_ring_attention(
     *, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool, group: int = 1
-):
-    """Per-device ring attention f(q, k, v, segments) -> out for use inside shard_map over `axis`;
+) -> LocalAttention:
+    """Per-device ring attention for use inside shard_map over `axis`;
     `segments` [b, t]: the local tokens' document ids, or None (one document per sequence).
 
     `positions` (numpy [seq], layout order) gives true token positions for the causal mask;
@@ -113,19 +113,13 @@ def make_ring_attention(
             dk, dv = rotate(dk, dv)  # home: the owner of this K/V shard is one step ahead
         return dq + dq_s, dk, dv
 
-    @custom_vjp
-    def ring_attention(q, k, v, segments):
-        return forward(q, k, v, segments)[0]
-
-    def ring_fwd(q, k, v, segments):
+    def fwd(q, k, v, segments):
         out, lse = forward(q, k, v, segments)
         return out, (tuple(to_host(x, offload) for x in (q, k, v, out, lse)), segments)
 
-    def ring_bwd(residuals, do):
+    def bwd(residuals, do):
         saved, segments = residuals
         q, k, v, out, lse = (to_device(x, offload) for x in saved)
-        dq, dk, dv = backward(q, k, v, segments, out, lse, do)
-        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+        return backward(q, k, v, segments, out, lse, do)
 
-    ring_attention.defvjp(ring_fwd, ring_bwd)
-    return ring_attention
+    return LocalAttention(fwd, bwd)

@@ -23,30 +23,39 @@ from jax import lax
 
 from ..config import ulysses_kv_repeat
 from .all_gather import make_local_attention
-from .chunked import Span
+from .chunked import LocalAttention, Span
 from .ring import make_ring_attention
 
 
 def make_ulysses_attention(
-    *, axis: str, axis_size: int, positions, scale: float, chunk_tokens, offload: bool, ring: int = 1
-):
-    """Per-device f(q, k, v, segments) -> out for use inside shard_map over `axis` (of `axis_size`
-    devices; segments: the local tokens' document ids [b, t], or None);
+    *,
+    axis: str,
+    axis_size: int,
+    positions,
+    scale: float,
+    chunk_tokens,
+    offload: bool,
+    heads: int,
+    kv_heads: int,
+    ring: int = 1,
+) -> LocalAttention:
+    """Per-device attention for use inside shard_map over `axis` (of `axis_size` devices);
     `ring` > 1 makes it the hybrid of Ulysses groups of axis_size // ring devices and a ring of them.
 
     `positions`: the true position of every token of the sequence in layout order (None: not
-    causal)."""
+    causal); `heads`, `kv_heads`: one device's (one tensor rank's) query and K/V heads."""
     degree = axis_size // ring
+    repeat = ulysses_kv_repeat(heads, kv_heads, degree)
     groups = None if ring == 1 else [list(range(g * degree, (g + 1) * degree)) for g in range(ring)]
     if ring == 1:  # the device holds the whole sequence: its positions serve q and k alike
-        local_attention = make_local_attention(scale=scale, chunk_tokens=chunk_tokens, offload=offload)
-        pos = None if positions is None else jnp.asarray(positions)
+        local_forward, inner_bwd = make_local_attention(scale=scale, chunk_tokens=chunk_tokens, offload=offload)
 
-        def attend(q, k, v, segments):
-            return local_attention(q, k, v, Span(pos, segments), Span(pos, segments))
+        def inner_fwd(q, k, v, segments):
+            pos = None if positions is None else jnp.asarray(positions)  # made here: a constant of this trace
+            return local_forward(q, k, v, Span(pos, segments), Span(pos, segments))
 
     else:
-        attend = make_ring_attention(
+        inner_fwd, inner_bwd = make_ring_attention(
             axis=axis,
             axis_size=axis_size,
             positions=positions,
@@ -67,10 +76,16 @@ def make_ulysses_attention(
             return None
         return lax.all_gather(segments, axis, axis=1, tiled=True, axis_index_groups=groups)
 
-    def ulysses_attention(q, k, v, segments):
-        repeat = ulysses_kv_repeat(q.shape[2], k.shape[2], degree)
+    def fwd(q, k, v, segments):
         if repeat > 1:  # copy j of K/V head i becomes head i * repeat + j: device d gets head d // repeat
             k, v = (jnp.repeat(x, repeat, axis=2) for x in (k, v))
-        return to_sequence(attend(to_heads(q), to_heads(k), to_heads(v), group_segments(segments)))
+        out, residuals = inner_fwd(to_heads(q), to_heads(k), to_heads(v), group_segments(segments))
+        return to_sequence(out), residuals
 
-    return ulysses_attention
+    def bwd(residuals, do):
+        dq, dk, dv = (to_sequence(x) for x in inner_bwd(residuals, to_heads(do)))
+        if repeat > 1:  # the copies' gradients add up in the head they copied
+            dk, dv = (x.reshape(*x.shape[:2], -1, repeat, x.shape[-1]).sum(3) for x in (dk, dv))
+        return dq, dk, dv
+
+    return LocalAttention(fwd, bwd)
