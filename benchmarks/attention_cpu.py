@@ -13,6 +13,12 @@ in this machine's memory are compiled (for their memory figure) but not run.
 Ulysses (all-to-alls over the 8 devices) needs the heads to split over 8 (`--heads 8`); its row is
 left out, with a note, when they do not. Hybrid runs Ulysses groups of 2 in a ring of 4.
 
+A document-masked ring row ("ring+docsN") packs documents of random lengths (mean N tokens,
+`--document-tokens`) into the sequence: chunk pairs of different documents are skipped, so it must
+cost less than the plain ring. Beside it, the load balance under the mask: the causal pairs within
+documents that each device's queries need, max/mean over the devices (1.00 = even; the
+dual-chunk-swap layout balances one document, not many short ones).
+
 The reference computes every logit and masks half of them; the ring skips fully masked blocks.
 The "one-device" row runs the ring's own chunked kernel on a single device with the same chunk
 size and the same skipping: the ratio to it (time/1dev) is the cost of going parallel at equal
@@ -29,10 +35,11 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 
-from longctx_trainer.ops import context_parallel_attention, reference_attention  # noqa: E402
-from longctx_trainer.ops.attention import ACTIVATION_SPEC  # noqa: E402
+from longctx_trainer.ops import context_parallel_attention, permutation, reference_attention  # noqa: E402
+from longctx_trainer.ops.attention import ACTIVATION_SPEC, SEGMENT_SPEC  # noqa: E402
 
 HEAD_DIM = 64
 CONTEXT = 8
@@ -44,6 +51,28 @@ def _inputs(seq, heads, kv_heads):
     q = jax.random.normal(keys[0], (1, seq, heads, HEAD_DIM))
     k, v = (jax.random.normal(key, (1, seq, kv_heads, HEAD_DIM)) for key in keys[1:3])
     return q, k, v, jax.random.normal(keys[3], q.shape)
+
+
+def document_segments(seq: int, mean_tokens: int, seed: int = 0) -> np.ndarray:
+    """[1, seq] document ids, lengths drawn from an exponential distribution of mean `mean_tokens`."""
+    rng = np.random.default_rng(seed)
+    lengths, left = [], seq
+    while left:
+        length = min(left, max(1, int(rng.exponential(mean_tokens))))
+        lengths.append(length)
+        left -= length
+    return np.repeat(np.arange(len(lengths)), lengths)[None].astype(np.int32)
+
+
+def device_imbalance(segments: np.ndarray, context: int) -> float:
+    """max/mean over devices of the causal pairs within documents that each device's queries
+    need, in the dual-chunk-swap layout (natural-order `segments` [1, seq])."""
+    seq = segments.shape[1]
+    ids = segments[0]
+    starts = np.searchsorted(ids, ids)  # first token of each token's document
+    keys_seen = np.arange(seq) - starts + 1  # causal keys within its document
+    per_device = keys_seen[permutation(seq, context, "dual_chunk_swap")].reshape(context, -1).sum(1)
+    return float(per_device.max() / per_device.mean())
 
 
 def _grad_fn(attention):
@@ -80,6 +109,7 @@ def main():
         help="longest sequence whose single-device reference is run, not just compiled",
     )
     parser.add_argument("--chunk-tokens", type=int, default=512, help="FPDT chunk for the extra chunked-ring row")
+    parser.add_argument("--document-tokens", type=int, default=2048, help="mean document length of the masked row")
     args = parser.parse_args()
 
     mesh = jax.make_mesh((1, CONTEXT, 1), ("data", "context", "tensor"), axis_types=(AxisType.Auto,) * 3)
@@ -129,6 +159,17 @@ def main():
                 return context_parallel_attention(q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", **o)
 
             rows.append((name, *_measure(_grad_fn(attention), sharded, args.reps, True)))
+        segments = document_segments(seq, args.document_tokens)
+        layout_segments = jax.device_put(
+            segments[:, permutation(seq, CONTEXT, "dual_chunk_swap")], NamedSharding(mesh, SEGMENT_SPEC)
+        )
+
+        def masked(q, k, v, segments=layout_segments):
+            return context_parallel_attention(
+                q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", segments=segments
+            )
+
+        rows.append((f"ring+docs{args.document_tokens}", *_measure(_grad_fn(masked), sharded, args.reps, True)))
         for name, seconds, temp in rows:
             time_text = "not run" if seconds is None else f"{seconds:.3f}"
             ratio = "-" if seconds is None or ref_time is None else f"{seconds / ref_time:.2f}"
@@ -138,6 +179,13 @@ def main():
                 f"{temp / MIB:>13.1f} {temp / ref_temp:>9.3f}",
                 flush=True,
             )
+        documents = int(segments.max()) + 1
+        imbalance, one_document = device_imbalance(segments, CONTEXT), device_imbalance(segments * 0, CONTEXT)
+        print(
+            f"{seq:>6} ring+docs{args.document_tokens}: {documents} documents; per-device work under the mask "
+            f"max/mean {imbalance:.2f} (one document: {one_document:.2f})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
