@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from longctx_trainer.data import token_file
+from longctx_trainer.sources import token_file
 from longctx_trainer.tokenize import tokenize_files
 from support.manifests import ROOT
 
