@@ -6,22 +6,43 @@ import torch
 
 from longctx_trainer.pytorch.reference import reference_attention
 from support.torch_gloo import run_gloo
-from support.torch_ring_worker import inputs, ring_shard
+from support.torch_ring_worker import inputs, ring_shard, ring_shards
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 """fp32: online softmax and the reordered sums differ from the plain softmax by rounding only."""
 
 
+CASES = {2: [(4, 2)], 4: [(4, 2), (8, 1)]}
+"""Ring size -> (heads, kv heads) cases: GQA with groups of 2, and MQA."""
+
+
+def shape(cp: int, heads: int, kv_heads: int) -> tuple[int, ...]:
+    return (2, 8 * cp, heads, kv_heads, 16)  # batch, sequence, heads, kv heads, head dim
+
+
+@pytest.fixture(scope="module")
+def ring_runs(tmp_path_factory):
+    """Every case of a ring size from one spawn of its processes, on first use."""
+    runs = {}
+
+    def get(cp: int) -> dict:
+        if cp not in runs:
+            shapes = [shape(cp, *case) for case in CASES[cp]]
+            ranks = run_gloo(cp, ring_shards, shapes, tmp=tmp_path_factory.mktemp(f"cp{cp}"))
+            runs[cp] = {case: [r[i] for r in ranks] for i, case in enumerate(CASES[cp])}
+        return runs[cp]
+
+    return get
+
+
 @pytest.mark.parametrize(
     "cp, heads, kv_heads",
-    [(2, 4, 2), (4, 4, 2), (4, 8, 1)],
-    ids=["cp2-gqa2", "cp4-gqa2", "cp4-mqa"],
+    [(cp, *case) for cp, cases in CASES.items() for case in cases],
+    ids=[f"cp{cp}-heads{h}-kv{k}" for cp, cases in CASES.items() for h, k in cases],
 )
-def test_ring_forward_and_gradients_equal_one_process(tmp_path, cp, heads, kv_heads):
-    shape = (2, 8 * cp, heads, kv_heads, 16)  # batch, sequence, heads, kv heads, head dim
-    shards = run_gloo(cp, ring_shard, shape, tmp=tmp_path)
-
-    x = inputs(*shape)
+def test_ring_forward_and_gradients_equal_one_process(ring_runs, cp, heads, kv_heads):
+    shards = ring_runs(cp)[(heads, kv_heads)]
+    x = inputs(*shape(cp, heads, kv_heads))
     q, k, v = (x[n].clone().requires_grad_() for n in ("q", "k", "v"))
     expected = reference_attention(q, k, v)
     expected.backward(x["dout"])
