@@ -2,8 +2,8 @@
 attention over the context-parallel group), SwiGLU MLP, optionally tied embeddings.
 
 Dimensions come from the trainer config's model (the same presets as the JAX trainer). Each rank
-holds a contiguous shard of every sequence; `position_offset` is its first token's position.
-Computes in fp32.
+holds a shard of every sequence, the tokens at the positions its ring gives it (the load-balance
+layout): RoPE and the causal mask use those true positions. Computes in fp32.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ class Llama(nn.Module):
                 scale = 1 / math.sqrt(2 * layers) if name.endswith(("wo.weight", "w_down.weight")) else 1.0
                 nn.init.normal_(p, std=0.02 * scale)
 
-    def forward(self, tokens_BxT: torch.Tensor, position_offset: int, ring: Ring) -> torch.Tensor:
+    def forward(self, tokens_BxT: torch.Tensor, ring: Ring) -> torch.Tensor:
         """Logits [B, T, vocab] of this rank's shard of the sequences."""
-        positions_T = torch.arange(tokens_BxT.shape[1]) + position_offset
+        positions_T = ring.positions_CxT[ring.index]
         x = self.embed(tokens_BxT)
         for block in self.blocks:
             x = block(x, positions_T, ring)

@@ -1,14 +1,15 @@
 """Ring attention over a context-parallel process group, exact and causal, with GQA.
 
-Each rank of the group holds one contiguous shard of the sequence: rank c holds tokens
-[c*T, (c+1)*T). Not load-balanced: under the causal mask rank c attends to c + 1 K/V shards, so
-the last rank does the most work (the JAX trainer's dual-chunk swap balances it; this example
-keeps the simple layout).
+Each rank of the group holds one shard of every sequence, laid out by the job's load-balance
+scheme (trainer/load_balance.py, as in the JAX trainer): with dual_chunk_swap (the default) rank c
+holds chunks c and 2C-1-c of 2C, so under the causal mask every rank does the same work; with
+none it holds chunk c, and the last rank does C times the first's work. The ring knows every
+rank's true token positions, from which each block's causal mask follows.
 
 Forward: C steps. At step s a rank holds the K/V shard of rank (c - s) mod C, already sending it
-on to the next rank (isend/irecv, overlapped with the compute); the shard of a later rank is
-wholly masked and skipped, its own shard gets the causal mask within the block. Partial results
-merge by online softmax: each block's output and log-sum-exp (lse) are combined in fp32.
+on to the next rank (isend/irecv, overlapped with the compute); a block whose keys all lie in the
+queries' future is skipped, one wholly in their past needs no mask. Partial results merge by
+online softmax: each block's output and log-sum-exp (lse) are combined in fp32.
 
 Backward (a torch.autograd.Function: autograd cannot see through point-to-point sends): K/V go
 around the ring again with fp32 dK/dV accumulators travelling beside them; each rank adds its
@@ -25,12 +26,16 @@ import torch.distributed as dist
 
 
 class Ring:
-    """A rank's place in its context-parallel group: the global ranks it sends to and hears from."""
+    """A rank's place in its context-parallel group: the global ranks it sends to and hears from,
+    and the true positions of every rank's tokens (`positions_CxT`, row c for group rank c)."""
 
-    def __init__(self, group: dist.ProcessGroup | None):
+    def __init__(self, group: dist.ProcessGroup | None, positions_CxT: torch.Tensor):
         self.group = group
         self.size = dist.get_world_size(group) if group is not None else 1
         self.index = dist.get_rank(group) if group is not None else 0
+        if positions_CxT.shape[0] != self.size:
+            raise ValueError(f"positions for {positions_CxT.shape[0]} ranks, the ring has {self.size}")
+        self.positions_CxT = positions_CxT
         if self.size > 1:
             ranks = dist.get_process_group_ranks(group)
             self.next = ranks[(self.index + 1) % self.size]
@@ -50,26 +55,35 @@ def _wait(requests: list[dist.Work]) -> None:
         request.wait()
 
 
-def _logits(q_BxKxGxTxD, k_BxKxSxD, scale: float, causal: bool) -> torch.Tensor:
+def visible(q_positions_T: torch.Tensor, k_positions_S: torch.Tensor) -> torch.Tensor | None:
+    """The causal mask [T, S] of a block; None when every key is visible to every query."""
+    mask = k_positions_S[None, :] <= q_positions_T[:, None]
+    return None if bool(mask.all()) else mask
+
+
+def _logits(q_BxKxGxTxD, k_BxKxSxD, scale: float, mask_TxS: torch.Tensor | None) -> torch.Tensor:
     logits = torch.einsum("bkgtd,bksd->bkgts", q_BxKxGxTxD, k_BxKxSxD) * scale
-    if causal:
-        t, s = logits.shape[-2:]
-        logits = logits.masked_fill(~torch.ones(t, s, dtype=torch.bool).tril(), float("-inf"))
-    return logits
+    return logits if mask_TxS is None else logits.masked_fill(~mask_TxS, float("-inf"))
 
 
-def _block_forward(q, k, v, scale, causal):
-    """One block's normalised output [B,K,G,T,D] and log-sum-exp [B,K,G,T]."""
-    logits = _logits(q, k, scale, causal)
+def _finite(lse: torch.Tensor) -> torch.Tensor:
+    """lse with -inf (a query that sees no key yet) as 0, so exp(-inf - lse) is 0, never nan."""
+    return torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+
+
+def _block_forward(q, k, v, scale, mask):
+    """One block's normalised output [B,K,G,T,D] and log-sum-exp [B,K,G,T] (-inf: no key seen)."""
+    logits = _logits(q, k, scale, mask)
     lse = torch.logsumexp(logits, dim=-1)
-    out = torch.einsum("bkgts,bksd->bkgtd", torch.exp(logits - lse[..., None]), v)
+    out = torch.einsum("bkgts,bksd->bkgtd", torch.exp(logits - _finite(lse)[..., None]), v)
     return out, lse
 
 
 def _merge(out, lse, block_out, block_lse):
-    """Online softmax: the partials of two disjoint key sets as one (lse may start at -inf)."""
+    """Online softmax: the partials of two disjoint key sets as one (either lse may be -inf)."""
     new_lse = torch.logaddexp(lse, block_lse)
-    out = out * torch.exp(lse - new_lse)[..., None] + block_out * torch.exp(block_lse - new_lse)[..., None]
+    base = _finite(new_lse)[..., None]
+    out = out * torch.exp(lse[..., None] - base) + block_out * torch.exp(block_lse[..., None] - base)
     return out, new_lse
 
 
@@ -94,14 +108,16 @@ class RingAttention(torch.autograd.Function):
         k, v = (x.float().permute(0, 2, 1, 3).contiguous() for x in (k_BxTxKxD, v_BxTxKxD))
         out = torch.zeros_like(q)
         lse = torch.full(q.shape[:-1], float("-inf"))
+        q_positions = ring.positions_CxT[ring.index]
         held = [k, v]
         for step in range(ring.size):
             pending = None
             if step < ring.size - 1:
                 pending = ring.shift(held)
-            source = (ring.index - step) % ring.size
-            if source <= ring.index:  # a later rank's keys are all in this rank's future
-                block_out, block_lse = _block_forward(q, held[0], held[1], scale, causal=source == ring.index)
+            k_positions = ring.positions_CxT[(ring.index - step) % ring.size]
+            if bool(k_positions.min() <= q_positions.max()):  # else: all keys in the queries' future
+                mask = visible(q_positions, k_positions)
+                block_out, block_lse = _block_forward(q, held[0], held[1], scale, mask)
                 out, lse = _merge(out, lse, block_out, block_lse)
             if pending is not None:
                 held, requests = pending
@@ -119,12 +135,13 @@ class RingAttention(torch.autograd.Function):
         dq = torch.zeros_like(q)
         held = [k, v]
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)  # travel with the K/V shard they belong to
+        q_positions = ring.positions_CxT[ring.index]
         for step in range(ring.size):
             pending = ring.shift(held) if step < ring.size - 1 else None
-            source = (ring.index - step) % ring.size
-            if source <= ring.index:
+            k_positions = ring.positions_CxT[(ring.index - step) % ring.size]
+            if bool(k_positions.min() <= q_positions.max()):
                 hk, hv = held
-                logits = _logits(q, hk, scale, causal=source == ring.index)
+                logits = _logits(q, hk, scale, visible(q_positions, k_positions))
                 p = torch.exp(logits - lse[..., None])
                 dv = dv + torch.einsum("bkgts,bkgtd->bksd", p, dout)
                 dp = torch.einsum("bkgtd,bksd->bkgts", dout, hv)
@@ -143,5 +160,6 @@ class RingAttention(torch.autograd.Function):
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ring: Ring) -> torch.Tensor:
-    """Causal attention of local shards q [B,T,H,D] and k, v [B,T,K,D] over the ring's sequence."""
+    """Causal attention of local shards q [B,T,H,D] and k, v [B,T,K,D] over the ring's sequence
+    (the tokens at positions ring.positions_CxT[ring.index])."""
     return RingAttention.apply(q, k, v, ring)

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from .. import podenv
 from ..config import CheckpointConfig, OptimizerConfig, TrainerConfig
 from ..flops import flops_per_token
+from ..load_balance import permutation
 from ..metrics import TrainMetrics
 from ..sources import TokenSource, make_source
 from .layout import Groups, Layout
@@ -61,17 +62,20 @@ def make_optimizer(model: Llama, opt: OptimizerConfig, steps: int):
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate_factor(opt, steps))
 
 
-def local_batch(source: TokenSource, step: int, config: TrainerConfig, layout: Layout):
-    """This rank's rows (its data-parallel share) and columns (its context shard) of step's
-    global batch: inputs, targets [rows, tokens] and the position of its first token."""
+def sequence_positions(config: TrainerConfig, layout: Layout) -> torch.Tensor:
+    """True token positions of every context rank's shard [C, T/C], in the job's load-balance
+    layout (the JAX trainer's permutation)."""
+    perm = permutation(config.sequence_length, layout.context, config.parallelism.load_balance)
+    return torch.from_numpy(perm).reshape(layout.context, -1)
+
+
+def local_batch(source: TokenSource, step: int, config: TrainerConfig, layout: Layout, positions_T: torch.Tensor):
+    """This rank's rows (its data-parallel share) and tokens (those at `positions_T`, its context
+    shard) of step's global batch: inputs and targets [rows, tokens]."""
     rows = config.batch_size // layout.data
     first = step * config.batch_size + layout.data_index * rows
-    shard = config.sequence_length // layout.context
-    start = layout.context_index * shard
-    windows = np.stack([source.sample(first + r) for r in range(rows)])
-    inputs = torch.from_numpy(windows[:, start : start + shard].astype(np.int64))
-    targets = torch.from_numpy(windows[:, start + 1 : start + 1 + shard].astype(np.int64))
-    return inputs, targets, start
+    windows = torch.from_numpy(np.stack([source.sample(first + r) for r in range(rows)]).astype(np.int64))
+    return windows[:, :-1][:, positions_T], windows[:, 1:][:, positions_T]
 
 
 def _all_reduce_gradients(model: Llama, groups: Groups) -> None:
@@ -150,15 +154,15 @@ def train(
         emit({"event": "resume", "step": start})
     metrics.observe_resume(start)
     source = make_source(config.data, config.model.vocab, config.sequence_length)
-    ring = Ring(groups.context)
+    ring = Ring(groups.context, sequence_positions(config, layout))
     global_tokens = config.global_batch_tokens
     flops = flops_per_token(config.model.dims(), config.sequence_length).by_convention()
     peak = peak_flops_per_process * layout.world_size if peak_flops_per_process else None
     losses = []
     for step in range(start, config.steps):
         begin = time.perf_counter()
-        inputs, targets, offset = local_batch(source, step, config, layout)
-        logits = model(inputs, offset, ring)
+        inputs, targets = local_batch(source, step, config, layout, ring.positions_CxT[ring.index])
+        logits = model(inputs, ring)
         loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
         (loss_sum / global_tokens).backward()  # this rank's share of the global mean
         _all_reduce_gradients(model, groups)
