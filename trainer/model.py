@@ -29,7 +29,7 @@ from .config import FP8_MATMULS, TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.offload import host_offload_available
-from .presets import ModelDims, RopeScaling
+from .presets import RMS_NORM_EPS, ModelDims, RopeScaling
 
 # Partition spec of every parameter before divisibility is checked (see `param_specs`).
 # Layer parameters carry a leading `layers` dim (scan), never sharded.
@@ -57,7 +57,6 @@ TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 
 FP8_STATE = "fp8"  # params key of the FP8 scaling state: params["fp8"]["layers"][matmul]
 
-RMS_NORM_EPS = 1e-5  # Llama 3's
 LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see remat_policy)
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+RMS_NORM_EPS = 1e-5
+"""Llama 3's RMSNorm epsilon: the JAX model, the PyTorch example and Hugging Face export share it."""
+
 
 @dataclass(frozen=True)
 class RopeScaling:

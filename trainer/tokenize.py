@@ -3,7 +3,7 @@
 Offline data preparation (`longctx tokenize`, or `python -m longctx_trainer.tokenize`): every input
 file is one document, encoded with the tokenizer.json of the model being trained (the one in its
 Hugging Face checkpoint directory) and followed by the end-of-text token, and the ids are appended
-to a flat .bin file in the width `data.token_file` reads for the model's vocabulary (uint16 up to
+to a flat .bin file in the width `sources.token_file` reads for the model's vocabulary (uint16 up to
 65,536 ids, else uint32). Beside it, <output>.json records the end-of-text id (which `data.packing`
 splits documents at), the vocabulary, the documents and the tokens. Large files are encoded in
 blocks of whole lines, so memory stays bounded. Imports no JAX, and numpy only when it runs: the

@@ -85,8 +85,8 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     import numpy as np
 
     from longctx_operator.localrun import PROGRESS_FILE, parse_event
-    from longctx_trainer.data import SyntheticTokens
     from longctx_trainer.presets import PRESETS
+    from longctx_trainer.sources import SyntheticTokens
     from support.hf_checkpoint import hf_config, hf_loss, hf_tensors, write_checkpoint
 
     dims = PRESETS["tiny"]

@@ -1,5 +1,7 @@
-"""The operator never imports JAX or torch; the trainer never imports kopf, kubernetes or the
-operator. Checked in fresh interpreters, importing every module of each package."""
+"""The operator never imports JAX or torch; the JAX trainer never imports kopf, kubernetes, the
+operator or torch; the PyTorch example trainer (longctx_trainer.pytorch) never imports JAX, kopf,
+kubernetes or the operator. Checked in fresh interpreters, importing every module of each package
+(the JAX trainer's shared, framework-free modules are imported by both trainers)."""
 
 import json
 import pkgutil
@@ -10,18 +12,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+JAX = ("jax", "jaxlib", "flax", "optax", "orbax")
 FORBIDDEN = {
-    "longctx_operator": ("jax", "jaxlib", "torch", "flax", "optax", "orbax"),
-    "longctx_trainer": ("kopf", "kubernetes", "longctx_operator"),
+    "longctx_operator": (*JAX, "torch"),
+    "longctx_trainer": ("kopf", "kubernetes", "longctx_operator", "torch"),
+    "longctx_trainer.pytorch": (*JAX, "kopf", "kubernetes", "longctx_operator"),
 }
-FOLDERS = {"longctx_operator": ROOT / "operator", "longctx_trainer": ROOT / "trainer"}
+FOLDERS = {
+    "longctx_operator": ROOT / "operator",
+    "longctx_trainer": ROOT / "trainer",
+    "longctx_trainer.pytorch": ROOT / "trainer" / "pytorch",
+}
 
 
 def modules(package: str) -> list[str]:
+    """The package's modules, less those of a package checked on its own (the PyTorch trainer)."""
     found = [package]
     for info in pkgutil.walk_packages([str(FOLDERS[package])], prefix=package + "."):
         found.append(info.name)
-    return sorted(found)
+    apart = [p for p in FOLDERS if p.startswith(package + ".")]
+    return sorted(m for m in found if not any(m == p or m.startswith(p + ".") for p in apart))
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -39,10 +49,18 @@ def test_package_imports_nothing_from_the_other_side(package):
     assert not leaked, f"{package} pulls in {leaked}"
 
 
-def test_the_guard_sees_a_forbidden_import():
-    """The check above can fail: importing the trainer's JAX code is seen as jax."""
-    code = "import json, sys; import longctx_trainer.model; print(json.dumps(sorted(sys.modules)))"
+@pytest.mark.parametrize(
+    "module, framework", [("longctx_trainer.model", "jax"), ("longctx_trainer.pytorch.model", "torch")]
+)
+def test_the_guard_sees_a_forbidden_import(module, framework):
+    """The check above can fail: importing either trainer's model is seen as its framework."""
+    code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()[-1]
     )
-    assert "jax" in loaded
+    assert framework in loaded
+
+
+def test_the_pytorch_trainer_is_checked_apart_from_the_jax_one():
+    assert "longctx_trainer.pytorch.model" not in modules("longctx_trainer")
+    assert "longctx_trainer.pytorch.model" in modules("longctx_trainer.pytorch")

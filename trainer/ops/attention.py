@@ -9,10 +9,10 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from ..config import Attention, hybrid_split
+from ..load_balance import permutation
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .chunked import LocalAttention
-from .load_balance import permutation
 from .ring import make_ring_attention
 from .ulysses import make_ulysses_attention
 

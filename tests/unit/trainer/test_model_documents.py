@@ -25,11 +25,12 @@ from longctx_trainer.config import (
     ParallelConfig,
     TrainerConfig,
 )
-from longctx_trainer.data import Batches, Documents, document_layout, document_separator, text_bytes
+from longctx_trainer.data import Batches, Documents
 from longctx_trainer.flops import causal_pairs_within_documents, flops_per_token
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.ops import inverse_permutation
+from longctx_trainer.sources import document_layout, document_separator, text_bytes
 from longctx_trainer.train import train
 from support import mutants
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from longctx_trainer.config import DataConfig, PackingConfig
-from longctx_trainer.data import document_separator, token_file
+from longctx_trainer.sources import document_separator, token_file
 from longctx_trainer.tokenize import tokenize_files
 from support.manifests import ROOT
 

@@ -16,7 +16,7 @@ from typing import get_args
 
 import numpy as np
 
-from ..config import LoadBalance, sequence_split
+from .config import LoadBalance, sequence_split
 
 SCHEMES = get_args(LoadBalance)
 

@@ -1,0 +1,81 @@
+"""examples/pytorch-quickstart.yaml through the operator on the local control plane: KWOK plays
+the kubelet for its four pods while the real PyTorch example trainer runs beside them as `longctx
+run` processes; the operator reads rank 0's exporter (the job's longctx.io/metrics-url
+annotation, as in test_operator.py) into status.progress, and the job reaches Succeeded with the
+trainer's tokens/s in its status."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from support import operator_harness as h
+from support.manifests import ROOT, load_example
+
+pytestmark = pytest.mark.integration
+POOL = "pytorch-tests"
+
+
+@pytest.fixture(scope="module")
+def operator(cluster, admin_kubectl, tmp_path_factory):
+    """The operator, and four nodes of this module's own pool."""
+    h.install_crd(admin_kubectl)
+    nodes = h.add_pool_nodes(admin_kubectl, POOL, first=820, count=4)
+    workdir = tmp_path_factory.mktemp("operator")
+    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log").start()
+    try:
+        h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+        yield op
+    finally:
+        op.stop()
+        h.delete_nodes(admin_kubectl, nodes)
+        print(op.log())
+
+
+def test_pytorch_quickstart_succeeds_with_the_trainers_throughput(operator, kubectl, wait_until, tmp_path):
+    port = h.free_port()
+    manifest = load_example(ROOT / "examples" / "pytorch-quickstart.yaml")
+    spec = manifest["spec"]
+    spec["data"]["path"] = str((ROOT / "examples" / spec["data"]["path"]).resolve())
+    spec.update({"steps": 400, "sequenceLength": 512, "globalBatchTokens": 1024, "metrics": {"port": port}})
+    local_job = tmp_path / "job.yaml"
+    local_job.write_text(yaml.safe_dump(manifest))
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "longctx_operator.cli", "run", str(local_job), "--run-dir", str(tmp_path / "run")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        h.wait_ready(f"http://127.0.0.1:{port}/metrics", timeout=120)
+        # The same job in the cluster: its pods on this module's (simulated GPU) nodes, done after 40 s.
+        spec["scheduling"] = {
+            "nodeSelector": {h.POOL_LABEL: POOL},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        }
+        manifest["metadata"]["annotations"] = {
+            "longctx.io/metrics-url": f"http://127.0.0.1:{port}/metrics",
+            "longctx.io/pod-annotations": json.dumps({"longctx.io/complete-after": "40s"}),
+        }
+        kubectl.apply(manifest)
+        running = wait_until(
+            lambda: (kubectl.json("get", "lcj", "pytorch-quickstart")["status"].get("progress") or {}).get("step"),
+            timeout=90,
+            what="status.progress from the PyTorch trainer",
+        )
+        done = h.wait_phase(kubectl, wait_until, "pytorch-quickstart", "Succeeded", timeout=120)
+    finally:
+        trainer.send_signal(signal.SIGINT)
+        _, err = trainer.communicate(timeout=120)
+    progress = done["status"]["progress"]
+    assert progress["step"] >= running > 0 and progress["tokensPerSecond"] > 0, progress
+    assert done["status"]["workers"]["succeeded"] == 4
+    container = kubectl.json("get", "job", "pytorch-quickstart-g1")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "longctx_trainer.pytorch"]
+    env = {var["name"]: var.get("value") for var in container["env"]}
+    assert (env["WORLD_SIZE"], env["LONGCTX_DATA_PARALLEL"], env["LONGCTX_CONTEXT_PARALLEL"]) == ("4", "2", "2")
