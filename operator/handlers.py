@@ -18,7 +18,7 @@ import prometheus_client
 from .config import OperatorConfig
 from .kube import GROUP, PLURAL, VERSION, Kube, load_client
 from .names import JOB_NAME_LABEL
-from .reconciler import Reconciler
+from .reconciler import Reconciler, api_threads
 
 
 def _deleted(event: dict) -> bool:
@@ -45,7 +45,7 @@ def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         if memo.config.metrics_port:
             prometheus_client.start_http_server(memo.config.metrics_port)
-        memo.reconciler = Reconciler(Kube(load_client()), memo.config)
+        memo.reconciler = Reconciler(Kube(load_client(api_threads(memo.config))), memo.config)
         memo.reconciler.start()
 
     @kopf.on.cleanup(registry=registry)

@@ -53,14 +53,17 @@ class CountingApiClient(kubernetes.client.ApiClient):
         self.rest_client.request = counted
 
 
-def load_client() -> CountingApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG)."""
+def load_client(connections: int) -> CountingApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG). It keeps up
+    to `connections` connections open: one per thread that calls it, or each burst of concurrent
+    requests beyond the pool opens new TLS connections and drops them (a handshake each, on the
+    API server too)."""
     config = kubernetes.client.Configuration()
     try:
         kubernetes.config.load_incluster_config(client_configuration=config)
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config(client_configuration=config)
-    config.connection_pool_maxsize = 16
+    config.connection_pool_maxsize = connections
     return CountingApiClient(config)
 
 
