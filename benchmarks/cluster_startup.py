@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -29,14 +30,18 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 
 def versions() -> dict[str, str]:
-    """Each cached component's version; `node` (kubelet, kube-proxy) has the control plane's."""
+    """The version of each component hack/cluster/build builds by default (its list is the one home;
+    JobSet, a benchmark's baseline, is built only on request); `node` (kubelet, kube-proxy) has the
+    control plane's."""
     pairs = (
         line.split("=", 1)
         for line in (SCRIPTS / "versions.env").read_text().splitlines()
         if "=" in line and not line.startswith("#")
     )
     found = {key.removesuffix("_VERSION").lower(): value.strip() for key, value in pairs}
-    return found | {"node": found["kubernetes"]}
+    found["node"] = found["kubernetes"]
+    default = re.search(r"components=\(([a-z ]+)\)", (SCRIPTS / "build").read_text()).group(1).split()
+    return {name: found[name] for name in default}
 
 
 def recorded_build_seconds(cache: Path) -> dict[str, int]:

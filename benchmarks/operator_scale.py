@@ -1,16 +1,21 @@
-"""The operator at scale on a simulated cluster: N concurrent jobs of P pods each.
+"""The operator at scale on a simulated cluster, against two baselines in the same run.
 
-    python benchmarks/operator_scale.py [--nodes 512] [--jobs 50] [--pods 8] [--kubeconfig PATH]
+    python benchmarks/operator_scale.py [--nodes 512] [--jobs 50] [--pods 8] [--systems raw,jobset,longctx]
+        [--controller-manager-arg=--concurrent-job-syncs=50 ...]
 
-Starts a private control plane with --nodes simulated 8-GPU nodes (hack/cluster/up; or uses a
-running cluster given by --kubeconfig), installs the CRD, runs `longctx operator --all-namespaces`
-as a real process, warms it up with one job, then applies --jobs LongContextJobs at once (builtin
-admission, pods kept Running) and prints:
-- p50/p95/max seconds from the apply to all of a job's pods Running (watched), with the stages on
-  the way (the operator created the Job, the Job controller created the pods, the scheduler bound them);
-- Kubernetes API requests per job made by the operator's client (longctx_operator_api_requests_total;
-  kopf's few watch streams are shared by all jobs and not counted);
-- the operator's peak resident memory (VmHWM).
+Starts a private control plane with --nodes simulated 8-GPU nodes (hack/cluster/up, with an audit log
+of every request) and runs the same gangs of --pods pods three ways, one after the other, each in
+its own namespace with its controller started just for it:
+- raw: the objects longctx renders (operator/render: headless Service, ConfigMap, Indexed Job) created
+  directly with kubectl, no controller: the control plane's own floor;
+- jobset: the same ConfigMap and the same Job spec as a JobSet, run by the JobSet controller
+  (sigs.k8s.io/jobset, built from Go modules, webhooks on: benchmarks/jobset_controller.py);
+- longctx: LongContextJobs and `longctx operator --all-namespaces` as a real process.
+Each system gets one warm-up gang, then --jobs gangs created at once (pods kept Running), then its
+controller is stopped and its gangs deleted before the next. It prints p50/p95/max seconds from each
+gang's creation to all its pods Running (with the stages on the way), the ratios of p50 and p95
+against raw and JobSet, API requests per gang by client (the API server's audit log, by user agent,
+between the first create and the last Running), and the controllers' peak resident memory (VmHWM).
 """
 
 from __future__ import annotations
@@ -25,12 +30,36 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
+
+import jobset_controller
+
+from longctx_operator.annotations import pod_annotations
+from longctx_operator.api.validate import parse_job
+from longctx_operator.config import OperatorConfig
+from longctx_operator.names import JOB_NAME_LABEL
+from longctx_operator.reconciler import add_pod_annotations
+from longctx_operator.render import render_workload
+from longctx_operator.resolve import resolve_layout
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
 CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"
+SYSTEMS = ("raw", "jobset", "longctx")
+OPERATOR_CONFIG = {"allowedPodAnnotations": ["longctx.io/*"]}  # KWOK's stage annotation must reach the pods
+# Every request but the nodes' lease renewals, with its user agent, once it completed.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "Metadata"},
+    ],
+}
 
 
 def free_port() -> int:
@@ -43,6 +72,11 @@ def cluster_path() -> str:
     return subprocess.run([str(SCRIPTS / "path")], capture_output=True, text=True, check=True).stdout.strip()
 
 
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return f"{super().__str__()}: {self.stderr.strip()}"
+
+
 class Cluster:
     def __init__(self, kubeconfig: Path):
         self.env = os.environ | {
@@ -52,17 +86,19 @@ class Cluster:
         self.kubeconfig = kubeconfig
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
-        return subprocess.run(
-            ["kubectl", *args], input=input, env=self.env, capture_output=True, text=True, check=True
-        ).stdout
+        done = subprocess.run(["kubectl", *args], input=input, env=self.env, capture_output=True, text=True)
+        if done.returncode:
+            raise KubectlError(done.returncode, ["kubectl", *args], done.stdout, done.stderr)
+        return done.stdout
 
 
-def job(name: str, pods: int) -> dict:
+def manifest(name: str, namespace: str, pods: int) -> dict:
     return {
         "apiVersion": "longctx.io/v1alpha1",
         "kind": "LongContextJob",
         "metadata": {
             "name": name,
+            "namespace": namespace,
             "annotations": {"longctx.io/pod-annotations": json.dumps({"longctx.io/keep-running": "true"})},
         },
         "spec": {
@@ -74,16 +110,33 @@ def job(name: str, pods: int) -> dict:
     }
 
 
-def operator_metrics(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        lines = r.read().decode().splitlines()
-    return {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("longctx_operator_")
-    }
+def rendered(name: str, namespace: str, pods: int) -> list[dict]:
+    """Service, ConfigMap and generation 1's Job exactly as the operator creates them (less the
+    owner references): its renderer, its configuration, its pod annotations."""
+    job = parse_job(manifest(name, namespace, pods))
+    config = OperatorConfig.model_validate(OPERATOR_CONFIG)
+    layout, _ = resolve_layout(job.spec)
+    workload = render_workload(job, layout, 1, config)
+    add_pod_annotations(workload.job, pod_annotations(job.metadata.annotations, config).values)
+    return workload.objects
 
 
-def api_requests(metrics: dict[str, float]) -> float:
-    return sum(v for k, v in metrics.items() if k.startswith("longctx_operator_api_requests_total"))
+def gang_objects(system: str, name: str, namespace: str, pods: int) -> list[dict]:
+    """What a user applies for one gang with each system."""
+    if system == "longctx":
+        return [manifest(name, namespace, pods)]
+    service, config_map, job = rendered(name, namespace, pods)
+    if system == "raw":
+        return [service, config_map, job]
+    return [config_map, jobset_controller.jobset(job, name)]
+
+
+# What each system's user applies first (the gang's creation); a raw gang's Service.
+ROOTS = {
+    "raw": ("", "v1", "services"),
+    "jobset": (jobset_controller.GROUP, jobset_controller.VERSION, "jobsets"),
+    "longctx": ("longctx.io", "v1alpha1", "longcontextjobs"),
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -98,22 +151,49 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM")
 
 
+def client(user_agent: str) -> str:
+    """The program that sent a request: the user agent's first word (kube-controller-manager's
+    controllers are told apart by the suffix it adds), kopf's watch streams counted with longctx."""
+    program = user_agent.split("/", 1)[0]
+    if program == "kube-controller-manager":
+        return "kcm/" + user_agent.rsplit("/", 1)[-1]
+    return {"kopf": "longctx-operator", APPLIER: "apply"}.get(program, program)
+
+
+def audit_counts(path: Path, namespace: str, since: float, until: float) -> Counter[str]:
+    """Requests for objects in the namespace received between since and until, by client."""
+    counts: Counter[str] = Counter()
+    with path.open() as log:
+        for line in log:
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete" or event.get("objectRef", {}).get("namespace") != namespace:
+                continue
+            received = datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
+            if since <= received <= until:
+                counts[client(event.get("userAgent", "?"))] += 1
+    return counts
+
+
 class Timeline:
-    """Watches the namespace's Jobs and pods (one stream each, in threads) and records, per
-    LongContextJob, when its Job appeared and when its pods were all created, bound and Running."""
+    """Watches one namespace's gang roots, Jobs and pods (one stream each, in threads) and records,
+    per gang, when it was created, its Job appeared and its pods were all created, bound and Running."""
 
     STAGES = ("applied", "job", "created", "scheduled", "running")
 
-    def __init__(self, kubeconfig: Path, namespace: str, pods: int):
+    def __init__(self, kubeconfig: Path, namespace: str, root: tuple[str, str, str], pods: int):
         import kubernetes
 
         self.api = kubernetes.config.new_client_from_config(str(kubeconfig))
-        self.namespace, self.pods = namespace, pods
-        self.t0: dict[str, float] = {}
+        config = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(str(kubeconfig), client_configuration=config)
+        config.connection_pool_maxsize = APPLY_THREADS
+        self.applier = kubernetes.client.ApiClient(config)
+        self.applier.user_agent = APPLIER
+        self.namespace, self.root, self.pods = namespace, root, pods
         self.times: dict[str, dict[str, float]] = {}
         self.pod_state: dict[str, dict[str, tuple[bool, bool]]] = {}
         self.lock = threading.Lock()
-        for target in (self._watch_longcontextjobs, self._watch_jobs, self._watch_pods):
+        for target in (self._watch_roots, self._watch_jobs, self._watch_pods):
             threading.Thread(target=self._quietly, args=(target,), daemon=True).start()
 
     @staticmethod
@@ -126,15 +206,21 @@ class Timeline:
     def _mark(self, job: str, stage: str) -> None:
         self.times.setdefault(job, {}).setdefault(stage, time.monotonic())
 
-    def _watch_longcontextjobs(self) -> None:
+    def _watch_roots(self) -> None:
         import kubernetes
 
+        group, version, plural = self.root
         custom = kubernetes.client.CustomObjectsApi(self.api)
-        for event in kubernetes.watch.Watch().stream(
-            custom.list_namespaced_custom_object, "longctx.io", "v1alpha1", self.namespace, "longcontextjobs"
-        ):
-            with self.lock:
-                self._mark(event["object"]["metadata"]["name"], "applied")
+        if group:
+            stream = (custom.list_namespaced_custom_object, group, version, self.namespace, plural)
+        else:
+            stream = (kubernetes.client.CoreV1Api(self.api).list_namespaced_service, self.namespace)
+        for event in kubernetes.watch.Watch().stream(*stream):
+            obj = event["object"]
+            meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
+            if group or JOB_NAME_LABEL in (meta.get("labels") or {}):
+                with self.lock:
+                    self._mark(meta["name"], "applied")
 
     def _watch_jobs(self) -> None:
         import kubernetes
@@ -142,9 +228,9 @@ class Timeline:
         batch = kubernetes.client.BatchV1Api(self.api)
         for event in kubernetes.watch.Watch().stream(batch.list_namespaced_job, self.namespace):
             labels = event["object"].metadata.labels or {}
-            if "longctx.io/job-name" in labels:
+            if JOB_NAME_LABEL in labels:
                 with self.lock:
-                    self._mark(labels["longctx.io/job-name"], "job")
+                    self._mark(labels[JOB_NAME_LABEL], "job")
 
     def _watch_pods(self) -> None:
         import kubernetes
@@ -152,7 +238,7 @@ class Timeline:
         core = kubernetes.client.CoreV1Api(self.api)
         for event in kubernetes.watch.Watch().stream(core.list_namespaced_pod, self.namespace):
             pod = event["object"]
-            job = (pod.metadata.labels or {}).get("longctx.io/job-name")
+            job = (pod.metadata.labels or {}).get(JOB_NAME_LABEL)
             if not job or event["type"] == "DELETED":
                 continue
             with self.lock:
@@ -165,30 +251,51 @@ class Timeline:
                     if sum(running for _, running in states.values()) >= self.pods:
                         self._mark(job, "running")
 
-    def apply(self, cluster: Cluster, names: list[str], timeout: float) -> dict[str, dict[str, float]]:
-        """Creates the jobs at once (kubectl create: one request each); seconds from each job's
-        creation (its ADDED event) to each stage."""
-        docs = "\n---\n".join(json.dumps(job(n, self.pods)) for n in names)
+    def apply(self, objects: dict[str, list[dict]], timeout: float) -> dict[str, dict[str, float]]:
+        """Creates all gangs at once (APPLY_THREADS at a time, each gang's objects in order, one
+        request each); seconds from each gang's creation (its root's ADDED event) to each stage."""
         t0 = time.monotonic()
-        cluster.kubectl("create", "-n", self.namespace, "-f", "-", input=docs)
+        with ThreadPoolExecutor(APPLY_THREADS) as pool:
+            list(pool.map(lambda gang: [create(self.applier, o) for o in gang], objects.values()))
         self.apply_seconds = time.monotonic() - t0
         while True:
             with self.lock:
-                done = [n for n in names if "running" in self.times.get(n, {})]
-            if len(done) == len(names):
+                done = [n for n in objects if "running" in self.times.get(n, {})]
+            if len(done) == len(objects):
                 break
             if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"only {len(done)} of {len(names)} jobs Running after {timeout}s")
+                raise TimeoutError(f"only {len(done)} of {len(objects)} gangs Running after {timeout}s")
             time.sleep(0.1)
         with self.lock:
             return {
-                n: {
-                    stage: self.times[n][stage] - self.times[n]["applied"]
-                    for stage in self.STAGES
-                    if stage in self.times[n]
-                }
-                for n in names
+                n: {s: self.times[n][s] - self.times[n]["applied"] for s in self.STAGES if s in self.times[n]}
+                for n in objects
             }
+
+
+APPLY_THREADS = 16
+APPLIER = "longctx-bench-apply"  # the user agent of the requests that play the user
+
+
+def create(api, obj: dict) -> None:
+    """One create request for one object of the kinds the gangs are made of."""
+    import kubernetes
+
+    namespace, kind = obj["metadata"]["namespace"], obj["kind"]
+    core, batch = kubernetes.client.CoreV1Api(api), kubernetes.client.BatchV1Api(api)
+    quiet = {"_preload_content": False}
+    if kind == "Service":
+        core.create_namespaced_service(namespace, obj, **quiet)
+    elif kind == "ConfigMap":
+        core.create_namespaced_config_map(namespace, obj, **quiet)
+    elif kind == "Job":
+        batch.create_namespaced_job(namespace, obj, **quiet)
+    else:
+        group, version = obj["apiVersion"].split("/")
+        plural = {"JobSet": "jobsets", "LongContextJob": "longcontextjobs"}[kind]
+        kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
+            group, version, namespace, plural, obj, **quiet
+        )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -196,117 +303,169 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+class Controller:
+    """No controller (raw), the JobSet controller, or the longctx operator, as a process."""
+
+    def __init__(self, system: str, cluster: Cluster, scratch: Path):
+        self.system, self.cluster, self.scratch = system, cluster, scratch
+        self.process: subprocess.Popen | None = None
+        self.jobset: jobset_controller.JobSetController | None = None
+
+    def start(self) -> None:
+        if self.system == "jobset":
+            self.jobset = jobset_controller.JobSetController(self.cluster, self.scratch, free_port(), free_port())
+            self.jobset.start()
+            self.process = self.jobset.process
+        elif self.system == "longctx":
+            config = self.scratch / "longctx-operator.yaml"
+            config.write_text(json.dumps(OPERATOR_CONFIG))
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces", "--config",
+                 str(config), "--metrics-port", str(free_port()), "--health-port", "0"],
+                env=self.cluster.env,
+                stdout=open(self.scratch / "longctx-operator.log", "wb"),
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.jobset is not None:
+            self.jobset.stop()
+        elif self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def delete_gangs(cluster: Cluster, namespace: str, timeout: float = 300) -> None:
+    """Deletes a namespace's Jobs in the foreground (the Job controller drops its pod finalizers, which
+    KWOK's pods would otherwise keep), waits for their pods to go, then deletes the namespace."""
+    cluster.kubectl("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground", "--wait=false")
+    deadline = time.monotonic() + timeout
+    while cluster.kubectl("get", "pods", "-n", namespace, "-o", "name").strip():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pods of {namespace} still there after {timeout}s")
+        time.sleep(1)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def run_system(system: str, cluster: Cluster, args, scratch: Path, audit: Path | None) -> dict:
+    namespace = f"scale-{system}-{os.getpid()}"
+    cluster.kubectl("create", "namespace", namespace)
+    while True:
+        try:
+            cluster.kubectl("get", "serviceaccount", "default", "-n", namespace)
+            break
+        except subprocess.CalledProcessError:
+            time.sleep(0.5)
+    controller = Controller(system, cluster, scratch)
+    controller.start()
+    try:
+        timeline = Timeline(cluster.kubeconfig, namespace, ROOTS[system], args.pods)
+        timeline.apply({"warmup": gang_objects(system, "warmup", namespace, args.pods)}, args.timeout)
+        print(f"{system}: warm-up gang Running", flush=True)
+        cpu_before = cpu_seconds(controller.process.pid) if controller.process else 0.0
+        names = [f"scale-{i:03d}" for i in range(args.jobs)]
+        since = time.time()
+        stages = timeline.apply({n: gang_objects(system, n, namespace, args.pods) for n in names}, args.timeout)
+        time.sleep(2)  # let the status updates after Running land before counting
+        until = time.time()
+        result = {"stages": stages, "apply_seconds": timeline.apply_seconds}
+        if controller.process is not None:
+            result["cpu"] = cpu_seconds(controller.process.pid) - cpu_before
+            result["rss"] = peak_rss_mib(controller.process.pid)
+        if audit is not None:
+            result["requests"] = audit_counts(audit, namespace, since, until)
+        return result
+    finally:
+        controller.stop()
+        delete_gangs(cluster, namespace)
+
+
+STAGE_LABELS = {
+    "job": "Job created",
+    "created": "all pods created",
+    "scheduled": "all pods bound",
+    "running": "all pods Running",
+}
+
+
+def report(results: dict[str, dict], args) -> None:
+    print(f"\n{args.jobs} gangs x {args.pods} pods at once on {args.nodes} nodes; seconds from each gang's creation:")
+    for system, result in results.items():
+        print(f"{system} (all gangs created in {result['apply_seconds']:.1f}s):")
+        for stage, label in STAGE_LABELS.items():
+            values = [s[stage] for s in result["stages"].values() if stage in s]
+            print(
+                f"  {label:18s} p50 {percentile(values, 0.5):6.2f}  p95 {percentile(values, 0.95):6.2f}  "
+                f"max {max(values):6.2f}"
+            )
+        if "rss" in result:
+            print(f"  controller: peak RSS {result['rss']:.0f} MiB, {result['cpu']:.1f} CPU seconds for the batch")
+        if "requests" in result:
+            counts = result["requests"]
+            by_client = ", ".join(f"{c} {n / args.jobs:.1f}" for c, n in counts.most_common())
+            print(f"  API requests per gang: {sum(counts.values()) / args.jobs:.1f} ({by_client})")
+    running = {system: [s["running"] for s in result["stages"].values()] for system, result in results.items()}
+    for base in ("raw", "jobset"):
+        if "longctx" in running and base in running:
+            ratios = [percentile(running["longctx"], q) / percentile(running[base], q) for q in (0.5, 0.95)]
+            print(f"longctx/{base}: all pods Running p50 x{ratios[0]:.2f}, p95 x{ratios[1]:.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=512)
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--pods", type=int, default=8)
-    parser.add_argument("--kubeconfig", type=Path, help="use this running cluster instead of starting one")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="which to run, in this order")
+    parser.add_argument(
+        "--controller-manager-arg",
+        action="append",
+        default=[],
+        help="an extra kube-controller-manager flag, e.g. --controller-manager-arg=--concurrent-job-syncs=50",
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="use this running cluster (no audit log) instead")
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
+    systems = args.systems.split(",")
+    if not set(systems) <= set(SYSTEMS):
+        parser.error(f"--systems: choose from {', '.join(SYSTEMS)}")
 
-    state = None
-    if args.kubeconfig:
-        kubeconfig = args.kubeconfig
-    else:
-        state = Path(tempfile.mkdtemp(prefix="longctx-scale-"))
-        t = time.monotonic()
-        subprocess.run(
-            [str(SCRIPTS / "up"), "--nodes", str(args.nodes)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            env=os.environ | {"LONGCTX_CLUSTER_DIR": str(state)},
-        )
-        print(f"cluster with {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
-        kubeconfig = state / "kubeconfig"
-    cluster = Cluster(kubeconfig)
-    operator = None
-    namespace = f"scale-{os.getpid()}"
+    scratch = Path(tempfile.mkdtemp(prefix="longctx-scale-"))
+    state, audit = None, None
     try:
+        if args.kubeconfig:
+            kubeconfig = args.kubeconfig
+        else:
+            state = scratch / "cluster"
+            policy = scratch / "audit-policy.json"
+            policy.write_text(json.dumps(AUDIT_POLICY))
+            t = time.monotonic()
+            subprocess.run(
+                [str(SCRIPTS / "up"), "--nodes", str(args.nodes)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env=os.environ
+                | {
+                    "LONGCTX_CLUSTER_DIR": str(state),
+                    "LONGCTX_AUDIT_POLICY": str(policy),
+                    "LONGCTX_CONTROLLER_MANAGER_ARGS": " ".join(args.controller_manager_arg),
+                },
+            )
+            print(f"cluster with {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
+            kubeconfig, audit = state / "kubeconfig", state / "logs" / "audit.log"
+        cluster = Cluster(kubeconfig)
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
         cluster.kubectl("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
-        cluster.kubectl("create", "namespace", namespace)
-        while True:
-            try:
-                cluster.kubectl("get", "serviceaccount", "default", "-n", namespace)
-                break
-            except subprocess.CalledProcessError:
-                time.sleep(0.5)
-        port = free_port()
-        scratch = Path(tempfile.gettempdir())
-        log = open(scratch / f"longctx-operator-scale-{os.getpid()}.log", "wb")
-        config = scratch / f"longctx-operator-scale-{os.getpid()}.yaml"
-        # KWOK's stage annotation (longctx.io/keep-running) must reach the pods.
-        config.write_text(json.dumps({"allowedPodAnnotations": ["longctx.io/*"]}))
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "longctx_operator.cli",
-                "operator",
-                "--all-namespaces",
-                "--config",
-                str(config),
-                "--metrics-port",
-                str(port),
-                "--health-port",
-                "0",
-            ],
-            env=cluster.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        timeline = Timeline(kubeconfig, namespace, args.pods)
-        warm = timeline.apply(cluster, ["warmup"], args.timeout)["warmup"]
-        print(
-            f"warm-up job (operator just started): all {args.pods} pods Running after {warm['running']:.2f}s",
-            flush=True,
-        )
-        before = api_requests(operator_metrics(port))
-        cpu_before = cpu_seconds(operator.pid)
-        names = [f"scale-{i:03d}" for i in range(args.jobs)]
-        stages = timeline.apply(cluster, names, args.timeout)
-        time.sleep(2)  # let status updates after Running land before counting
-        requests = api_requests(operator_metrics(port)) - before
-        cpu = cpu_seconds(operator.pid) - cpu_before
-        reconciles = operator_metrics(port)
-        print(
-            f"{args.jobs} concurrent jobs x {args.pods} pods on {args.nodes} nodes (kubectl created them in "
-            f"{timeline.apply_seconds:.1f}s), seconds from each job's creation:"
-        )
-        for stage, label in (
-            ("job", "Job created by the operator"),
-            ("created", "all pods created"),
-            ("scheduled", "all pods bound"),
-            ("running", "all pods Running"),
-        ):
-            values = [s[stage] for s in stages.values() if stage in s]
-            print(
-                f"  {label:28s} p50 {percentile(values, 0.5):6.2f}  p95 {percentile(values, 0.95):6.2f}  "
-                f"max {max(values):6.2f}"
-            )
-        print(f"  operator API requests per job: {requests / args.jobs:.1f}")
-        count = sum(v for k, v in reconciles.items() if k.startswith("longctx_operator_reconciles_total"))
-        mean = reconciles["longctx_operator_reconcile_duration_seconds_sum"] / max(
-            1, reconciles["longctx_operator_reconcile_duration_seconds_count"]
-        )
-        print(
-            f"  operator: {count:.0f} reconciliations in all (mean {mean * 1000:.0f} ms), "
-            f"{cpu:.1f} CPU seconds for the batch"
-        )
-        print(f"  operator peak RSS: {peak_rss_mib(operator.pid):.0f} MiB")
+        results = {}
+        for system in systems:
+            results[system] = run_system(system, cluster, args, scratch, audit)
+        report(results, args)
+        print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
         return 0
     finally:
-        if operator is not None:
-            operator.terminate()
-            operator.wait(timeout=30)
-        try:
-            cluster.kubectl("delete", "namespace", namespace, "--wait=false")
-        except subprocess.CalledProcessError:
-            pass
         if state is not None:
             subprocess.run([str(SCRIPTS / "down")], env=os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}, check=False)
-            shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import json
 import os
 import uuid
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -28,11 +30,20 @@ class NotOwned(Exception):
     """A child's name is taken by an object this job does not own: it is neither used nor changed."""
 
 
+def user_agent() -> str:
+    """The operator's requests say who sent them (the API server's audit log, its user agent)."""
+    try:
+        return f"{COMPONENT}/{package_version('longctx')}"
+    except PackageNotFoundError:
+        return COMPONENT
+
+
 class CountingApiClient(kubernetes.client.ApiClient):
-    """Counts every HTTP request its REST client sends."""
+    """Counts every HTTP request its REST client sends; sends them as the operator's user agent."""
 
     def __init__(self, configuration: kubernetes.client.Configuration):
         super().__init__(configuration)
+        self.user_agent = user_agent()
         send = self.rest_client.request
 
         def counted(method, url, *args, **kwargs):
@@ -42,14 +53,17 @@ class CountingApiClient(kubernetes.client.ApiClient):
         self.rest_client.request = counted
 
 
-def load_client() -> CountingApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG)."""
+def load_client(connections: int) -> CountingApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG). It keeps up
+    to `connections` connections open: one per thread that calls it, or each burst of concurrent
+    requests beyond the pool opens new TLS connections and drops them (a handshake each, on the
+    API server too)."""
     config = kubernetes.client.Configuration()
     try:
         kubernetes.config.load_incluster_config(client_configuration=config)
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config(client_configuration=config)
-    config.connection_pool_maxsize = 16
+    config.connection_pool_maxsize = connections
     return CountingApiClient(config)
 
 

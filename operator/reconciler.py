@@ -71,6 +71,12 @@ def add_pod_annotations(job: dict, extra: dict[str, str]) -> dict:
     return job
 
 
+def api_threads(config: OperatorConfig) -> int:
+    """Threads for the blocking API calls: enough for every worker's creates, the progress reads and
+    Events (the client keeps as many connections open)."""
+    return 3 * config.workers + 4
+
+
 @dataclass
 class JobState:
     """What the operator remembers of one job between reconciliations (dropped with the job)."""
@@ -96,8 +102,7 @@ class Reconciler:
         self.reservations = Reservations(RESERVATION_SECONDS, time.monotonic)
         self.jobs: dict[Key, JobState] = {}  # what the operator remembers of each job between reconciles
         self._tasks: list[asyncio.Task] = []
-        # Blocking API calls: enough threads for every worker, the progress reads and Events.
-        self._threads = ThreadPoolExecutor(max_workers=2 * self.workers + 4, thread_name_prefix="kube")
+        self._threads = ThreadPoolExecutor(max_workers=api_threads(config), thread_name_prefix="kube")
         self.progress = ProgressPoller(self.cache, kube, self._call, config)
 
     # -- events from the watch streams -------------------------------------------------------
@@ -270,24 +275,35 @@ class Reconciler:
             updated = await self._call(self.kube.patch_status, namespace, name, patch)
             self.cache.put_job(updated, deleted=False)
             obj = updated
-        if decision.events:  # they tell the status just written, even if an action fails below
-            self._post_events(key, obj, decision.events)
-        for action in decision.actions:
-            if isinstance(action, CreateWorkload):
-                workload = render_workload(job, action.layout, action.generation, self.config)
-                add_pod_annotations(workload.job, extra_pod_annotations)
-                try:
-                    await self._call(self.kube.create_owned, workload.service, obj)  # stable across generations
-                    await asyncio.gather(
-                        self._call(self.kube.create_owned, workload.config_map, obj),
-                        self._call(self.kube.create_owned, workload.job, obj),
-                    )
-                except (ApiException, NotOwned) as e:
-                    self._state(key).create_error = refusal(e)  # the next decision reports it
-                    raise  # retried by the worker, with backoff
-                self._state(key).create_error = None
-            elif isinstance(action, DeleteWorkload):
-                await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
+        try:
+            for action in decision.actions:
+                if isinstance(action, CreateWorkload):
+                    await self._create(key, obj, job, action, extra_pod_annotations)
+                elif isinstance(action, DeleteWorkload):
+                    await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
+        finally:
+            # Posted after the actions, so they never delay a create; they tell the status just
+            # written, even if an action failed.
+            if decision.events:
+                self._post_events(key, obj, decision.events)
+
+    async def _create(
+        self, key: Key, owner: dict, job: LongContextJob, action: CreateWorkload, pod_annotations: dict[str, str]
+    ) -> None:
+        """Service, ConfigMap and Job at once (one round trip): every create is create-or-get, so a
+        partial failure is completed by the retry."""
+        workload = render_workload(job, action.layout, action.generation, self.config)
+        add_pod_annotations(workload.job, pod_annotations)
+        results = await asyncio.gather(
+            *(self._call(self.kube.create_owned, o, owner) for o in workload.objects), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, (ApiException, NotOwned)):
+                self._state(key).create_error = refusal(result)  # the next decision reports it
+                raise result  # retried by the worker, with backoff
+            if isinstance(result, BaseException):
+                raise result
+        self._state(key).create_error = None
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

@@ -236,3 +236,20 @@ def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
         reconciler.cache.put_job({"metadata": {"namespace": "n", "name": name}, "status": status}, deleted=False)
     reconciler.wake_pending()
     assert reconciler.queue._dirty == {("n", "new"), ("n", "no-room")}
+
+
+def test_kopf_builds_no_diff_base_and_no_handler_needs_one():
+    """kopf's per-event essence is for change and daemon handlers: the operator has none, so it
+    skips building it (a deep copy of every pod and node on every event)."""
+    import kopf
+
+    from longctx_operator.handlers import configure, make_registry
+
+    registry = make_registry(OperatorConfig())
+    assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": 1}}
+    assert kopf.AnnotationsDiffBaseStorage().build(body=kopf.Body(pod)) is not None  # what kopf would do
+    assert settings.persistence.diffbase_storage.build(body=kopf.Body(pod)) is None
+    assert settings.persistence.diffbase_storage.fetch(body=kopf.Body(pod)) is None

@@ -57,6 +57,7 @@ class FakeKube:
         return copy.deepcopy(self.job)
 
     def post_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
+        self.calls.append(("event", type_, reason))
         self.events.append((type_, reason, message))
 
 
@@ -116,7 +117,7 @@ def make(annotations=None, config: OperatorConfig | None = None) -> tuple[Reconc
     return reconciler, kube
 
 
-def test_a_new_job_gets_its_service_config_and_job_in_order_with_events():
+def test_a_new_job_gets_its_status_then_service_config_and_job_then_events():
     reconciler, kube = make()
 
     async def go():
@@ -125,8 +126,14 @@ def test_a_new_job_gets_its_service_config_and_job_in_order_with_events():
 
     run(go())
     creates = [c for c in kube.calls if c[0] == "create"]
-    assert creates[0] == ("create", "Service", "fake")  # first: the others may race, the Service is stable
-    assert sorted(creates[1:]) == [("create", "ConfigMap", "fake-trainer"), ("create", "Job", "fake-g1")]
+    assert kube.calls[0][0] == "patch-status"  # the generation is recorded before anything is created
+    assert sorted(creates) == [
+        ("create", "ConfigMap", "fake-trainer"),
+        ("create", "Job", "fake-g1"),
+        ("create", "Service", "fake"),
+    ]
+    kinds = [c[0] for c in kube.calls]
+    assert len(kinds) - kinds[::-1].index("create") - 1 < kinds.index("event")  # Events never delay a create
     assert kube.job["status"]["phase"] == "Admitted" and kube.job["status"]["workloadGeneration"] == 1
     job = kube.objects[("Job", "team", "fake-g1")]
     assert job["spec"]["completions"] == 2
