@@ -23,11 +23,24 @@ The reference computes every logit and masks half of them; the ring skips fully 
 The "one-device" row runs the ring's own chunked kernel on a single device with the same chunk
 size and the same skipping: the ratio to it (time/1dev) is the cost of going parallel at equal
 arithmetic.
+
+The "peer" row is the fastest public JAX ring attention installable from PyPI, `ringattention`
+(Hao Liu's RingAttention, `pip install 'longctx[bench]'`; its blockwise JAX kernel, the one it
+runs on CPU), called as its README shows: inside `jax.shard_map` over the same context axis of 8,
+query/key chunks of 512 (or the shard, if shorter), token-level causal mask (`causal_block_size=1`),
+fp32. It has no GQA (K/V heads are repeated to the query heads before it, inside the differentiated
+function) and no load balancing: it runs on the natural token order, so each row's `time/peer` is
+against a peer that computes the same causal attention (it skips fully masked chunk pairs too) on
+the same mesh; `ring lb=none` is our ring on that same natural order. The peer's outputs and
+gradients are checked against the ring's (max abs error printed). Absent the package, the row says
+how to install it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import os
 import time
 
@@ -75,6 +88,55 @@ def device_imbalance(segments: np.ndarray, context: int) -> float:
     return float(per_device.max() / per_device.mean())
 
 
+PEER_CHUNK = 512
+
+
+def load_peer():
+    """`ringattention`'s blockwise JAX ring attention module, or None when not installed.
+
+    Its package `__init__` probes `jax.lib.xla_bridge`, gone from current JAX, so the module file
+    is loaded on its own (it imports nothing from the package)."""
+    try:
+        dist = importlib.metadata.distribution("ringattention")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = next(f for f in dist.files if str(f).endswith("ringattention_jax.py")).locate()
+    spec = importlib.util.spec_from_file_location("_ringattention_jax", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, dist.version
+
+
+def peer_attention(peer, mesh, seq):
+    """The peer's causal ring attention on global arrays in natural token order."""
+    chunk = min(PEER_CHUNK, seq // CONTEXT)
+    options = dict(
+        causal_block_size=1,
+        query_chunk_size=chunk,
+        key_chunk_size=chunk,
+        deterministic=True,
+        dropout_rng=None,
+        attn_pdrop=0.0,
+        dtype=jnp.float32,
+        policy=jax.checkpoint_policies.nothing_saveable,
+        precision=None,
+        prevent_cse=True,
+    )
+
+    def local(q, k, v):
+        return peer.ring_attention(q, k, v, None, None, None, "context", True, options)
+
+    sharded = jax.shard_map(
+        local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3, out_specs=ACTIVATION_SPEC, check_vma=False
+    )
+
+    def attention(q, k, v):
+        repeat = q.shape[2] // k.shape[2]
+        return sharded(q, jnp.repeat(k, repeat, axis=2), jnp.repeat(v, repeat, axis=2))
+
+    return attention
+
+
 def _grad_fn(attention):
     def loss(q, k, v, do):
         return jnp.sum(attention(q, k, v) * do)
@@ -82,18 +144,43 @@ def _grad_fn(attention):
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
 
-def _measure(fn, args, reps, run):
+def _measure(fn, args, reps, run, keep=None):
+    """(best time or None, temp bytes); the last result is stored in `keep` when given."""
     compiled = fn.lower(*args).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
     if not run:
         return None, temp
-    jax.block_until_ready(compiled(*args))
+    result = jax.block_until_ready(compiled(*args))
     times = []
     for _ in range(reps):
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
+    if keep is not None:
+        keep.append(result)
     return min(times), temp
+
+
+def _max_error(peer_grads, ring_grads, layout):
+    """Max abs difference of (dq, dk, dv), the peer's in natural order, the ring's in `layout`."""
+    return max(
+        float(jnp.max(jnp.abs(np.asarray(a)[:, layout] - np.asarray(b))))
+        for a, b in zip(peer_grads, ring_grads, strict=True)
+    )
+
+
+ROWS = (
+    "reference",
+    "one-device",
+    "ring",
+    "ring lb=none",
+    "ring+chunk",
+    "all_gather",
+    "hybrid",
+    "ulysses",
+    "docs",
+    "peer",
+)
 
 
 def main():
@@ -110,7 +197,9 @@ def main():
     )
     parser.add_argument("--chunk-tokens", type=int, default=512, help="FPDT chunk for the extra chunked-ring row")
     parser.add_argument("--document-tokens", type=int, default=2048, help="mean document length of the masked row")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS), help="rows to run (default: all)")
     args = parser.parse_args()
+    rows_wanted = set(args.rows)
 
     mesh = jax.make_mesh((1, CONTEXT, 1), ("data", "context", "tensor"), axis_types=(AxisType.Auto,) * 3)
     one_device = jax.make_mesh(
@@ -118,74 +207,108 @@ def main():
     )
     sharding = NamedSharding(mesh, ACTIVATION_SPEC)
     variants = {
-        "ring": dict(impl="ring"),
-        f"ring+chunk{args.chunk_tokens}": dict(impl="ring", chunk_tokens=args.chunk_tokens),
-        "all_gather": dict(impl="all_gather"),
-        "hybrid 2x4": dict(impl="hybrid", ulysses=2),
+        "ring": ("ring", dict(impl="ring")),
+        "ring lb=none": ("ring lb=none", dict(impl="ring", load_balance="none")),
+        f"ring+chunk{args.chunk_tokens}": ("ring+chunk", dict(impl="ring", chunk_tokens=args.chunk_tokens)),
+        "all_gather": ("all_gather", dict(impl="all_gather")),
+        "hybrid 2x4": ("hybrid", dict(impl="hybrid", ulysses=2)),
     }
     if args.heads % CONTEXT == 0:
-        variants["ulysses"] = dict(impl="ulysses")
-    else:
+        variants["ulysses"] = ("ulysses", dict(impl="ulysses"))
+    elif "ulysses" in rows_wanted:
         print(f"(no ulysses row: {args.heads} heads do not split over {CONTEXT} devices; try --heads 8)")
+    variants = {name: options for name, (row, options) in variants.items() if row in rows_wanted}
+    peer = load_peer() if "peer" in rows_wanted else None
+    if "peer" in rows_wanted and peer is None:
+        print("(peer row: ringattention not installed: pip install 'longctx[bench]')")
+    elif peer is not None:
+        print(f"peer: ringattention {peer[1]} (blockwise JAX kernel, chunks {PEER_CHUNK}, natural token order)")
     print(
         f"causal attention fwd+bwd, batch 1, heads {args.heads}/{args.kv_heads}, head_dim {HEAD_DIM}, fp32, "
-        f"{len(jax.devices())} CPU devices, context {CONTEXT}, dual-chunk-swap layout"
+        f"{len(jax.devices())} CPU devices, context {CONTEXT}, dual-chunk-swap layout unless lb=none"
     )
     header = (
-        f"{'seq':>6} {'variant':<16} {'time s':>8} {'time/ref':>9} {'time/1dev':>10} "
+        f"{'seq':>6} {'variant':<16} {'time s':>8} {'time/ref':>9} {'time/1dev':>10} {'time/peer':>10} "
         f"{'temp MiB/dev':>13} {'temp/ref':>9}"
     )
     print(header)
     print("-" * len(header))
     for seq in args.seqs:
         q, k, v, do = _inputs(seq, args.heads, args.kv_heads)
-        run_reference = seq <= args.max_reference_seq
-        ref_time, ref_temp = _measure(
-            _grad_fn(lambda q, k, v: reference_attention(q, k, v, causal=True)), (q, k, v, do), args.reps, run_reference
-        )
-        rows = [("reference", ref_time, ref_temp)]
+        layout = permutation(seq, CONTEXT, "dual_chunk_swap")
+        rows = []
+        ref_time = ref_temp = one_device_time = peer_time = None
+        if "reference" in rows_wanted:
+            ref_time, ref_temp = _measure(
+                _grad_fn(lambda q, k, v: reference_attention(q, k, v, causal=True)),
+                (q, k, v, do),
+                args.reps,
+                seq <= args.max_reference_seq,
+            )
+            rows.append(("reference", ref_time, ref_temp))
 
         def same_kernel(q, k, v, chunk=seq // (2 * CONTEXT)):
             return context_parallel_attention(
                 q, k, v, mesh=one_device, causal=True, load_balance="none", chunk_tokens=chunk
             )
 
-        rows.append(("one-device", *_measure(_grad_fn(same_kernel), (q, k, v, do), args.reps, True)))
-        one_device_time = rows[-1][1]
-        sharded = [jax.device_put(x, sharding) for x in (q, k, v, do)]
+        if "one-device" in rows_wanted:
+            rows.append(("one-device", *_measure(_grad_fn(same_kernel), (q, k, v, do), args.reps, True)))
+            one_device_time = rows[-1][1]
+        natural = [jax.device_put(x, sharding) for x in (q, k, v, do)]
+        sharded = [jax.device_put(x[:, layout], sharding) for x in (q, k, v, do)]
+        errors = []
+        if peer is not None:
+            peer_grads = []
+            rows.append(
+                ("peer", *_measure(_grad_fn(peer_attention(peer[0], mesh, seq)), natural, args.reps, True, peer_grads))
+            )
+            peer_time = rows[-1][1]
         for name, options in variants.items():
 
             def attention(q, k, v, o=options):
-                return context_parallel_attention(q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", **o)
+                o = dict(dict(load_balance="dual_chunk_swap"), **o)
+                return context_parallel_attention(q, k, v, mesh=mesh, causal=True, **o)
 
-            rows.append((name, *_measure(_grad_fn(attention), sharded, args.reps, True)))
-        segments = document_segments(seq, args.document_tokens)
-        layout_segments = jax.device_put(
-            segments[:, permutation(seq, CONTEXT, "dual_chunk_swap")], NamedSharding(mesh, SEGMENT_SPEC)
-        )
-
-        def masked(q, k, v, segments=layout_segments):
-            return context_parallel_attention(
-                q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", segments=segments
+            natural_order = options.get("load_balance") == "none"
+            grads = []
+            rows.append(
+                (name, *_measure(_grad_fn(attention), natural if natural_order else sharded, args.reps, True, grads))
             )
+            if peer is not None and name in ("ring", "ring lb=none"):
+                errors.append((name, _max_error(peer_grads[0], grads[0], slice(None) if natural_order else layout)))
+        segments = document_segments(seq, args.document_tokens)
+        if "docs" in rows_wanted:
+            layout_segments = jax.device_put(segments[:, layout], NamedSharding(mesh, SEGMENT_SPEC))
 
-        rows.append((f"ring+docs{args.document_tokens}", *_measure(_grad_fn(masked), sharded, args.reps, True)))
+            def masked(q, k, v, segments=layout_segments):
+                return context_parallel_attention(
+                    q, k, v, mesh=mesh, causal=True, load_balance="dual_chunk_swap", segments=segments
+                )
+
+            rows.append((f"ring+docs{args.document_tokens}", *_measure(_grad_fn(masked), sharded, args.reps, True)))
         for name, seconds, temp in rows:
             time_text = "not run" if seconds is None else f"{seconds:.3f}"
-            ratio = "-" if seconds is None or ref_time is None else f"{seconds / ref_time:.2f}"
-            ratio_1dev = "-" if seconds is None else f"{seconds / one_device_time:.2f}"
+
+            def ratio(base, seconds=seconds):
+                return "-" if seconds is None or base is None else f"{seconds / base:.2f}"
+
+            temp_ratio = "-" if ref_temp is None else f"{temp / ref_temp:.3f}"
             print(
-                f"{seq:>6} {name:<16} {time_text:>8} {ratio:>9} {ratio_1dev:>10} "
-                f"{temp / MIB:>13.1f} {temp / ref_temp:>9.3f}",
+                f"{seq:>6} {name:<16} {time_text:>8} {ratio(ref_time):>9} {ratio(one_device_time):>10} "
+                f"{ratio(peer_time):>10} {temp / MIB:>13.1f} {temp_ratio:>9}",
                 flush=True,
             )
-        documents = int(segments.max()) + 1
-        imbalance, one_document = device_imbalance(segments, CONTEXT), device_imbalance(segments * 0, CONTEXT)
-        print(
-            f"{seq:>6} ring+docs{args.document_tokens}: {documents} documents; per-device work under the mask "
-            f"max/mean {imbalance:.2f} (one document: {one_document:.2f})",
-            flush=True,
-        )
+        for name, error in errors:
+            print(f"{seq:>6} peer vs {name}: max abs error of dq, dk, dv {error:.2e}", flush=True)
+        if "docs" in rows_wanted:
+            documents = int(segments.max()) + 1
+            imbalance, one_document = device_imbalance(segments, CONTEXT), device_imbalance(segments * 0, CONTEXT)
+            print(
+                f"{seq:>6} ring+docs{args.document_tokens}: {documents} documents; per-device work under the mask "
+                f"max/mean {imbalance:.2f} (one document: {one_document:.2f})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from ..config import Attention, hybrid_split
 from ..load_balance import permutation
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
-from .chunked import LocalAttention
+from .chunked import LocalAttention, default_chunk
 from .ring import make_ring_attention
 from .ulysses import make_ulysses_attention
 
@@ -113,6 +113,9 @@ def _sharded(local: LocalAttention, mesh):
 def _within_layout_chunks(shard_tokens: int, chunk_tokens):
     """A dual-chunk-swap shard is an early and a late chunk: a block spanning both is never
     entirely in the past or the future of another, so no block could be skipped. Splitting at
-    the chunk boundary lets the causal skip drop the fully masked half of the work."""
+    the chunk boundary lets the causal skip drop the fully masked half of the work. Without
+    `chunk_tokens`, the half is cut further into the default blocks (`chunked.default_chunk`)."""
     half = shard_tokens // 2
-    return half if chunk_tokens is None or chunk_tokens > half else chunk_tokens
+    if chunk_tokens is None:
+        return default_chunk(half)
+    return half if chunk_tokens > half else chunk_tokens

@@ -76,14 +76,25 @@ block materialises its fp32 logits (4096^2 x 4 bytes x heads), and a whole 32K s
 needs 128 GiB for 32 heads (seen on an H200, 2026-11-26)."""
 
 
-def _default_chunk(tokens: int) -> int:
-    """The largest divisor of `tokens` not above MAX_BLOCK_TOKENS."""
-    return next(c for c in range(min(tokens, MAX_BLOCK_TOKENS), 0, -1) if tokens % c == 0)
+CPU_BLOCK_TOKENS = 512
+"""The block cap on the CPU backend: there the fp32 logits of a block pair should stay in cache.
+With 512-token blocks the 8-device CPU ring was 0.80x the time of 1024-token blocks at 16K tokens
+(`benchmarks/attention_cpu.py`, 2026-11-26); GPUs keep the larger MAX_BLOCK_TOKENS."""
+
+
+def max_block_tokens() -> int:
+    """The largest block a default chunking cuts: CPU_BLOCK_TOKENS on CPU, else MAX_BLOCK_TOKENS."""
+    return CPU_BLOCK_TOKENS if jax.default_backend() == "cpu" else MAX_BLOCK_TOKENS
+
+
+def default_chunk(tokens: int) -> int:
+    """The largest divisor of `tokens` not above `max_block_tokens()`."""
+    return next(c for c in range(min(tokens, max_block_tokens()), 0, -1) if tokens % c == 0)
 
 
 def _chunk_count(tokens, chunk_tokens):
     if chunk_tokens is None:
-        chunk_tokens = _default_chunk(tokens)
+        chunk_tokens = default_chunk(tokens)
     if chunk_tokens >= tokens:
         return 1
     if tokens % chunk_tokens:
