@@ -28,6 +28,9 @@ class Rejection:
 
     field: str
     message: str
+    auto_field: str | None = None
+    """The field to change instead when the planner chose this axis (parallelism mode auto): the
+    input that rules the axis out, e.g. the sequence length for a context that does not divide it."""
 
 
 def divisors(n: int) -> list[int]:
@@ -81,10 +84,20 @@ def structural_rejections(
     split = sequence_split(load_balance, layout.context)
     if sequence_length % split:
         what = f"2*context={split}" if load_balance == "dual_chunk_swap" else f"context={split}"
-        out.append(Rejection("spec.parallelism.context", f"sequence {sequence_length} not divisible by {what}"))
+        out.append(
+            Rejection(
+                "spec.parallelism.context",
+                f"sequence {sequence_length} not divisible by {what}",
+                auto_field="spec.sequenceLength",
+            )
+        )
     if batch_sequences % layout.data:
         noun = "sequence" if batch_sequences == 1 else "sequences"
         out.append(
-            Rejection("spec.parallelism.data", f"batch of {batch_sequences} {noun} not divisible by data={layout.data}")
+            Rejection(
+                "spec.parallelism.data",
+                f"batch of {batch_sequences} {noun} not divisible by data={layout.data}",
+                auto_field="spec.globalBatchTokens",
+            )
         )
     return out

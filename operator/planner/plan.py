@@ -346,6 +346,22 @@ def _matches(req: PlanRequest, layout: Layout) -> bool:
     return all(getattr(req, axis) in (None, getattr(layout, axis)) for axis in _AXIS_FIELDS)
 
 
+def _blame(req: PlanRequest, rejected: list[Candidate]) -> str:
+    """The field to change when no layout is valid: the one reason every layout shares (for an
+    axis the planner chose, the input that rules it out: a sequence length that no context
+    divides is the sequence length's fault), else the first pinned axis, else the node count."""
+    fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
+    pinned = {_AXIS_FIELDS[axis] for axis in fixed}
+
+    def blamed(r: Rejection) -> str:
+        return r.auto_field if r.auto_field and r.field not in pinned else r.field
+
+    shared = set.intersection(*({blamed(r) for r in c.rejections} for c in rejected))
+    if shared:
+        return next(blamed(r) for r in rejected[0].rejections if blamed(r) in shared)
+    return _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes"
+
+
 def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, str]:
     if req.manual:
         layout = Layout(req.data, req.context, req.tensor)
@@ -378,13 +394,10 @@ def _choose(req: PlanRequest, candidates: list[Candidate]) -> tuple[Candidate, s
                 best.rejections[-1].field,
             )
         closest = sorted(eligible, key=lambda c: len(c.rejections))[:3]
-        fixed = [axis for axis in _AXIS_FIELDS if getattr(req, axis) is not None]
-        shared = {r.field for c in eligible for r in c.rejections}  # one field to blame, if all agree
-        field = shared.pop() if len(shared) == 1 else _AXIS_FIELDS[fixed[0]] if fixed else "spec.resources.nodes"
         raise PlanError(
             f"none of the {len(eligible)} layouts of {req.devices} GPUs is valid, "
             f"e.g. " + " | ".join(f"{c.layout}: {'; '.join(c.reasons)}" for c in closest),
-            field,
+            _blame(req, eligible),
         )
     chosen = min(
         fitting,

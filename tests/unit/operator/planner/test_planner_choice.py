@@ -166,3 +166,21 @@ def test_offload_must_fit_in_the_pods_memory_limit():
 def test_host_memory_does_not_constrain_a_layout_without_offload():
     small = plan(request(host_memory_bytes=2**30))  # 1 GiB: would hold no offload at all
     assert small.offload is False and small.layout == plan(request()).layout
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        # an odd sequence splits over no context: the sequence length is to change, not the nodes
+        (dict(sequence_length=262_143, global_batch_tokens=262_143), "spec.sequenceLength"),
+        # context and tensor pinned leave data=2 for one sequence: the batch is to change
+        (dict(nodes=8, context=8, tensor=4, global_batch_tokens=262_144), "spec.globalBatchTokens"),
+        # 7 nodes: the 7 goes to data (one sequence) or context (2^18 tokens): no single input is wrong
+        (dict(nodes=7, global_batch_tokens=262_144), "spec.resources.nodes"),
+    ],
+)
+def test_no_valid_layout_blames_the_input_every_layout_fails_on(overrides, field):
+    with pytest.raises(PlanError) as error:
+        plan(request(**overrides))
+    assert error.value.field == field
+    assert "none of the" in error.value.message
