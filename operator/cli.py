@@ -15,7 +15,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from longctx_trainer.hardware import CPU
+
 from .api.validate import InvalidJob, parse_job, problems
+from .planner import PlanError
+from .resolve import resolve_layout
 
 
 class UsageError(Exception):
@@ -51,16 +55,22 @@ def cmd_validate(args) -> int:
         print(f"{args.file}: {problem}", file=sys.stderr)
     if found:
         return 1
-    _warn(args.file, parse_job(manifest))
+    job = parse_job(manifest)
+    _warn(args.file, job)
+    try:  # the operator plans the job when it sees it: a job no layout can run is not valid
+        resolve_layout(job.spec)
+    except PlanError as e:
+        print(f"{args.file}: {e}", file=sys.stderr)
+        return 1
     print(f"{args.file}: valid")
     return 0
 
 
 def _warn(path: str, job) -> None:
     """Prints what in a valid job is likely a mistake on Kubernetes (api/advice.py)."""
-    from .api.advice import advice
+    from .api.advice import cli_advice
 
-    for warning in advice(job.spec):
+    for warning in cli_advice(job.spec):
         print(f"{path}: {warning}", file=sys.stderr)
 
 
@@ -86,9 +96,9 @@ _PLAN_FLAGS = {
     "spec.model.preset": "--model",
     "spec.sequenceLength": "--sequence-length",
     "spec.globalBatchTokens": "--global-batch-tokens",
-    "spec.resources.nodes": "--gpus",
+    "spec.resources.nodes": "--nodes",
     "spec.resources.gpusPerNode": "--gpus-per-node",
-    "spec.resources.gpuType": "--gpu",
+    "spec.resources.gpuType": "--gpu-type",
     "spec.network.fabric": "--fabric",
     "spec.precision": "--precision",
     "spec.parallelism.attention": "--attention",
@@ -99,19 +109,38 @@ _PLAN_FLAGS = {
 }
 
 
+def _deprecated_plan_flags(args) -> None:
+    """`--gpu` and `--gpus` (total GPUs) predate the flags named after the CRD's fields: still
+    accepted, with one line saying what to write instead."""
+    from .api.spec import ResourcesSpec
+
+    if args.gpu is not None:
+        print("longctx: warning: --gpu is deprecated: use --gpu-type (spec.resources.gpuType)", file=sys.stderr)
+        if args.gpu_type is not None:
+            raise UsageError("--gpu and --gpu-type: give --gpu-type only")
+        args.gpu_type = args.gpu
+    if args.gpus is not None:
+        print(
+            "longctx: warning: --gpus is deprecated: use --nodes and --gpus-per-node (spec.resources)",
+            file=sys.stderr,
+        )
+        if args.nodes is not None:
+            raise UsageError("--gpus and --nodes: give --nodes only")
+        per_node = args.gpus_per_node or ResourcesSpec.model_fields["gpus_per_node"].default
+        if per_node < 1 or args.gpus < per_node or args.gpus % per_node:
+            raise UsageError(f"--gpus {args.gpus} must be a positive multiple of --gpus-per-node {per_node}")
+        args.nodes = args.gpus // per_node
+
+
 def _spec_from_flags(args) -> dict:
-    """The LongContextJob the plan flags describe: it goes through validation like a file."""
-    if args.gpus_per_node < 1 or args.gpus < args.gpus_per_node or args.gpus % args.gpus_per_node:
-        raise UsageError(f"--gpus {args.gpus} must be a positive multiple of --gpus-per-node {args.gpus_per_node}")
-    spec: dict = {
-        "model": {"preset": args.model},
-        "sequenceLength": args.sequence_length,
-        "resources": {"nodes": args.gpus // args.gpus_per_node, "gpusPerNode": args.gpus_per_node},
-        "offload": {},
-    }
+    """The LongContextJob the plan flags describe: it goes through validation like a file (the
+    flags left out take the API's defaults)."""
+    spec: dict = {"model": {"preset": args.model}, "sequenceLength": args.sequence_length, "offload": {}}
     optional = {
         ("globalBatchTokens",): args.global_batch_tokens,
-        ("resources", "gpuType"): args.gpu,
+        ("resources", "nodes"): args.nodes,
+        ("resources", "gpusPerNode"): args.gpus_per_node,
+        ("resources", "gpuType"): args.gpu_type,
         ("network", "fabric"): args.fabric,
         ("precision",): args.precision,
         ("parallelism", "attention"): args.attention,
@@ -136,17 +165,23 @@ def _plan_request_from_flags(args):
 
     from .resolve import plan_request
 
+    _deprecated_plan_flags(args)
     found = problems(_spec_from_flags(args))
     if found:
         first = found[0]
         flag = next((f for field, f in _PLAN_FLAGS.items() if first.field.startswith(field)), None)
-        if first.field == "spec.resources.nodes":  # --gpus sets the node count: say it in those terms
+        if first.field == "spec.resources.nodes" and args.gpus is not None:  # say it in --gpus terms
             raise UsageError(
-                f"--gpus {args.gpus}: {args.gpus // args.gpus_per_node} nodes of {args.gpus_per_node} "
+                f"--gpus {args.gpus}: {args.nodes} nodes of {args.gpus // args.nodes} "
                 f"GPUs; the number of nodes {first.message[0].lower()}{first.message[1:]}"
             )
         raise UsageError(f"{flag}: {first.message}" if flag else str(first))
-    request = plan_request(parse_job(_spec_from_flags(args)).spec)
+    job = parse_job(_spec_from_flags(args))
+    if job.spec.resources.gpu_type == CPU:
+        raise UsageError(
+            "--gpu-type cpu: the planner models GPUs; a CPU job's layout is its manifest's (longctx plan FILE)"
+        )
+    request = plan_request(job.spec)
     return dataclasses.replace(request, data=args.data, context=args.context, tensor=args.tensor)
 
 
@@ -154,15 +189,23 @@ def cmd_plan(args) -> int:
     import json
     from dataclasses import replace
 
-    from .planner import PlanError, against_bf16_json, format_against_bf16, format_table, plan, to_json
+    from .planner import against_bf16_json, format_against_bf16, format_table, plan, to_json
+    from .planner.report import faster_layouts, format_unplanned, unplanned_json
     from .resolve import plan_request
 
+    where = f"{args.file}: " if args.file else "longctx: "
     try:
         if args.file:
             job = _job_from(args.file)
             _warn(args.file, job)
-            if job.spec.resources.gpu_type == "cpu":
-                raise UsageError(f"{args.file}: gpuType cpu has a manual layout; nothing to plan")
+            if job.spec.resources.gpu_type == CPU:  # a manual layout the planner does not model
+                layout, _ = resolve_layout(job.spec)
+                load_balance = job.spec.parallelism.load_balance
+                if args.output == "json":
+                    print(json.dumps(unplanned_json(layout, load_balance), indent=2))
+                else:
+                    print(format_unplanned(layout, job.spec.resources.nodes, load_balance), end="")
+                return 0
             request = plan_request(job.spec)
         else:
             if args.model is None or args.sequence_length is None:
@@ -172,7 +215,15 @@ def cmd_plan(args) -> int:
             request = _plan_request_from_flags(args)
         chosen = plan(request)
     except PlanError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(f"{args.file}: {e}" if args.file else str(e)) from None
+    pinned = "spec.parallelism" if args.file else "--data, --context, --tensor"
+    for faster in faster_layouts(chosen)[:1]:
+        print(
+            f"{where}warning: {pinned}: the pinned layout {chosen.layout} is slower than {faster.layout} "
+            f"({chosen.tokens_per_second:,.0f} vs {faster.tokens_per_second:,.0f} tokens/s estimated), "
+            "which fits; parallelism mode auto would choose the fastest",
+            file=sys.stderr,
+        )
     fp8 = request.precision == "fp8"
     if fp8:
         try:
@@ -225,9 +276,7 @@ def cmd_render(args) -> int:
     from pydantic import ValidationError
 
     from .api.spec import DNS_LABEL_PATTERN
-    from .planner import PlanError
     from .render import render_workload, render_yaml
-    from .resolve import resolve_layout
 
     job = _job_from(args.file)
     _warn(args.file, job)
@@ -327,6 +376,8 @@ def cmd_operator(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .api.spec import ResourcesSpec
+
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n\n")[0].replace("\n", " "))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -339,9 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model preset, e.g. llama3-8b")
     p.add_argument("--sequence-length", type=int)
     p.add_argument("--global-batch-tokens", type=int, help="default: one sequence")
-    p.add_argument("--gpus", type=int, default=8, help="total GPUs (default 8)")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--gpu", help="GPU type (default: the API's, h100-80gb), e.g. h200-141gb")
+    resources = {name: field.default for name, field in ResourcesSpec.model_fields.items()}
+    p.add_argument("--nodes", type=int, help=f"spec.resources.nodes (default {resources['nodes']})")
+    p.add_argument(
+        "--gpus-per-node", type=int, help=f"spec.resources.gpusPerNode (default {resources['gpus_per_node']})"
+    )
+    p.add_argument("--gpu-type", help=f"spec.resources.gpuType (default {resources['gpu_type']}), e.g. h200-141gb")
+    p.add_argument("--gpu", help=argparse.SUPPRESS)  # deprecated: --gpu-type
+    p.add_argument("--gpus", type=int, help=argparse.SUPPRESS)  # deprecated: total GPUs; --nodes
     p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
     p.add_argument("--precision", help="bf16 (the API's default), fp32 or fp8 (shown against bf16)")
     p.add_argument(

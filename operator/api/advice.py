@@ -1,12 +1,14 @@
 """Valid specs that will not do what their author most likely wants: warnings, not errors.
 
 The API server cannot warn from a CRD schema, so the operator posts each as a Warning Event when
-it plans a spec, and `longctx validate` / `plan` / `render` print them on stderr.
+it plans a spec, and `longctx validate` / `plan` / `render` print them on stderr (cli_advice).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from longctx_trainer.hardware import CPU
 
 from .. import reasons
 from ..reasons import Reason
@@ -47,4 +49,15 @@ def advice(spec: LongContextJobSpec) -> list[Advice]:
                 f"object-store path (gs://, s3://)",
             )
         )
+    return found
+
+
+def cli_advice(spec: LongContextJobSpec) -> list[Advice]:
+    """The advice the CLI prints. CPU jobs leave out where checkpoints live: they are what
+    `longctx run` trains on this machine (checkpoints in its run directory) and what test clusters
+    run, and a paragraph about cluster storage on every command would bury what matters. The
+    operator still posts the Event when such a job reaches a cluster."""
+    found = advice(spec)
+    if spec.resources.gpu_type == CPU:
+        found = [a for a in found if a.reason != reasons.CHECKPOINT_NOT_PERSISTENT]
     return found

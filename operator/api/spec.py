@@ -59,6 +59,7 @@ def _trainer_spellings(trainer_choices) -> dict[str, str]:
 TRAINER_ATTENTION = _trainer_spellings(Attention)
 TRAINER_LOAD_BALANCE = _trainer_spellings(LoadBalance)
 API_ATTENTION = {trainer: api for api, trainer in TRAINER_ATTENTION.items()}
+API_LOAD_BALANCE = {trainer: api for api, trainer in TRAINER_LOAD_BALANCE.items()}
 ApiAttentionKind = Literal[tuple(TRAINER_ATTENTION)]  # type: ignore[valid-type]
 ApiAttention = Literal[(*TRAINER_ATTENTION, AUTO_ATTENTION)]  # type: ignore[valid-type]
 ApiLoadBalance = Literal[tuple(TRAINER_LOAD_BALANCE)]  # type: ignore[valid-type]

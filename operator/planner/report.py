@@ -1,9 +1,12 @@
-"""Human (text table) and machine (JSON-ready dict) renderings of a Plan."""
+"""Human (text table) and machine (JSON-ready dict) renderings of a Plan, and of a CPU job's
+manual layout, which no plan models. Choices are printed as a manifest spells them (allGather,
+dualChunkSwap), so what the table shows can be written back into a job."""
 
 from __future__ import annotations
 
 from longctx_trainer.hardware import FABRICS, GIB, GPUS
 
+from ..layout import ResolvedLayout
 from .plan import AUTO_ATTENTION, HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
 
 _MEMORY_ROWS = (
@@ -36,6 +39,20 @@ _ATTENTION_EXPOSED = {
 }
 
 
+def _attention(kind: str) -> str:
+    """An attention kind (or auto) in the manifest's spelling. api/spec.py holds the map; it is
+    imported here, not at the top, because api/spec.py imports the planner."""
+    from ..api.spec import API_ATTENTION
+
+    return API_ATTENTION.get(kind, kind)
+
+
+def _load_balance(scheme: str) -> str:
+    from ..api.spec import API_LOAD_BALANCE
+
+    return API_LOAD_BALANCE[scheme]
+
+
 def _gib(n: float) -> str:
     return f"{n / GIB:.2f}"
 
@@ -50,7 +67,8 @@ def _candidate_row(c: Candidate) -> str:
     speed = f"{c.tokens_per_second:,.0f}" if c.tokens_per_second else "-"
     mfu = f"{100 * c.mfu:.1f}%" if c.mfu is not None else "-"
     return (
-        f"  {c.layout.data:>5} {c.layout.context:>7} {c.layout.tensor:>6} {c.attention:>10} {offload:>8} {gib:>8} "
+        f"  {c.layout.data:>5} {c.layout.context:>7} {c.layout.tensor:>6} {_attention(c.attention):>10} "
+        f"{offload:>8} {gib:>8} "
         f"{speed:>11} {mfu:>6}"
     )
 
@@ -69,10 +87,10 @@ def _attention_kinds(plan: Plan) -> list[str]:
     lines.append(f"  {'kind':<11} {'step s':>8} {'exposed attention comm s':>25} {'GiB/GPU':>8}")
     for c in (c for c in plan.candidates if c.layout == plan.layout):
         if not c.fits:
-            lines.append(f"  {c.attention:<11} rejected: " + "; ".join(c.reasons))
+            lines.append(f"  {_attention(c.attention):<11} rejected: " + "; ".join(c.reasons))
             continue
         exposed = sum(getattr(c.step, part) for part in _ATTENTION_EXPOSED[c.attention])
-        kind = f"hybrid U={c.ulysses}" if c.attention == "hybrid" else c.attention
+        kind = f"hybrid U={c.ulysses}" if c.attention == "hybrid" else _attention(c.attention)
         lines.append(f"  {kind:<11} {c.step_seconds:>8.3f} {exposed:>25.3f} {_gib(c.memory.total):>8}")
     return lines
 
@@ -90,6 +108,18 @@ def _host_per_pod(plan: Plan) -> str:
     )
 
 
+def _other_fitting(plan: Plan) -> list[Candidate]:
+    """The fitting layouts besides the chosen one, fastest first."""
+    others = [c for c in plan.candidates if c.fits and c.layout != plan.layout]
+    return sorted(others, key=lambda c: c.step_seconds)
+
+
+def faster_layouts(plan: Plan) -> list[Candidate]:
+    """Fitting layouts faster than the chosen one, fastest first: only a pinned layout (manual, or
+    axes fixed by `plan --data/--context/--tensor`) has any, since auto keeps the fastest."""
+    return [c for c in _other_fitting(plan) if c.step_seconds < plan.step_seconds]
+
+
 def format_table(plan: Plan) -> str:
     req, mem, m = plan.request, plan.memory, plan.request.model
     lines = [
@@ -104,9 +134,10 @@ def format_table(plan: Plan) -> str:
         f"{FABRICS[req.fabric].description}",
         "",
         f"Chosen layout: {plan.layout}  ({plan.explanation})",
-        f"Attention: {plan.attention}{f' (Ulysses groups of {plan.ulysses})' if plan.attention == 'hybrid' else ''}"
+        f"Attention: {_attention(plan.attention)}"
+        f"{f' (Ulysses groups of {plan.ulysses})' if plan.attention == 'hybrid' else ''}"
         f"{' (auto)' if req.attention == AUTO_ATTENTION else ''}, "
-        f"load balance {req.load_balance}; offload: "
+        f"load balance {_load_balance(req.load_balance)}; offload: "
         f"{_offload_text(plan.offload, plan.chunk_tokens)}",
         "",
         "Memory per GPU (GiB):",
@@ -128,15 +159,21 @@ def format_table(plan: Plan) -> str:
         f"{100 * plan.mfu_full_attention:.1f}% (12*L*H*Q*T)",
     ]
     lines += _attention_kinds(plan)
-    others = [c for c in plan.candidates if c.fits and c.layout != plan.layout]
-    if others:
+    faster = faster_layouts(plan)
+    if faster:
+        lines += ["", "Faster layouts that fit (the pinned layout is slower):", _HEADER]
+        lines += [_candidate_row(c) for c in faster]
+    slower = [c for c in _other_fitting(plan) if c not in faster]
+    if slower:
         lines += ["", "Other layouts that fit (slower):", _HEADER]
-        lines += [_candidate_row(c) for c in sorted(others, key=lambda c: c.step_seconds)]
+        lines += [_candidate_row(c) for c in slower]
     rejected = [c for c in plan.candidates if not c.fits]
     if rejected:
         several = len(req.attention_kinds) > 1
         lines += ["", "Rejected layouts:"]
-        lines += [f"  {c.layout}{f' {c.attention}' if several else ''}: " + "; ".join(c.reasons) for c in rejected]
+        lines += [
+            f"  {c.layout}{f' {_attention(c.attention)}' if several else ''}: " + "; ".join(c.reasons) for c in rejected
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -155,7 +192,7 @@ def _camel(name: str) -> str:
 def _candidate_json(c: Candidate) -> dict:
     return {
         "layout": {"data": c.layout.data, "context": c.layout.context, "tensor": c.layout.tensor},
-        "attention": c.attention,
+        "attention": _attention(c.attention),
         "ulysses": c.ulysses,
         "fits": c.fits,
         "offload": c.offload,
@@ -173,10 +210,10 @@ def to_json(plan: Plan) -> dict:
     return {
         "layout": {"data": plan.layout.data, "context": plan.layout.context, "tensor": plan.layout.tensor},
         "explanation": plan.explanation,
-        "attention": plan.attention,
+        "attention": _attention(plan.attention),
         "ulysses": plan.ulysses,
-        "attentionRequested": req.attention,
-        "loadBalance": req.load_balance,
+        "attentionRequested": _attention(req.attention),
+        "loadBalance": _load_balance(req.load_balance),
         "offload": plan.offload,
         "chunkTokens": plan.chunk_tokens,
         "memory": _memory_json(plan.memory),
@@ -193,6 +230,37 @@ def to_json(plan: Plan) -> dict:
         "mfu": plan.mfu,
         "mfuFullAttention": plan.mfu_full_attention,
         "candidates": [_candidate_json(c) for c in plan.candidates],
+    }
+
+
+def format_unplanned(layout: ResolvedLayout, nodes: int, load_balance: str) -> str:
+    """A CPU job's layout: its manifest's, as written (the planner models GPUs only).
+    `load_balance` is the manifest's spelling."""
+    return (
+        f"Layout: data={layout.data} context={layout.context} tensor={layout.tensor}  "
+        "(manual: gpuType cpu runs the layout as written; the planner models GPUs only)\n"
+        f"Attention: {_attention(layout.attention)}"
+        f"{f' (Ulysses groups of {layout.ulysses})' if layout.attention == 'hybrid' else ''}, "
+        f"load balance {load_balance}; offload: {_offload_text(layout.offload, layout.chunk_tokens)}\n"
+        f"{_count(nodes, 'pod')}, {_count(layout.processes_per_node, 'process')} each, "
+        f"{_count(layout.devices // (nodes * layout.processes_per_node), 'CPU device')} per process\n"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 'es' if noun.endswith('s') else 's'}"
+
+
+def unplanned_json(layout: ResolvedLayout, load_balance: str) -> dict:
+    return {
+        "layout": {"data": layout.data, "context": layout.context, "tensor": layout.tensor},
+        "explanation": "manual layout (gpuType cpu: not planned)",
+        "attention": _attention(layout.attention),
+        "ulysses": layout.ulysses,
+        "loadBalance": load_balance,
+        "offload": layout.offload,
+        "chunkTokens": layout.chunk_tokens,
+        "processesPerNode": layout.processes_per_node,
     }
 
 

@@ -61,3 +61,17 @@ def test_validate_prints_the_warning_and_still_passes(tmp_path, capsys):
     assert captured.out == f"{path}: valid\n"
     assert captured.err.startswith(f"{path}: warning: spec.checkpoint.persistentVolumeClaim: ")
     assert len(captured.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "render"])
+def test_the_cli_leaves_cluster_storage_out_of_cpu_jobs(capsys, command):
+    """The quickstart (2 CPU workers, a relative checkpoint path) gets no storage paragraph; the
+    operator's Event stays (advice), and a GPU job keeps its warning (above)."""
+    from longctx_operator.api.validate import parse_job
+    from longctx_operator.cli import main
+    from support.manifests import ROOT, load_example
+
+    quickstart = ROOT / "examples" / "quickstart.yaml"
+    assert main([command, str(quickstart)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert [a.reason for a in advice(parse_job(load_example(quickstart)).spec)] == [reasons.CHECKPOINT_NOT_PERSISTENT]
