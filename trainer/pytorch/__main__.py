@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import torch.distributed as dist
+from pydantic.alias_generators import to_camel
 
 from .. import podenv
 from ..config import TrainerConfig, load_config
@@ -39,10 +40,41 @@ def check_agrees(config: TrainerConfig, layout: Layout) -> None:
             f"the config's layout (data {p.data}, context {p.context}, sequence {config.sequence_length}) "
             f"is not the environment's ({layout.data}, {layout.context}, {layout.sequence_length})"
         )
-    if config.precision != "fp32":
-        raise ValueError(f"precision {config.precision}: the PyTorch example computes in fp32 only")
-    if config.init_from:
-        raise ValueError("initFrom: the PyTorch example starts from random weights only")
+    if problem := unsupported(config):
+        raise ValueError(problem)
+
+
+def unsupported(config: TrainerConfig) -> str | None:
+    """The first setting this example does not implement, as one line naming its manifest field;
+    None when it runs the job as written. Everything else in the config it honours (a setting it
+    would ignore is refused here, never run as something else)."""
+    p, rope = config.parallelism, config.model.rope_scaling
+    refused = {
+        "precision": (config.precision != "fp32", f"{config.precision}: the PyTorch example computes in fp32 only"),
+        "initFrom": (config.init_from is not None, "the PyTorch example starts from random weights only"),
+        "model.ropeScaling": (
+            rope is not None and rope.factor != 1,
+            "the PyTorch example applies plain RoPE only",
+        ),
+        "parallelism.tensor": (p.tensor != 1, f"{p.tensor}: the PyTorch example has no tensor parallelism"),
+        "parallelism.attention": (
+            p.attention != "ring",
+            f"{to_camel(p.attention)}: the PyTorch example implements ring attention only",
+        ),
+        "offload": (
+            config.offload.enabled or config.offload.chunk_tokens is not None,
+            "the PyTorch example keeps whole shards on the device: no sequence chunking or host offload",
+        ),
+        "data.packing": (
+            config.data.packing.enabled,
+            "the PyTorch example has no document mask or position reset: attention and RoPE span the sequence",
+        ),
+        "communication.collectivePermute": (
+            config.communication != "nccl",
+            f"{config.communication}: the PyTorch example passes the ring over gloo",
+        ),
+    }
+    return next((f"{field}: {why}" for field, (refuse, why) in refused.items() if refuse), None)
 
 
 def main(argv: list[str] | None = None) -> None:

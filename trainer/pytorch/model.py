@@ -58,8 +58,6 @@ class Block(nn.Module):
 class Llama(nn.Module):
     def __init__(self, m: ModelConfig):
         super().__init__()
-        if m.rope_scaling is not None:
-            raise ValueError("model.ropeScaling: the PyTorch example applies plain RoPE only")
         self.embed = nn.Embedding(m.vocab, m.hidden)
         self.blocks = nn.ModuleList(Block(m) for _ in range(m.layers))
         self.final_norm = nn.RMSNorm(m.hidden, eps=RMS_NORM_EPS)

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from longctx_trainer import podenv
-from longctx_trainer.pytorch.__main__ import check_agrees
+from longctx_trainer.config import OffloadConfig, PackingConfig, RopeScalingConfig
+from longctx_trainer.pytorch.__main__ import check_agrees, unsupported
 from longctx_trainer.pytorch.layout import Layout, LayoutError
 from support.torch_train_worker import tiny_config
 
@@ -64,3 +65,79 @@ def test_a_bad_config_ends_with_one_line(tmp_path):
     )
     assert result.returncode == 1
     assert result.stderr.startswith("longctx_trainer.pytorch: ") and "Traceback" not in result.stderr
+
+
+def _with(config, **changes):
+    """The config with nested fields replaced ("parallelism.attention": "ulysses"), validated again."""
+    data = config.model_dump()
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split("__")
+        node = data
+        for name in parents:
+            node = node[name]
+        node[leaf] = value.model_dump() if hasattr(value, "model_dump") else value
+    return type(config).model_validate(data)
+
+
+@pytest.mark.parametrize(
+    "changes, line",
+    [
+        ({"parallelism__attention": "ulysses"}, "parallelism.attention: ulysses: "),
+        (
+            {"parallelism__attention": "hybrid", "parallelism__ulysses": 2, "parallelism__context": 4},
+            "parallelism.attention: hybrid: ",
+        ),
+        ({"parallelism__attention": "all_gather"}, "parallelism.attention: allGather: "),
+        ({"parallelism__tensor": 2}, "parallelism.tensor: 2: "),
+        ({"offload": OffloadConfig(enabled=True)}, "offload: "),
+        ({"offload": OffloadConfig(chunk_tokens=16)}, "offload: "),
+        ({"data__packing": PackingConfig(document_mask=True)}, "data.packing: "),
+        ({"data__packing": PackingConfig(reset_positions=True)}, "data.packing: "),
+        ({"communication": "nvshmem"}, "communication.collectivePermute: nvshmem: "),
+        ({"model__rope_scaling": RopeScalingConfig(factor=8)}, "model.ropeScaling: "),
+        ({"precision": "bf16"}, "precision: bf16: "),
+        ({"init_from": "/weights"}, "initFrom: "),
+    ],
+    ids=[
+        "ulysses",
+        "hybrid",
+        "allGather",
+        "tensor",
+        "offload",
+        "offload-chunkTokens",
+        "packing-documentMask",
+        "packing-resetPositions",
+        "nvshmem",
+        "ropeScaling",
+        "precision",
+        "initFrom",
+    ],
+)
+def test_each_setting_the_example_does_not_implement_is_refused(tmp_path, changes, line):
+    config = _with(tiny_config(2, 2, 1, str(tmp_path)), **changes)
+    problem = unsupported(config)
+    assert problem is not None and problem.startswith(line) and "\n" not in problem
+
+
+def test_what_the_example_implements_passes(tmp_path):
+    config = tiny_config(2, 2, 1, str(tmp_path))
+    assert unsupported(config) is None
+    assert unsupported(_with(config, parallelism__load_balance="striped")) is None
+    assert unsupported(_with(config, model__rope_scaling=RopeScalingConfig(factor=1))) is None  # factor 1: none
+
+
+def test_a_refused_setting_ends_the_process_with_one_line(tmp_path):
+    from longctx_trainer.config import dump_config
+
+    config = tmp_path / "trainer.yaml"
+    config.write_text(dump_config(_with(tiny_config(2, 2, 1, str(tmp_path)), parallelism__attention="ulysses")))
+    env = {k: v for k, v in ENV.items()} | {"PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-m", "longctx_trainer.pytorch", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 1
+    why = "parallelism.attention: ulysses: the PyTorch example implements ring attention only"
+    assert result.stderr == f"longctx_trainer.pytorch: {why}\n"
