@@ -18,6 +18,7 @@ from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
+from ..planner.plan import AUTO_ATTENTION
 from .spec import TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
 
 RDMA_FABRICS = tuple(name for name, fabric in FABRICS.items() if fabric.rdma)
@@ -171,6 +172,95 @@ def _names_gpu(resource: str | None) -> bool:
 def _nested(a: str, b: str) -> bool:
     """Whether paths a and b are one directory or one inside the other (as the CEL rule spells it)."""
     return (a + "/").startswith(b + "/") or (b + "/").startswith(a + "/")
+
+
+PYTORCH_EXAMPLE = "longctx_trainer.pytorch"
+"""The bundled PyTorch example trainer's module (`python -m longctx_trainer.pytorch`). A job whose
+trainer.command or trainer.args name it runs that trainer, which implements only part of the spec:
+the rules below refuse the rest before the job runs (the trainer refuses it too, pytorch/__main__.py)."""
+_CEL_PYTORCH_EXAMPLE = (
+    f"(has(self.trainer) && '{PYTORCH_EXAMPLE}' in "
+    "((has(self.trainer.command) ? self.trainer.command : []) + (has(self.trainer.args) ? self.trainer.args : [])))"
+)
+_PYTORCH_EXAMPLE_IS = f"the PyTorch example trainer ({PYTORCH_EXAMPLE}) "
+_SCALED_PRESETS = [name for name, d in PRESETS.items() if d.rope_scaling is not None and d.rope_scaling.factor != 1]
+
+
+def _pytorch_example(s: LongContextJobSpec) -> bool:
+    return s.trainer is not None and PYTORCH_EXAMPLE in [*(s.trainer.command or []), *s.trainer.args]
+
+
+def _plain_rope(m: ModelSpec) -> bool:
+    """No RoPE scaling after the preset's defaults and the spec's own (factor 1 is none)."""
+    if m.rope_scaling is not None:
+        return m.rope_scaling.factor == 1
+    return m.preset not in _SCALED_PRESETS
+
+
+def _pytorch_rule(cel: str, message: str, check: Callable[[LongContextJobSpec], bool], field_path: str) -> Rule:
+    """A rule that holds for every job but those of the PyTorch example trainer."""
+    return Rule(
+        "spec",
+        f"!{_CEL_PYTORCH_EXAMPLE} || ({cel})",
+        _PYTORCH_EXAMPLE_IS + message,
+        lambda s: not _pytorch_example(s) or check(s),
+        field_path,
+    )
+
+
+_PYTORCH_EXAMPLE_RULES = (
+    _pytorch_rule(
+        f"self.resources.gpuType == '{CPU}'",
+        f"trains on CPU over gloo: resources.gpuType must be {CPU}",
+        lambda s: s.resources.gpu_type == CPU,
+        ".resources.gpuType",
+    ),
+    _pytorch_rule(
+        "self.precision == 'fp32'",
+        "computes in fp32 only: precision must be fp32",
+        lambda s: s.precision == "fp32",
+        ".precision",
+    ),
+    _pytorch_rule(
+        "!has(self.initFrom)",
+        "starts from random weights only: remove initFrom",
+        lambda s: s.init_from is None,
+        ".initFrom",
+    ),
+    _pytorch_rule(
+        "has(self.model.ropeScaling) ? double(self.model.ropeScaling.factor) == 1.0 : "
+        f"!(has(self.model.preset) && self.model.preset in {_cel_list(_SCALED_PRESETS)})",
+        "applies plain RoPE only: model.ropeScaling (set, or the preset's: "
+        + _or(_SCALED_PRESETS)
+        + ") must be absent or factor 1",
+        lambda s: _plain_rope(s.model),
+        ".model.ropeScaling",
+    ),
+    _pytorch_rule(
+        "!has(self.parallelism.tensor) || self.parallelism.tensor == 1",
+        "has no tensor parallelism: parallelism.tensor must be 1",
+        lambda s: s.parallelism.tensor in (None, 1),
+        ".parallelism.tensor",
+    ),
+    _pytorch_rule(
+        f"self.parallelism.attention in ['ring', '{AUTO_ATTENTION}']",
+        "implements ring attention only: parallelism.attention must be ring",
+        lambda s: s.parallelism.attention in ("ring", AUTO_ATTENTION),
+        ".parallelism.attention",
+    ),
+    _pytorch_rule(
+        "!(has(self.offload.enabled) && self.offload.enabled) && !has(self.offload.chunkTokens)",
+        "has no sequence chunking or host offload: leave offload unset",
+        lambda s: not s.offload.enabled and s.offload.chunk_tokens is None,
+        ".offload",
+    ),
+    _pytorch_rule(
+        "!(self.data.packing.documentMask || self.data.packing.resetPositions)",
+        "has no document mask or position reset: leave data.packing unset",
+        lambda s: not _packing_on(s),
+        ".data.packing",
+    ),
+)
 
 
 RULES: tuple[Rule, ...] = (
@@ -591,6 +681,7 @@ RULES: tuple[Rule, ...] = (
         None,
         ".path",
     ),
+    *_PYTORCH_EXAMPLE_RULES,
 )
 
 
