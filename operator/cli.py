@@ -176,12 +176,7 @@ def _plan_request_from_flags(args):
                 f"GPUs; the number of nodes {first.message[0].lower()}{first.message[1:]}"
             )
         raise UsageError(f"{flag}: {first.message}" if flag else str(first))
-    job = parse_job(_spec_from_flags(args))
-    if job.spec.resources.gpu_type == CPU:
-        raise UsageError(
-            "--gpu-type cpu: the planner models GPUs; a CPU job's layout is its manifest's (longctx plan FILE)"
-        )
-    request = plan_request(job.spec)
+    request = plan_request(parse_job(_spec_from_flags(args)).spec)
     return dataclasses.replace(request, data=args.data, context=args.context, tensor=args.tensor)
 
 
@@ -216,12 +211,14 @@ def cmd_plan(args) -> int:
         chosen = plan(request)
     except PlanError as e:
         raise UsageError(f"{args.file}: {e}" if args.file else str(e)) from None
-    pinned = "spec.parallelism" if args.file else "--data, --context, --tensor"
-    for faster in faster_layouts(chosen)[:1]:
+    if faster := faster_layouts(chosen):
+        pinned, unpin = (
+            ("spec.parallelism", "parallelism.mode auto") if args.file else ("--data, --context, --tensor", "no pins")
+        )
         print(
-            f"{where}warning: {pinned}: the pinned layout {chosen.layout} is slower than {faster.layout} "
-            f"({chosen.tokens_per_second:,.0f} vs {faster.tokens_per_second:,.0f} tokens/s estimated), "
-            "which fits; parallelism mode auto would choose the fastest",
+            f"{where}warning: {pinned}: the pinned layout {chosen.layout} is slower than {faster[0].layout} "
+            f"({chosen.tokens_per_second:,.0f} vs {faster[0].tokens_per_second:,.0f} tokens/s estimated), "
+            f"which fits; {unpin} would choose the fastest",
             file=sys.stderr,
         )
     fp8 = request.precision == "fp8"
