@@ -3,16 +3,22 @@
 `hack/images/build --json` builds the debootstrapped base, the operator image and the trainer image
 in its CPU variant (cached under ~/.cache/longctx/images: a warm run is a cache hit); the images are
 then run with podman (hack/images/run) the way the operator's chart and the rendered trainer pods
-run them. The one skip: buildah cannot run on this machine (the reason is in the skip message)."""
+run them, and `hack/images/push` sends both to an OCI layout and to a registry on loopback (Debian's
+docker-registry, which hack/images/deps installs). The one skip: buildah cannot run on this machine
+(the reason is in the skip message)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "hack" / "images" / "build"
 RUN = REPO / "hack" / "images" / "run"
+PUSH = REPO / "hack" / "images" / "push"
 APP_VERSION = yaml.safe_load((REPO / "charts" / "longctx" / "Chart.yaml").read_text())["appVersion"]
 VALUES = yaml.safe_load((REPO / "charts" / "longctx" / "values.yaml").read_text())
 # The trainer pod's container, as the operator renders it (operator/render/workload.py and
@@ -175,3 +182,86 @@ def test_second_build_is_a_cache_hit(built):
             built[name]["id"],
             built[name]["archive"],
         )
+
+
+def _tag(record: dict) -> str:
+    return record["ref"].rsplit(":", 1)[1]
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """Debian's docker-registry (distribution 2.8) on a free loopback port, storing under tmp_path."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "warn"},
+                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "blobs")}},
+                "http": {"addr": f"127.0.0.1:{port}"},
+            }
+        )
+    )
+    log = (tmp_path / "registry.log").open("w")
+    server = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=log)
+    try:
+        for _ in range(100):  # up when /v2/ answers
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "registry.log").read_text()
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _manifest(registry: str, name: str, tag: str) -> dict:
+    request = urllib.request.Request(
+        f"http://{registry}/v2/{name}/manifests/{tag}",
+        headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+        },
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def test_push_sends_both_images_to_a_registry_and_prints_the_helm_line(built, registry):
+    result = subprocess.run(
+        [str(PUSH), "--tls-verify=false", f"{registry}/team"], stdout=subprocess.PIPE, text=True, timeout=1800
+    )
+    assert result.returncode == 0, "hack/images/push failed (its output is above)"
+    [line] = result.stdout.splitlines()
+    words = shlex.split(line)
+    assert words[:3] == ["helm", "install", "longctx"]
+    sets = dict(words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "--set")
+    operator, trainer = built["operator"], built["trainer-cpu"]
+    assert sets == {
+        "image.repository": f"{registry}/team/longctx-operator",
+        "image.tag": _tag(operator),
+        "defaults.trainerImage.repository": f"{registry}/team/longctx-trainer",
+        "defaults.trainerImage.tag": _tag(trainer),
+    }
+    for key in sets:  # the chart has each value it sets
+        node = VALUES
+        for part in key.split("."):
+            node = node[part]
+    for name, record in (("longctx-operator", operator), ("longctx-trainer", trainer)):
+        manifest = _manifest(registry, f"team/{name}", _tag(record))
+        assert manifest["config"]["digest"] == f"sha256:{record['id']}"  # the image built, as built
+
+
+def test_push_to_an_oci_layout_holds_both_images_by_name(built, tmp_path):
+    layout = tmp_path / "layout"
+    result = subprocess.run([str(PUSH), f"oci:{layout}"], stdout=subprocess.PIPE, text=True, timeout=1800)
+    assert result.returncode == 0 and result.stdout == ""
+    index = json.loads((layout / "index.json").read_text())
+    names = {m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]}
+    expected = {record["ref"].rsplit("/", 1)[1] for name, record in built.items() if name != "base"}
+    assert names == expected
