@@ -4,23 +4,15 @@ relative link (with its #anchor) leads somewhere: a move or rename updates the d
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "charts" / "longctx" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+from support.docs import DOCS, FENCE, ROOT, SPAN, code
+
 PATH = re.compile(
     r"`((?:tests|operator|trainer|hack|benchmarks|images|dashboards|alerts|charts|examples|crds)/[\w./-]+?)`"
 )
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
-SPAN = re.compile(r"`([^`]+)`")
 # `tests/unit/x.py::test_y`, a bare `test_y` (a function or Test class) or a bare `test_x.py`.
 NODE = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
 BARE = re.compile(r"(?<![\w/.:-])((?:test_|Test)\w+)(\.py)?(?![\w*/])")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-
-
-def code(text: str) -> list[str]:
-    """The text of every code block and inline code span, where docs name tests, files and commands."""
-    blocks = FENCE.findall(text)
-    return blocks + SPAN.findall(FENCE.sub("", text))
 
 
 def named_paths() -> dict[str, list[str]]:
