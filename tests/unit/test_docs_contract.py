@@ -116,6 +116,22 @@ def test_every_metric_the_docs_name_is_exported():
     assert not unknown, f"named in the docs, exported by neither trainer/metrics.py nor operator/metrics.py: {unknown}"
 
 
+def test_the_metrics_reference_defines_each_operator_metric_as_its_help_text():
+    """One definition per metric: its help text in operator/metrics.py opens its row in the reference."""
+    rows = {
+        name.split("{")[0]: meaning
+        for name, meaning in re.findall(
+            r"^\| `([^`]+)` \| \w+ \| (.*) \|$", (ROOT / "docs" / "observability.md").read_text(), re.M
+        )
+    }
+    metrics = [value for value in vars(operator_metrics).values() if isinstance(value, MetricWrapperBase)]
+    assert len(metrics) >= 5
+    for metric in metrics:
+        name = metric._name + ("_total" if metric._type == "counter" else "")
+        assert name in rows, f"{name} is not in docs/observability.md's metrics reference"
+        assert rows[name].startswith(metric._documentation), f"{name}: {rows[name]!r} is not {metric._documentation!r}"
+
+
 def test_every_cli_command_and_flag_the_docs_name_exists():
     assert ("operator", ["--all-namespaces"]) in invocations((ROOT / "README.md").read_text()), (
         "the check finds nothing"
