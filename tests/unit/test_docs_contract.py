@@ -58,13 +58,17 @@ METRIC = re.compile(r"\blongctx_(?:train|operator)_\w*[a-z0-9]\b")
 SUFFIXES = {"counter": ("", "_total"), "histogram": ("", "_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
+def collectors() -> list:
+    """The metrics' one home: the trainer's exporter and the operator's own."""
+    operator = [value for value in vars(operator_metrics).values() if isinstance(value, MetricWrapperBase)]
+    return [TrainMetrics(job="probe", rank=0).registry, *operator]
+
+
 def exported_metrics() -> set[str]:
-    """Every metric family, and its series, of the trainer's exporter and the operator (their one home)."""
-    collectors = [TrainMetrics(job="probe", rank=0).registry]
-    collectors += [value for value in vars(operator_metrics).values() if isinstance(value, MetricWrapperBase)]
+    """Every metric family, and its series, that the code exports."""
     return {
         family.name + suffix
-        for collector in collectors
+        for collector in collectors()
         for family in collector.collect()
         for suffix in SUFFIXES[family.type]
     }
@@ -116,20 +120,20 @@ def test_every_metric_the_docs_name_is_exported():
     assert not unknown, f"named in the docs, exported by neither trainer/metrics.py nor operator/metrics.py: {unknown}"
 
 
-def test_the_metrics_reference_defines_each_operator_metric_as_its_help_text():
-    """One definition per metric: its help text in operator/metrics.py opens its row in the reference."""
+def test_the_metrics_reference_defines_each_metric_as_its_help_text():
+    """One definition per metric: its help text in trainer/metrics.py or operator/metrics.py opens
+    its row in docs/observability.md, the one reference the other docs link to."""
+    reference = (ROOT / "docs" / "observability.md").read_text()
     rows = {
         name.split("{")[0]: meaning
-        for name, meaning in re.findall(
-            r"^\| `([^`]+)` \| \w+ \| (.*) \|$", (ROOT / "docs" / "observability.md").read_text(), re.M
-        )
+        for name, meaning in re.findall(r"^\| `([^`]+)` \| [^|]+ \| (.*) \|$", reference, re.M)
     }
-    metrics = [value for value in vars(operator_metrics).values() if isinstance(value, MetricWrapperBase)]
-    assert len(metrics) >= 5
-    for metric in metrics:
-        name = metric._name + ("_total" if metric._type == "counter" else "")
+    families = [family for collector in collectors() for family in collector.collect()]
+    assert len(families) >= 15
+    for family in families:
+        name = family.name + ("_total" if family.type == "counter" else "")
         assert name in rows, f"{name} is not in docs/observability.md's metrics reference"
-        assert rows[name].startswith(metric._documentation), f"{name}: {rows[name]!r} is not {metric._documentation!r}"
+        assert rows[name].startswith(family.documentation), f"{name}: {rows[name]!r} is not {family.documentation!r}"
 
 
 def test_every_cli_command_and_flag_the_docs_name_exists():
