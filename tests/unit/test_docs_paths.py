@@ -11,7 +11,7 @@ PATH = re.compile(
 )
 # `tests/unit/x.py::test_y`, a bare `test_y` (a function or Test class) or a bare `test_x.py`.
 NODE = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
-BARE = re.compile(r"(?<![\w/.:-])((?:test_|Test)\w+)(\.py)?(?![\w*/])")
+BARE = re.compile(r"(?<![\w/.:-])((?:test_|Test[A-Z])\w*)(\.py)?(?![\w*/])")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -26,21 +26,22 @@ def named_paths() -> dict[str, list[str]]:
 
 
 def defined_tests(root: Path = ROOT) -> tuple[dict[str, set[str]], set[str]]:
-    """Test files by name (the paths holding each) and every test function and class defined."""
+    """Test files by name (the paths holding each), and every test module, function and class."""
     files: dict[str, set[str]] = {}
     names: set[str] = set()
     for path in (root / "tests").rglob("*.py"):
         files.setdefault(path.name, set()).add(path.relative_to(root).as_posix())
+        names.add(path.stem)
         for function, cls in re.findall(r"^\s*(?:async\s+)?def (test_\w+)|^class (Test\w+)", path.read_text(), re.M):
             names.add(function or cls)
     return files, names
 
 
 def missing_tests(text: str, root: Path = ROOT) -> list[str]:
-    """The tests and test files `text` names in its code that do not exist under root/tests."""
+    """The tests and test files `text` names (in code, or bare in prose) that do not exist under root/tests."""
     files, names = defined_tests(root)
     missing = []
-    for span in code(text):
+    for span in [*code(text), SPAN.sub("", FENCE.sub("", text))]:
         for path, name in NODE.findall(span):
             source = root / path
             if not source.exists() or not re.search(
@@ -94,12 +95,14 @@ def test_the_test_check_catches_a_missing_test():
         "`tests/unit/test_docs_paths.py::test_every_test_the_docs_name_exists` and `test_the_docs_name_paths` "
         "exist; `tests/unit/test_docs_paths.py::test_that_was_renamed`, `test_gone` and `test_gone.py` do not.\n"
         "```sh\npytest tests/unit -k test_never_written\n```\n"
+        "In prose test_cluster_nodes (a module) exists, test_in_prose does not; test_cluster_* is a pattern.\n"
     )
     assert missing_tests(doc) == [
         "test_never_written",
         "tests/unit/test_docs_paths.py::test_that_was_renamed",
         "test_gone",
         "test_gone.py",
+        "test_in_prose",
     ]
 
 
