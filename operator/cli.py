@@ -402,10 +402,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="operator configuration (the chart's operator.yaml)")
     p.set_defaults(func=cmd_render)
 
+    from .localrun import HOST_ENV
+
     p = sub.add_parser(
         "run",
         help="train a job locally: its workers as local processes",
-        description="Train a job locally: each pod's command as a local process with the pod's env. "
+        description="Train a job locally: each pod's command as a local process with the pod's env "
+        f"(spec.env included) and, from this shell's environment, only {', '.join(HOST_ENV)}. "
         "Ctrl-C stops it and prints the command that resumes it from the last checkpoint.",
     )
     p.add_argument("file", help="manifest path")

@@ -1,7 +1,8 @@
 """`longctx run FILE`: run a job's workers as local processes with the env the operator renders.
 
 Each pod of the rendered Indexed Job becomes one local `python -m longctx_trainer.launch` process
-tree with that pod's container env. Only what cannot exist
+tree with that pod's container env on top of a few of the caller's variables (HOST_ENV, what a
+container image would provide), never the caller's whole environment. Only what cannot exist
 off-cluster is replaced: the coordinator's DNS name becomes 127.0.0.1 with a free port, the
 completion index (a pod label) is given directly, and the processes get metrics ports of their
 own: the manifest's when they are free, else free ones (printed at start), so runs side by side do
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -43,6 +44,22 @@ live line rounds them) among the libraries' own messages; read them with parse_e
 
 LOCK_FILE = "longctx-run.lock"
 """Held (flock) by the run using the directory and by its workers; it holds the holder's pid."""
+
+HOST_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+)
+"""The caller's variables a worker gets (where commands, libraries, temporary files and GPUs are),
+with the job's rendered env (spec.env included) on top; no other: no tokens or credentials."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -164,6 +181,11 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
     return workers
 
 
+def worker_environment(worker: LocalWorker, caller: Mapping[str, str]) -> dict[str, str]:
+    """A worker's whole environment: the caller's HOST_ENV variables under the pod's env."""
+    return {name: caller[name] for name in HOST_ENV if name in caller} | worker.env
+
+
 def parse_event(line: str) -> dict | None:
     """A trainer progress event in a line of worker output, or None.
 
@@ -248,7 +270,7 @@ class LocalRun:
                 self.procs.append(
                     subprocess.Popen(
                         worker.command,
-                        env={**os.environ, **worker.env},
+                        env=worker_environment(worker, os.environ),
                         stdout=subprocess.PIPE if worker.index == 0 else output,
                         stderr=output,
                         text=True,

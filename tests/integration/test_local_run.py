@@ -16,7 +16,8 @@ import termios
 import pytest
 import yaml
 
-from longctx_operator.localrun import PROGRESS_FILE, parse_event
+from longctx_operator.localrun import HOST_ENV, PROGRESS_FILE, parse_event
+from longctx_trainer import podenv
 from support.manifests import ROOT, load_example
 
 pytestmark = pytest.mark.integration
@@ -218,3 +219,17 @@ def test_a_closed_terminal_stops_every_worker_and_runs_side_by_side_finish(tmp_p
     results = [run.communicate(timeout=600) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], results
     assert sum(f"(the manifest's {port} is in use)" in err for out, err in results) == 1, results
+
+
+def test_workers_see_the_job_env_and_not_the_callers_secrets(tmp_path):
+    """A command of the job's own (trainer.command) runs with the pod's env, spec.env included,
+    and of this shell's variables only the few a container image would also set (PATH, HOME...)."""
+    dump = "import json, os; print(json.dumps({'event': 'env', 'env': dict(os.environ)}))"
+    job = _job(tmp_path, trainer={"command": ["python", "-c", dump]}, env=[{"name": "GREETING", "value": "hi"}])
+    run_dir = tmp_path / "run"
+    proc = _longctx("run", str(job), "--run-dir", str(run_dir), env={**os.environ, "CLOUD_TOKEN": "secret"})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    [env] = [e["env"] for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines()) if e]
+    assert env["GREETING"] == "hi" and env["PATH"] == os.environ["PATH"] and "CLOUD_TOKEN" not in env
+    assert {name for name in env if not podenv.reserved(name)} - {"GREETING"} <= set(HOST_ENV), env

@@ -65,6 +65,14 @@ def test_the_live_line_shows_joining_and_compiling():
     assert event_line({"event": "attention_kernel", "kernel": "jax", "why": ""}, 30) is None
 
 
+def test_workers_get_the_pod_env_and_only_a_few_host_variables():
+    from longctx_operator.localrun import LocalWorker, worker_environment
+
+    worker = LocalWorker(0, ["python"], {"GREETING": "hi", "PATH": "/pod/bin"})
+    caller = {"PATH": "/usr/bin", "HOME": "/home/me", "AWS_SECRET_ACCESS_KEY": "s", "GITHUB_TOKEN": "t"}
+    assert worker_environment(worker, caller) == {"PATH": "/pod/bin", "HOME": "/home/me", "GREETING": "hi"}
+
+
 def test_a_run_directory_holds_one_run_at_a_time(tmp_path):
     import os
 
