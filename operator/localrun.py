@@ -306,11 +306,14 @@ class LocalRun:
                 event = parse_event(line)
                 if event is None:
                     continue
-                if event.get("event") == "step":
-                    self.step = event["step"]
-                elif event.get("event") in ("checkpoint", "resume"):
-                    self.checkpoint = event["step"]
-                text = event_line(event, self.job.spec.steps)
+                try:
+                    text = event_line(event, self.job.spec.steps)
+                    if event["event"] == "step":
+                        self.step = int(event["step"])
+                    elif event["event"] in ("checkpoint", "resume"):
+                        self.checkpoint = int(event["step"])
+                except (KeyError, TypeError, ValueError):  # a trainer of one's own, off the contract
+                    continue  # keep reading: a full pipe would stop rank 0
                 if text is not None:
                     show(text)
 

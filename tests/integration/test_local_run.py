@@ -233,3 +233,14 @@ def test_workers_see_the_job_env_and_not_the_callers_secrets(tmp_path):
     [env] = [e["env"] for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines()) if e]
     assert env["GREETING"] == "hi" and env["PATH"] == os.environ["PATH"] and "CLOUD_TOKEN" not in env
     assert {name for name in env if not podenv.reserved(name)} - {"GREETING"} <= set(HOST_ENV), env
+
+
+def test_events_off_the_contract_do_not_stall_a_run(tmp_path):
+    """A trainer of one's own printing events without the contract's fields, then more than a pipe
+    holds: the run still reads all of rank 0's output and finishes."""
+    script = 'print(\'{"event": "joined"}\'); print(\'{"event": "step", "step": "x"}\'); print(\'y\' * 200000)'
+    proc = _longctx(
+        "run", str(_job(tmp_path, trainer={"command": ["python", "-c", script]})), "--run-dir", str(tmp_path)
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
