@@ -288,14 +288,14 @@ def cmd_run(args) -> int:
     except WorkerFailed as e:
         raise UsageError(str(e)) from None
     except Interrupted as stop:
-        local = stop.run
+        local, last = stop.run, stop.run.last_checkpoint()
         checkpoint = job.spec.checkpoint.path
         where = checkpoint if "://" in checkpoint or Path(checkpoint).is_absolute() else run_dir / checkpoint
         say(
             f"stopped at step {local.step}/{job.spec.steps}; "
             + (
-                f"last checkpoint: step {local.checkpoint} in {where}"
-                if local.checkpoint is not None
+                f"last checkpoint: step {last} in {where}"
+                if last is not None
                 else f"no checkpoint yet (one every {job.spec.checkpoint.interval_steps} steps, in {where})"
             )
         )

@@ -292,6 +292,14 @@ class LocalRun:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
+    def last_checkpoint(self) -> int | None:
+        """The step of the last checkpoint rank 0 wrote or resumed from; before it says (a run
+        stopped while starting), the newest one on a local checkpoint path."""
+        path = self.job.spec.checkpoint.path
+        if self.checkpoint is not None or "://" in path or not (self.run_dir / path).is_dir():
+            return self.checkpoint
+        return max((int(d.name) for d in (self.run_dir / path).iterdir() if d.name.isdigit()), default=None)
+
     def release(self) -> None:
         for fd in [*self.claims, *([self.lock] if self.lock is not None else [])]:
             os.close(fd)

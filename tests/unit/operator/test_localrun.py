@@ -109,3 +109,20 @@ def test_ports_are_the_manifests_when_free_else_free_ones():
         assert first + 1 not in (other, other + 1)
     for fd in claims:
         os.close(fd)
+
+
+def test_before_rank_0_reports_a_checkpoint_the_newest_on_disk_is_the_last(tmp_path):
+    from longctx_operator.api import parse_job
+    from longctx_operator.localrun import LocalRun
+
+    manifest = {"model": {"preset": "tiny"}, "sequenceLength": 512, "checkpoint": {"path": "checkpoints"}}
+    job = parse_job(
+        {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j"}, "spec": manifest}
+    )
+    local = LocalRun(job, tmp_path)
+    assert local.last_checkpoint() is None
+    for name in ("2", "10", "12.orbax-checkpoint-tmp-1"):
+        (tmp_path / "checkpoints" / name).mkdir(parents=True)
+    assert local.last_checkpoint() == 10
+    local.checkpoint = 8  # rank 0 said so (it resumed from 8)
+    assert local.last_checkpoint() == 8
