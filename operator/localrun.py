@@ -115,7 +115,7 @@ def _claim(port: int) -> int | None:
 def claim_ports(count: int, preferred: int | None = None, tries: int = 50) -> tuple[int, list[int]]:
     """`count` consecutive ports that are free and claimed by no other live run: from `preferred`
     when they are, else from a port the kernel picks. Returns the first and the claims' locks
-    (held until this process exits, so that a run starting meanwhile picks others)."""
+    (the run holds them to its end, so that a run starting meanwhile picks others)."""
     for attempt in range(tries):
         if attempt == 0 and preferred is not None:
             first = preferred
