@@ -65,7 +65,11 @@ class TrainMetrics:
         self._labels = {"job_name": job, "rank": str(rank)}
 
     def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+        """Serves the metrics on `port`; a port in use raises OSError naming it."""
+        try:
+            start_http_server(port, registry=self.registry)
+        except OSError as error:
+            raise OSError(f"metrics port {port}: {error.strerror or error}") from None
 
     def describe(self, config: TrainerConfig, backend: str) -> None:
         p = config.parallelism
