@@ -163,7 +163,7 @@ LIFECYCLE = (
     ),
     PanelSpec(
         "Admission wait p95",
-        "Time jobs waited for enough free GPUs before their gang was admitted.",
+        "Time from a generation's first refused admission (not enough free GPUs) to its gang's creation.",
         "s",
         (
             Query(

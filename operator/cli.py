@@ -296,25 +296,57 @@ def cmd_render(args) -> int:
 
 
 def cmd_run(args) -> int:
+    import shlex
     import time
 
-    from .localrun import WorkerFailed, run, with_inputs_from
+    from .localrun import Interrupted, RunDirBusy, WorkerFailed, run, with_inputs_from
     from .planner import PlanError
 
     job = with_inputs_from(_job_from(args.file), Path(args.file).resolve().parent)
     run_dir = Path(args.run_dir or f".runs/{job.metadata.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    print(
-        f"longctx: running {job.metadata.name} locally: {job.spec.resources.nodes} workers, logs in {run_dir}",
-        file=sys.stderr,
-    )
+    resume = shlex.join(["longctx", "run", args.file, "--run-dir", str(run_dir)])
+
+    def say(text: str) -> None:
+        try:
+            print(f"longctx: {text}", file=sys.stderr, flush=True)
+        except OSError:  # the terminal was closed (SIGHUP): the workers are stopped all the same
+            pass
+
+    def started(local) -> None:
+        ports = local.metrics_ports
+        wanted = job.spec.metrics.port
+        say(
+            f"running {job.metadata.name} locally: {job.spec.resources.nodes} workers, "
+            f"metrics on ports {ports.start}-{ports.stop - 1}"
+            + ("" if ports.start == wanted else f" (the manifest's {wanted} is in use)")
+            + f", logs in {run_dir}"
+        )
+        say(f"stop with Ctrl-C; resume with: {resume}")
+
     try:
-        code = run(job, run_dir.resolve())
+        code = run(job, run_dir.resolve(), started=started)
     except PlanError as e:
         raise UsageError(f"{args.file}: {e}") from None
+    except RunDirBusy as e:
+        raise UsageError(f"--run-dir {run_dir}: {e}") from None
     except OSError as e:
         raise UsageError(f"--run-dir {run_dir}: {e.strerror or e}") from None
     except WorkerFailed as e:
         raise UsageError(str(e)) from None
+    except Interrupted as stop:
+        local, last = stop.run, stop.run.last_checkpoint()
+        checkpoint = job.spec.checkpoint.path
+        where = checkpoint if "://" in checkpoint or Path(checkpoint).is_absolute() else run_dir / checkpoint
+        say(
+            f"stopped at step {local.step}/{job.spec.steps}; "
+            + (
+                f"last checkpoint: step {last} in {where}"
+                if last is not None
+                else f"no checkpoint yet (one every {job.spec.checkpoint.interval_steps} steps, in {where})"
+            )
+        )
+        say(f"resume with: {resume}")
+        return 128 + stop.signum
     print(f"longctx: {job.metadata.name} finished", file=sys.stderr)
     return code
 
@@ -423,12 +455,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="operator configuration (the chart's operator.yaml)")
     p.set_defaults(func=cmd_render)
 
-    p = sub.add_parser("run", help="train a job locally: its workers as local processes")
+    from .localrun import HOST_ENV
+
+    p = sub.add_parser(
+        "run",
+        help="train a job locally: its workers as local processes",
+        description="Train a job locally: each pod's command as a local process with the pod's env "
+        f"(spec.env included) and, from this shell's environment, only {', '.join(HOST_ENV)}. "
+        "Ctrl-C stops it and prints the command that resumes it from the last checkpoint.",
+    )
     p.add_argument("file", help="manifest path")
     p.add_argument(
         "--run-dir",
         help="directory for logs, config and relative checkpoint paths "
-        "(default .runs/NAME-TIMESTAMP; reuse one to resume)",
+        "(default .runs/NAME-TIMESTAMP; reuse one to resume: logs are appended; one run at a time)",
     )
     p.set_defaults(func=cmd_run)
 

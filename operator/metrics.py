@@ -20,7 +20,8 @@ GANG_RESTARTS = Counter(
 )
 ADMISSION_WAIT = Histogram(
     "longctx_operator_admission_wait_seconds",
-    "Time from a generation becoming due to its admission.",
+    "Seconds from the first reconcile that left a generation Pending without a workload (admission refused) "
+    "to its workload's creation; 0 when admitted at once.",
     buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )
 API_REQUESTS = Counter("longctx_operator_api_requests", "Kubernetes API requests of the reconciler, by verb.", ["verb"])

@@ -94,7 +94,11 @@ def main(argv: list[str] | None = None) -> None:
 
     metrics = TrainMetrics(config.metrics.job, rank)
     if config.metrics.port:
-        metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
+        try:
+            metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
+        except OSError as error:  # e.g. the port is taken; exit at once, like a stop signal (above)
+            print(f"longctx_trainer: {error}", file=sys.stderr, flush=True)
+            os._exit(1)
     metrics.describe(config, jax.default_backend())
 
     fns = StepFunctions(config, mesh)

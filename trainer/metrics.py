@@ -43,8 +43,7 @@ class TrainMetrics:
         self.mfu = make(
             Gauge,
             "longctx_train_mfu_ratio",
-            "Model FLOPs utilisation; convention causal = 6N + 6LHQT, full = 6N + 12LHQT FLOPs per token; "
-            "peak bf16 = against the dense bf16 peak (always), fp8 = against the dense FP8 peak (fp8 runs on GPUs).",
+            "Model FLOPs utilisation (0..1) by FLOPs-per-token convention (causal, full) and peak (bf16, fp8).",
             ("convention", "peak"),
         )
         self.checkpoint_duration = make(
@@ -66,7 +65,11 @@ class TrainMetrics:
         self._labels = {"job_name": job, "rank": str(rank)}
 
     def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+        """Serves the metrics on `port`; a port in use raises OSError naming it."""
+        try:
+            start_http_server(port, registry=self.registry)
+        except OSError as error:
+            raise OSError(f"metrics port {port}: {error.strerror or error}") from None
 
     def describe(self, config: TrainerConfig, backend: str) -> None:
         p = config.parallelism

@@ -5,6 +5,7 @@ Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on
   {"event": "checkpoint", "step", "seconds"}
   {"event": "init", "from", "notes", "seconds"}  (weights from a Hugging Face checkpoint)
   {"event": "resume", "step"}  (restored from the checkpoint of that step; the next step is step + 1)
+  {"event": "compiling"}  (the training step is being compiled: the first step line waits for it)
 The CLI adds {"event": "attention_kernel", ...} and, for fp8, {"event": "fp8", "emulated", "device"}
 (emulated: the device has no FP8 peak, e.g. a CPU: FP8's rounding without its speed).
   {"event": "done", "step"}
@@ -202,6 +203,7 @@ def train(
     peaks = {"bf16": peak_flops_per_device * mesh.size}
     if fp8_peak_flops_per_device is not None:
         peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
+    emit({"event": "compiling"})
     step_fn = fns.compiled_step(state, *batches.for_step(start))
     for step in range(start, config.steps):
         begin = time.perf_counter()

@@ -634,8 +634,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "spec",
         "!has(self.trainer) || self.trainer.framework != 'pytorch' || has(self.trainer.command)",
-        "trainer.command is required for a pytorch trainer (e.g. [torchrun, train.py]): longctx bundles a "
-        "JAX trainer only",
+        "trainer.command is required for a pytorch trainer: e.g. [torchrun, train.py], or "
+        "[python, -m, longctx_trainer.pytorch] for longctx's example trainer",
         lambda s: s.trainer is None or s.trainer.framework != "pytorch" or bool(s.trainer.command),
         ".trainer.command",
     ),

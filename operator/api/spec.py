@@ -354,7 +354,7 @@ class TrainerSpec(ApiModel):
     image: str | None = Field(None, max_length=512, pattern=IMAGE_PATTERN)
     """Image holding the trainer; default spec.image, then the operator's trainer image."""
     command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(None, min_length=1, max_length=64)
-    """Container command (e.g. [torchrun]); required for pytorch. Default: the bundled trainer."""
+    """Container command (e.g. [torchrun]); required for pytorch. Default: the bundled JAX trainer."""
     args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(default_factory=list, max_length=256)
     """Container arguments, passed verbatim."""
 
@@ -365,7 +365,7 @@ class LongContextJobSpec(ApiModel):
     image: str | None = Field(None, max_length=512, pattern=IMAGE_PATTERN)
     """Trainer image; defaults to the operator's configured trainer image."""
     trainer: TrainerSpec | None = None
-    """Bring your own trainer (PyTorch or JAX) instead of the bundled one."""
+    """Bring your own trainer (PyTorch or JAX) instead of the bundled JAX one."""
     model: ModelSpec
     """Model preset or dimensions. Immutable: checkpoints depend on it."""
     sequence_length: int = Field(ge=128, le=16777216)

@@ -1,11 +1,19 @@
 """Docs tied to the code they describe: the pod environment's names (trainer/podenv.py) in
 docs/operator.md's table and wherever the docs name one. Also tied elsewhere: the data windows
-(tests/unit/trainer/test_data.py) and the progress file (tests/unit/operator/test_localrun.py)."""
+(tests/unit/trainer/test_data.py) and the progress file (tests/unit/operator/test_localrun.py). And every
+metric the docs name is one the code exports, every `longctx CMD --flag` one the CLI's parser takes."""
 
+import argparse
 import re
 from pathlib import Path
 
+from prometheus_client.metrics import MetricWrapperBase
+
+from longctx_operator import metrics as operator_metrics
+from longctx_operator.cli import build_parser
 from longctx_trainer import podenv
+from longctx_trainer.metrics import TrainMetrics
+from support.docs import DOCS, code
 
 ROOT = Path(__file__).resolve().parents[2]
 # The docs about pods and trainers; docs/cluster.md, e2e.md and images.md name the test tools' own
@@ -43,3 +51,106 @@ def test_every_pod_variable_the_docs_name_is_in_the_contract():
     assert named, "the pattern finds nothing: the check would pass vacuously"
     unknown = sorted((doc, name) for doc, name in named if name not in contract())
     assert not unknown, f"named in the docs, not in trainer/podenv.py: {unknown}"
+
+
+# Metrics and CLI flags the docs name: each must be one the code exports or parses.
+METRIC = re.compile(r"\blongctx_(?:train|operator)_\w*[a-z0-9]\b")
+SUFFIXES = {"counter": ("", "_total"), "histogram": ("", "_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def collectors() -> list:
+    """The metrics' one home: the trainer's exporter and the operator's own."""
+    operator = [value for value in vars(operator_metrics).values() if isinstance(value, MetricWrapperBase)]
+    return [TrainMetrics(job="probe", rank=0).registry, *operator]
+
+
+def exported_metrics() -> set[str]:
+    """Every metric family, and its series, that the code exports."""
+    return {
+        family.name + suffix
+        for collector in collectors()
+        for family in collector.collect()
+        for suffix in SUFFIXES[family.type]
+    }
+
+
+def unknown_metrics(text: str) -> list[str]:
+    return sorted(set(METRIC.findall(text)) - exported_metrics())
+
+
+def cli_options() -> dict[str, set[str]]:
+    """Each `longctx` subcommand's option strings, read from the CLI's own parser."""
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    options = {name: set(sub._option_string_actions) for name, sub in commands.choices.items()}
+    return options | {"": set(parser._option_string_actions)}
+
+
+# A command line that starts with longctx (maybe as .venv/bin/longctx, kubectl longctx, after VAR=value).
+INVOCATION = re.compile(r"^\s*\$?\s*(?:\w+=\S*\s+)*(?:\S*/)?(?:kubectl\s+)?longctx\s+([a-z][\w-]*|-)(.*)")
+
+
+def invocations(text: str) -> list[tuple[str, list[str]]]:
+    """Each `longctx CMD --flag ...` command line in `text`'s code: the command ("" for none) and its flags."""
+    found = []
+    for span in code(text):
+        for part in re.split(r"\||;|&&|#|\n", span):
+            for command, rest in INVOCATION.findall(part):
+                if command == "-":
+                    command, rest = "", "-" + rest
+                found.append((command, re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", rest)))
+    return found
+
+
+def unknown_flags(text: str) -> list[str]:
+    """The commands and flags of `text`'s `longctx` command lines that the CLI's parser lacks."""
+    options = cli_options()
+    unknown = []
+    for command, flags in invocations(text):
+        if command not in options:
+            unknown.append(f"longctx {command}")
+        else:
+            unknown += [f"longctx {command} {flag}" for flag in flags if flag not in options[command]]
+    return unknown
+
+
+def test_every_metric_the_docs_name_is_exported():
+    assert "longctx_train_loss" in METRIC.findall((ROOT / "README.md").read_text()), "the check finds nothing"
+    unknown = {doc.name: found for doc in DOCS if (found := unknown_metrics(doc.read_text()))}
+    assert not unknown, f"named in the docs, exported by neither trainer/metrics.py nor operator/metrics.py: {unknown}"
+
+
+def test_the_metrics_reference_defines_each_metric_as_its_help_text():
+    """One definition per metric: its help text in trainer/metrics.py or operator/metrics.py opens
+    its row in docs/observability.md, the one reference the other docs link to."""
+    reference = (ROOT / "docs" / "observability.md").read_text()
+    rows = {
+        name.split("{")[0]: meaning
+        for name, meaning in re.findall(r"^\| `([^`]+)` \| [^|]+ \| (.*) \|$", reference, re.M)
+    }
+    families = [family for collector in collectors() for family in collector.collect()]
+    assert len(families) >= 15
+    for family in families:
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert name in rows, f"{name} is not in docs/observability.md's metrics reference"
+        assert rows[name].startswith(family.documentation), f"{name}: {rows[name]!r} is not {family.documentation!r}"
+
+
+def test_every_cli_command_and_flag_the_docs_name_exists():
+    assert ("operator", ["--all-namespaces"]) in invocations((ROOT / "README.md").read_text()), (
+        "the check finds nothing"
+    )
+    unknown = {doc.name: found for doc in DOCS if (found := unknown_flags(doc.read_text()))}
+    assert not unknown, f"named in the docs, not in operator/cli.py's parser: {unknown}"
+
+
+def test_the_checks_catch_a_missing_metric_flag_and_command():
+    doc = (
+        "`longctx_train_loss`, `longctx_operator_reconciles_total` and `longctx_train_step_duration_seconds_bucket`"
+        " exist; `longctx_train_perplexity` does not.\n"
+        "```sh\nlongctx plan job.yaml --gpus-per-node 8 --no-such-flag 3 | kubectl apply -f -  # --not-ours\n"
+        "longctx render -n team job.yaml\n.venv/bin/longctx frobnicate job.yaml\n```\n"
+        "Run `longctx run job.yaml --run-dir .runs/x` or `longctx run --resume`; prose: longctx plans --nothing.\n"
+    )
+    assert unknown_metrics(doc) == ["longctx_train_perplexity"]
+    assert unknown_flags(doc) == ["longctx plan --no-such-flag", "longctx frobnicate", "longctx run --resume"]

@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> None:
     _print_json({"event": "joined", "rank": layout.rank, "processes": layout.world_size, "backend": BACKEND})
     metrics = TrainMetrics(config.metrics.job, layout.rank)
     if config.metrics.port:
-        metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
+        try:
+            metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
+        except OSError as error:  # e.g. the port is taken
+            raise SystemExit(f"longctx_trainer.pytorch: {error}") from None
     metrics.describe(config, BACKEND)
     checkpoints = Checkpoints(config.checkpoint, layout.rank) if config.checkpoint.path else None
     emit = _print_json if layout.rank == 0 else (lambda event: None)

@@ -54,3 +54,75 @@ def test_relative_inputs_are_read_from_the_manifest_folder(tmp_path):
         tmp_path,
     )
     assert absolute.spec.data.path == "/data/corpus"
+
+
+def test_the_live_line_shows_joining_and_compiling():
+    from longctx_operator.localrun import event_line
+
+    joined = {"event": "joined", "rank": 0, "processes": 2, "backend": "cpu", "coordinator": "x", "local_devices": 4}
+    assert event_line(joined, 30) == "2 processes joined (cpu); building the model"
+    assert event_line({"event": "compiling"}, 30).startswith("compiling the training step")
+    assert event_line({"event": "attention_kernel", "kernel": "jax", "why": ""}, 30) is None
+
+
+def test_workers_get_the_pod_env_and_only_a_few_host_variables():
+    from longctx_operator.localrun import LocalWorker, worker_environment
+
+    worker = LocalWorker(0, ["python"], {"GREETING": "hi", "PATH": "/pod/bin"})
+    caller = {"PATH": "/usr/bin", "HOME": "/home/me", "AWS_SECRET_ACCESS_KEY": "s", "GITHUB_TOKEN": "t"}
+    assert worker_environment(worker, caller) == {"PATH": "/pod/bin", "HOME": "/home/me", "GREETING": "hi"}
+
+
+def test_a_run_directory_holds_one_run_at_a_time(tmp_path):
+    import os
+
+    import pytest
+
+    from longctx_operator.localrun import RunDirBusy, lock_run_dir
+
+    held = lock_run_dir(tmp_path / "run")
+    with pytest.raises(RunDirBusy, match=f"^in use by another `longctx run` \\(pid {os.getpid()}\\)"):
+        lock_run_dir(tmp_path / "run")
+    os.close(held)  # the run ended
+    os.close(lock_run_dir(tmp_path / "run"))
+
+
+def test_ports_are_the_manifests_when_free_else_free_ones():
+    import os
+    import socket
+
+    from longctx_operator.localrun import claim_ports
+
+    first, claims = claim_ports(2)
+    for fd in claims:
+        os.close(fd)
+    wanted, claims = claim_ports(2, preferred=first)
+    assert wanted == first
+    other, more = claim_ports(2, preferred=first)  # claimed by a live run that has not bound them yet
+    assert other != first and {other, other + 1}.isdisjoint({first, first + 1})
+    for fd in claims + more:
+        os.close(fd)
+    with socket.socket() as taken:  # bound by another program
+        taken.bind(("127.0.0.1", first + 1))
+        taken.listen()
+        other, claims = claim_ports(2, preferred=first)
+        assert first + 1 not in (other, other + 1)
+    for fd in claims:
+        os.close(fd)
+
+
+def test_before_rank_0_reports_a_checkpoint_the_newest_on_disk_is_the_last(tmp_path):
+    from longctx_operator.api import parse_job
+    from longctx_operator.localrun import LocalRun
+
+    manifest = {"model": {"preset": "tiny"}, "sequenceLength": 512, "checkpoint": {"path": "checkpoints"}}
+    job = parse_job(
+        {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j"}, "spec": manifest}
+    )
+    local = LocalRun(job, tmp_path)
+    assert local.last_checkpoint() is None
+    for name in ("2", "10", "12.orbax-checkpoint-tmp-1"):
+        (tmp_path / "checkpoints" / name).mkdir(parents=True)
+    assert local.last_checkpoint() == 10
+    local.checkpoint = 8  # rank 0 said so (it resumed from 8)
+    assert local.last_checkpoint() == 8

@@ -59,6 +59,8 @@ def test_exporter_serves_training_metrics(tmp_path):
     )
     checkpoints.close()
 
+    kinds = [e["event"] for e in events]
+    assert kinds.index("compiling") < kinds.index("step")  # `longctx run` shows it before step 1
     last_step = [e for e in events if e["event"] == "step"][-1]
     samples = _scrape(port)
     rank = (("job_name", "demo"), ("rank", "0"))
@@ -102,3 +104,12 @@ def test_flops_per_token_conventions():
     attention = 12 * 32 * 32 * 128 * 8192
     assert flops_per_token(dims, 8192).full == 6 * n + attention
     assert flops_per_token(dims, 8192).causal == 6 * n + attention / 2
+
+
+def test_a_taken_metrics_port_is_named():
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"^metrics port {port}: Address already in use$"):
+            TrainMetrics("demo", rank=0).serve(port)

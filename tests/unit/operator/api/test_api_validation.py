@@ -1,5 +1,6 @@
 """`longctx validate` and the API models: valid examples pass, each malformed case names its field."""
 
+import importlib.util
 import subprocess
 import sys
 
@@ -35,6 +36,14 @@ def test_malformed_case_is_rejected_naming_its_field(case, tmp_path, capsys):
     err = capsys.readouterr().err
     assert case["field"] in err and "Traceback" not in err
     assert all(line.startswith(str(path)) for line in err.splitlines())
+
+
+def test_a_pytorch_job_without_a_command_is_shown_the_bundled_example():
+    """The refusal points at the PyTorch example trainer longctx bundles (it once said there was none)."""
+    manifest = apply_case(BASE, {"set": {"spec.trainer": {"framework": "pytorch"}}})
+    (message,) = [p.message for p in problems(manifest) if p.field == "spec.trainer.command"]
+    assert "[python, -m, longctx_trainer.pytorch]" in message and "JAX trainer only" not in message
+    assert importlib.util.find_spec("longctx_trainer.pytorch") is not None
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
