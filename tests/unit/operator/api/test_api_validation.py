@@ -154,3 +154,11 @@ def test_cli_unreadable_operator_config_is_one_line(tmp_path, content):
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"--config {path}" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_the_pytorch_example_takes_rope_scaling_factor_1_which_is_none():
+    example = load_example(ROOT / "examples" / "pytorch-quickstart.yaml")
+    example["spec"]["model"]["ropeScaling"] = {"factor": 1}
+    assert problems(example) == []
+    example["spec"]["model"]["ropeScaling"] = {"factor": 1.5}
+    assert [p.field for p in problems(example)] == ["spec.model.ropeScaling"]
