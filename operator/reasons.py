@@ -20,6 +20,7 @@ Reason = Literal[
     "PodAnnotationsRejected",
     "Created",
     "WorkloadCreateFailed",
+    "NameTaken",
     "RanksStarting",
     "AllRanksRunning",
     "AllRanksReady",
@@ -50,6 +51,7 @@ POD_ANNOTATIONS_REJECTED: Reason = "PodAnnotationsRejected"
 # WorkloadCreated
 CREATED: Reason = "Created"
 WORKLOAD_CREATE_FAILED: Reason = "WorkloadCreateFailed"
+NAME_TAKEN: Reason = "NameTaken"
 # Starting (status.reason only), Running, Rendezvous
 RANKS_STARTING: Reason = "RanksStarting"
 ALL_RANKS_RUNNING: Reason = "AllRanksRunning"

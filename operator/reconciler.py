@@ -85,6 +85,8 @@ class JobState:
     """Consecutive failed reconciliations, for the backoff."""
     create_error: str | None = None
     """Why the API server refused the last create; the next decision reports it."""
+    name_taken: bool = False
+    """That refusal is for good: a child's name belongs to an object this job does not own."""
     waiting_since: float | None = None
     """First refused admission of the coming generation (the admission-wait metric)."""
     events: asyncio.Task | None = None
@@ -217,17 +219,20 @@ class Reconciler:
         except ValidationError as e:
             log.error("%s/%s does not parse: %s", *key, e)
             return None
-        generation = status.workload_generation
+        generation, state = status.workload_generation, self._state(key)
         observed = MISSING
         if generation:
-            job_key = (key[0], workload_name(key[1], generation))
-            workload = self.cache.workloads.get(job_key)
+            workload = self.cache.owned_workload(key, generation)  # only a Job this job created
             if workload is not None:
                 observed = observe_workload(
-                    workload, self.cache.generation_pods(key, generation), self.cache.kueue_workloads.get(job_key)
+                    workload,
+                    self.cache.generation_pods(key, generation),
+                    self.cache.generation_kueue_workload(key, generation),
                 )
-            elif self._state(key).create_error is not None:
-                observed = WorkloadObservation(exists=False, create_error=self._state(key).create_error)
+            elif state.create_error is not None:
+                observed = WorkloadObservation(
+                    exists=False, create_error=state.create_error, name_taken=state.name_taken
+                )
         now = datetime.now(UTC)
         annotations = pod_annotations(obj["metadata"].get("annotations") or {}, self.config)
         decision = decide(
@@ -254,7 +259,7 @@ class Reconciler:
             state.waiting_since = time.monotonic()
         for action in decision.actions:
             if isinstance(action, CreateWorkload) and action.generation != old.workload_generation:
-                state.create_error = None  # an earlier generation's refusal is not this one's
+                state.create_error, state.name_taken = None, False  # an earlier generation's refusal
                 self.reservations.reserve(key, job.spec.resources.nodes, action.generation)
                 waited = time.monotonic() - (state.waiting_since or time.monotonic())
                 state.waiting_since = None
@@ -280,7 +285,9 @@ class Reconciler:
                 if isinstance(action, CreateWorkload):
                     await self._create(key, obj, job, action, extra_pod_annotations)
                 elif isinstance(action, DeleteWorkload):
-                    await self._call(self.kube.delete_job, namespace, workload_name(name, action.generation))
+                    await self._call(
+                        self.kube.delete_job, namespace, workload_name(name, action.generation), action.uid
+                    )
         finally:
             # Posted after the actions, so they never delay a create; they tell the status just
             # written, even if an action failed.
@@ -299,11 +306,13 @@ class Reconciler:
         )
         for result in results:
             if isinstance(result, (ApiException, NotOwned)):
-                self._state(key).create_error = refusal(result)  # the next decision reports it
+                state = self._state(key)
+                state.create_error = refusal(result)  # the next decision reports it
+                state.name_taken = isinstance(result, NotOwned) and not result.transient  # ... and fails the job
                 raise result  # retried by the worker, with backoff
             if isinstance(result, BaseException):
                 raise result
-        self._state(key).create_error = None
+        self._state(key).create_error, self._state(key).name_taken = None, False
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.config import OperatorConfig
-from longctx_operator.kube import NotOwned
+from longctx_operator.kube import NotOwned, owner_reference
 from longctx_operator.reconciler import Reconciler
 
 KEY = ("team", "fake")
@@ -38,12 +38,14 @@ class FakeKube:
         if kind in self.refuse:
             raise self.refuse[kind]
         assert obj["metadata"]["namespace"] == owner["metadata"]["namespace"]
+        obj["metadata"] |= {"uid": f"uid-{name}", "ownerReferences": [owner_reference(owner)]}
         self.objects[(kind, owner["metadata"]["namespace"], name)] = copy.deepcopy(obj)
         return True
 
-    def delete_job(self, namespace: str, name: str) -> None:
-        self.calls.append(("delete", "Job", name))
-        self.objects.pop(("Job", namespace, name), None)
+    def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete", "Job", name, uid))
+        if self.objects.get(("Job", namespace, name), {}).get("metadata", {}).get("uid") == uid:
+            del self.objects[("Job", namespace, name)]
 
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         self.calls.append(("patch-status", namespace, name))
@@ -91,6 +93,9 @@ def pod(index: int, phase: str = "Running", ready: bool = True) -> dict:
                 "longctx.io/generation": "1",
                 "batch.kubernetes.io/job-completion-index": str(index),
             },
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "fake-g1", "uid": "uid-fake-g1", "controller": True}
+            ],
         },
         "spec": {"nodeName": f"node-{index}"},
         "status": {
@@ -188,18 +193,59 @@ def test_a_refused_create_is_reported_in_the_status_and_retried():
     assert ("Warning", reasons.WORKLOAD_CREATE_FAILED) in [(t, r) for t, r, _ in kube.events]
 
 
-def test_a_name_owned_by_someone_else_is_never_taken():
+def test_a_name_owned_by_someone_else_fails_the_job_and_nothing_is_deleted():
     reconciler, kube = make()
-    kube.refuse["ConfigMap"] = NotOwned("configmap team/fake-trainer exists and is not owned by this job")
+    kube.refuse["Job"] = NotOwned("Job fake-g1 already exists and is not owned by LongContextJob fake")
+
+    async def go():
+        with pytest.raises(NotOwned):
+            await reconciler.reconcile(KEY)
+        await reconciler.reconcile(KEY)  # the refusal is for good: the job fails
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert (kube.job["status"]["phase"], kube.job["status"]["reason"]) == ("Failed", reasons.NAME_TAKEN)
+    assert "not owned by LongContextJob fake" in kube.job["status"]["message"]
+    assert [c for c in kube.calls if c[0] == "delete"] == []
+    assert [c for c in kube.calls if c[:2] == ("create", "Job")] == [("create", "Job", "fake-g1")]
+
+
+def test_a_leftover_of_an_earlier_job_of_the_same_name_is_waited_for():
+    """The garbage collector is still removing the Job of a deleted LongContextJob of this name:
+    the create is retried (as any refusal), not failed."""
+    reconciler, kube = make()
+    kube.refuse["Job"] = NotOwned("Job fake-g1 already exists and is not owned by LongContextJob fake", transient=True)
 
     async def go():
         for _ in range(2):
             with pytest.raises(NotOwned):
                 await reconciler.reconcile(KEY)
+        del kube.refuse["Job"]
+        await reconciler.reconcile(KEY)
         await settle(reconciler)
 
     run(go())
-    assert "not owned by this job" in kube.job["status"]["message"]
+    assert kube.job["status"]["reason"] == reasons.WORKLOAD_CREATE_FAILED and kube.job["status"]["phase"] == "Admitted"
+    assert ("Job", "team", "fake-g1") in kube.objects
+
+
+def test_a_gang_restart_deletes_only_the_job_it_created():
+    """Rank 1 fails: the restart deletes generation 1's Job by name and with its uid as a
+    precondition (the API server refuses the delete of any other Job of that name)."""
+    reconciler, kube = make()
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        reconciler.pod_event(pod(0), deleted=False)
+        reconciler.pod_event(pod(1, phase="Failed", ready=False), deleted=False)
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert kube.job["status"]["phase"] == "Restarting"
+    assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "Job", "fake-g1", "uid-fake-g1")]
 
 
 def test_pod_annotations_outside_the_allow_list_create_nothing():
