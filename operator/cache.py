@@ -34,19 +34,33 @@ def _controller(meta: dict) -> list[dict]:
 
 
 def trim_pod(pod: dict) -> dict:
+    """A pod; one not bound to a node yet keeps where it may go (node selector, required node
+    affinity, tolerations), which builtin admission matches against free nodes."""
     meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    trimmed_spec = {
+        "nodeName": spec.get("nodeName"),
+        "containers": [
+            {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec.get("containers") or []
+        ],
+    }
+    if not spec.get("nodeName"):
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        trimmed_spec |= {
+            "nodeSelector": spec.get("nodeSelector") or {},
+            "tolerations": spec.get("tolerations") or [],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+            if required
+            else {},
+        }
     return {
         "metadata": {
             k: meta.get(k)
             for k in ("name", "namespace", "uid", "labels", "annotations", "deletionTimestamp", "creationTimestamp")
         }
         | {"ownerReferences": _controller(meta)},
-        "spec": {
-            "nodeName": spec.get("nodeName"),
-            "containers": [
-                {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec.get("containers") or []
-            ],
-        },
+        "spec": trimmed_spec,
         "status": {
             k: status.get(k) for k in ("phase", "conditions", "containerStatuses", "podIP", "reason", "message")
         },

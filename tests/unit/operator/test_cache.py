@@ -2,7 +2,7 @@
 Workload are only ever those the API server records as this job's (controller ownerReference uid),
 never objects that merely carry its name or labels."""
 
-from longctx_operator.cache import Cache
+from longctx_operator.cache import Cache, trim_pod
 
 LCJ_UID, JOB_UID = "lcj-uid", "j-g1-uid"
 LABELS = {"longctx.io/job-name": "j", "longctx.io/generation": "1"}
@@ -106,3 +106,18 @@ def test_cache_keeps_the_newest_copy_of_a_job():
     assert cache.jobs_of[("n", "j")]["status"]["phase"] == "Running"
     cache.put_job(older, deleted=True)
     assert ("n", "j") not in cache.jobs_of
+
+
+def test_an_unbound_pod_keeps_where_it_may_go_a_bound_one_does_not():
+    required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}
+    spec = {
+        "nodeSelector": {"gpu": "h100"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}, "podAffinity": {}},
+        "containers": [{"name": "c", "resources": {}}],
+    }
+    waiting = trim_pod({"metadata": {"name": "p"}, "spec": spec, "status": {}})["spec"]
+    assert waiting["nodeSelector"] == {"gpu": "h100"} and waiting["tolerations"] == spec["tolerations"]
+    assert waiting["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    bound = trim_pod({"metadata": {"name": "p"}, "spec": spec | {"nodeName": "n1"}, "status": {}})["spec"]
+    assert set(bound) == {"nodeName", "containers"}
