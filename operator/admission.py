@@ -1,11 +1,13 @@
-"""Builtin gang admission: does the whole gang fit on free GPUs of matching nodes right now?
+"""Gang admission: which way a job may be admitted (the operator's policy), and builtin admission:
+does the whole gang fit on free GPUs of matching nodes right now?
 
 A half-scheduled gang holds GPUs without training (JAX needs every rank), so the operator creates
 nothing until every rank has a node: one pod per node (the renderer's anti-affinity), each node
 matching the pod's node selector, its taints tolerated, and enough unrequested GPUs on it. GPU pods
 waiting to be scheduled take such nodes first, but only those pods that could run on them (their
 node selector, required node affinity and tolerations): a gang that can never be scheduled holds
-no one else back. Pure functions over Node and Pod dicts.
+no one else back. Pure functions over Node and Pod dicts; the reconciler runs `admit_gang` off the
+event loop (it reads every node and pod).
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ import json
 from dataclasses import dataclass, field
 
 from . import reasons
+from .api.spec import LongContextJobSpec
+from .config import OperatorConfig
 from .reasons import Reason
+
+BACKOFF_FIRST_SECONDS = 5.0
+BACKOFF_MAX_SECONDS = 30.0
 
 GPU = "nvidia.com/gpu"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -209,9 +216,12 @@ class Reservations:
     def __init__(self, hold_seconds: float, clock):
         self.hold_seconds, self.clock = hold_seconds, clock
         self._held: dict = {}
+        self.version = 0
+        """Counts reservations made: a verdict computed before the last one may count its nodes as free."""
 
     def reserve(self, key, nodes: int, generation: int) -> None:
         self._held[key] = _Reservation(nodes, generation, self.clock() + self.hold_seconds)
+        self.version += 1
 
     def forget(self, key) -> None:
         self._held.pop(key, None)
@@ -227,3 +237,33 @@ class Reservations:
             elif other != key:
                 held += r.nodes - seen
         return held
+
+
+def admission_backoff(refusals: int) -> float:
+    """Seconds a job's refused builtin admission stands before it is counted again: 5 s after the
+    first refusal, doubling to 30 s (each count reads every node and pod)."""
+    return min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2.0 ** max(0, refusals - 1))
+
+
+def scheduling_for(spec: LongContextJobSpec, config: OperatorConfig) -> tuple[LongContextJobSpec, str | None]:
+    """The spec with the admission this operator applies to it (`forceAdmission`, the default Kueue
+    queue), and why the job may not be admitted at all (its mode is not in `admissionModes`, or it
+    must go through Kueue and names no queue); None when it may."""
+    scheduling = spec.scheduling
+    mode = config.force_admission or scheduling.admission
+    if config.force_admission is None and mode not in config.admission_modes:
+        return spec, (
+            f"scheduling.admission {mode} is not allowed by this operator's configuration "
+            f"(admissionModes: {', '.join(config.admission_modes)})"
+        )
+    queue = scheduling.queue_name or config.default_kueue_queue
+    if mode == "kueue" and queue is None:
+        return spec, (
+            "this operator admits every job through Kueue (forceAdmission kueue): set "
+            "scheduling.queueName (the operator's configuration has no defaultKueueQueue)"
+        )
+    if (mode, queue) == (scheduling.admission, scheduling.queue_name):
+        return spec, None
+    return spec.model_copy(
+        update={"scheduling": scheduling.model_copy(update={"admission": mode, "queue_name": queue})}
+    ), None

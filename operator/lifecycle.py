@@ -248,6 +248,7 @@ def _admit_next(
     admit: Callable[[], Admission],
     planned: bool,
     pod_annotations_error: str | None,
+    admission_error: str | None,
 ) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
@@ -265,6 +266,10 @@ def _admit_next(
             reasons.POD_ANNOTATIONS_ACCEPTED,
             "the pod annotations are allowed",
         )
+    if admission_error is not None:  # the operator's admission policy; waits for the spec to change
+        n.set(phase="Pending", reason=reasons.ADMISSION_NOT_ALLOWED, message=admission_error)
+        n.condition(conditions.ADMITTED, False, reasons.ADMISSION_NOT_ALLOWED, admission_error)
+        return n.decision()
     mode = spec.scheduling.admission
     if mode == "builtin":
         verdict = admit()
@@ -423,11 +428,13 @@ def decide(
     now: datetime,
     admit: Callable[[], Admission],
     pod_annotations_error: str | None = None,
+    admission_error: str | None = None,
 ) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
-    the pod annotations the job asks for are refused (annotations.py); no generation is created
-    while it is set."""
+    the pod annotations the job asks for are refused (annotations.py), `admission_error` why the
+    operator's admission policy refuses the job (admission.scheduling_for; `spec` is the spec with
+    that policy applied); no generation is created while either is set."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
         return n.decision()
@@ -457,4 +464,4 @@ def decide(
         remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
-    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error)
+    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error, admission_error)

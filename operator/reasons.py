@@ -13,6 +13,7 @@ Reason = Literal[
     "InsufficientGPUs",
     "NodesNotReadable",
     "AdmissionDisabled",
+    "AdmissionNotAllowed",
     "QueuedInKueue",
     "AdmittedByKueue",
     "EvictedByKueue",
@@ -42,6 +43,7 @@ NO_GPUS_REQUESTED: Reason = "NoGPUsRequested"
 INSUFFICIENT_GPUS: Reason = "InsufficientGPUs"
 NODES_NOT_READABLE: Reason = "NodesNotReadable"
 ADMISSION_DISABLED: Reason = "AdmissionDisabled"
+ADMISSION_NOT_ALLOWED: Reason = "AdmissionNotAllowed"
 QUEUED_IN_KUEUE: Reason = "QueuedInKueue"
 ADMITTED_BY_KUEUE: Reason = "AdmittedByKueue"
 EVICTED_BY_KUEUE: Reason = "EvictedByKueue"

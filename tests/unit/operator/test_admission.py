@@ -1,15 +1,22 @@
-"""operator/admission.py: builtin gang admission against hand-counted nodes and pods."""
+"""operator/admission.py: builtin gang admission against hand-counted nodes and pods, its backoff,
+and the operator's admission policy (which modes jobs may use)."""
+
+import pytest
 
 from longctx_operator import reasons
 from longctx_operator.admission import (
     GangRequest,
+    admission_backoff,
     admit_gang,
     free_gpus,
     node_matches,
     pod_gpus,
     pod_may_use,
+    scheduling_for,
     tolerates,
 )
+from longctx_operator.api.spec import LongContextJobSpec
+from longctx_operator.config import OperatorConfig
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -182,3 +189,43 @@ def test_pod_may_use_reads_node_selector_affinity_and_taints():
     assert not pod_may_use(waiting_pod(affinity=by_name), node("b"))
     either = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}, {}]}
     assert not pod_may_use(waiting_pod(affinity=either), gpu_node)  # an empty term matches nothing
+
+
+def test_a_refused_admission_backs_off_from_5_to_30_seconds():
+    assert [admission_backoff(n) for n in range(1, 6)] == [5, 10, 20, 30, 30]
+
+
+def job_spec(**scheduling) -> LongContextJobSpec:
+    return LongContextJobSpec.model_validate(
+        {"model": {"preset": "tiny"}, "sequenceLength": 4096, "scheduling": scheduling}
+    )
+
+
+def test_the_operator_may_allow_only_some_admission_modes():
+    config = OperatorConfig(admission_modes=["builtin", "kueue"])
+    spec, error = scheduling_for(job_spec(admission="none"), config)
+    assert error == (
+        "scheduling.admission none is not allowed by this operator's configuration (admissionModes: builtin, kueue)"
+    )
+    assert scheduling_for(job_spec(admission="builtin"), config) == (job_spec(admission="builtin"), None)
+    assert scheduling_for(job_spec(admission="none"), OperatorConfig())[1] is None
+
+
+def test_the_operator_may_force_kueue_with_a_default_queue():
+    forced = OperatorConfig(force_admission="kueue", default_kueue_queue="team-queue")
+    spec, error = scheduling_for(job_spec(admission="none"), forced)
+    assert error is None and (spec.scheduling.admission, spec.scheduling.queue_name) == ("kueue", "team-queue")
+    own = scheduling_for(job_spec(admission="kueue", queueName="mine"), forced)[0]
+    assert own.scheduling.queue_name == "mine"
+    spec, error = scheduling_for(job_spec(admission="builtin"), OperatorConfig(force_admission="kueue"))
+    assert "scheduling.queueName" in error and "defaultKueueQueue" in error
+    builtin = scheduling_for(job_spec(admission="kueue", queueName="q"), OperatorConfig(force_admission="builtin"))[0]
+    assert builtin.scheduling.admission == "builtin"
+
+
+@pytest.mark.parametrize("bad", [{"admissionModes": []}, {"forceAdmission": "sometimes"}, {"defaultKueueQueue": "a b"}])
+def test_admission_settings_are_checked(bad):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=next(iter(bad))):
+        OperatorConfig.model_validate(bad)

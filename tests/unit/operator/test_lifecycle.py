@@ -383,6 +383,20 @@ def test_a_name_owned_by_someone_else_fails_the_job_and_deletes_nothing():
     assert later.actions == () and later.status == failed.status
 
 
+def test_an_admission_mode_the_operator_refuses_holds_the_job_with_its_reason():
+    why = "scheduling.admission none is not allowed by this operator's configuration (admissionModes: kueue)"
+    d = decide("job", spec(), 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, None, why)
+    assert d.actions == () and (d.status.phase, d.status.reason, d.status.message) == (
+        "Pending",
+        reasons.ADMISSION_NOT_ALLOWED,
+        why,
+    )
+    assert conditions(d.status)[cond.ADMITTED] == ("False", reasons.ADMISSION_NOT_ALLOWED)
+    assert ("Warning", reasons.ADMISSION_NOT_ALLOWED) in [(e.type, e.reason) for e in d.events]
+    allowed = decide("job", spec(), 2, d.status, MISSING, T0, lambda: FITS)
+    assert allowed.status.phase == "Admitted" and allowed.actions[0].generation == 1
+
+
 def test_admission_none_creates_at_once():
     d, asked = step(spec(scheduling={"admission": "none"}), LongContextJobStatus())
     assert not asked and d.status.phase == "Admitted" and d.actions[0].generation == 1

@@ -69,18 +69,9 @@ def test_the_explicit_registry_logs_in_with_the_kubernetes_client():
 
 
 def test_builtin_admission_without_node_access_says_so():
-    from longctx_operator.api.spec import LongContextJob
     from longctx_operator.reconciler import Reconciler
 
-    job = LongContextJob.model_validate(
-        {
-            "apiVersion": "longctx.io/v1alpha1",
-            "kind": "LongContextJob",
-            "metadata": {"name": "j", "namespace": "n"},
-            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}},
-        }
-    )
-    verdict = Reconciler(kube=None, config=OperatorConfig(read_nodes=False))._admission(("n", "j"), job)
+    verdict = Reconciler(kube=None, config=OperatorConfig(read_nodes=False))._admission(("n", "j"))
     assert not verdict.fits and verdict.reason == reasons.NODES_NOT_READABLE and "kueue or none" in verdict.message
 
 
@@ -107,7 +98,7 @@ def test_failing_reconciliations_back_off_exponentially_to_a_minute():
 def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
     """Gang A (2 nodes) was just admitted and one of its pods exists, unscheduled: A takes 2 of the
     4 free nodes (1 waiting pod + 1 pod not seen yet), so a 2-node gang B still fits."""
-    from longctx_operator.api.spec import LongContextJob
+    from longctx_operator.api.spec import LongContextJobSpec
     from longctx_operator.reconciler import Reconciler
 
     def node(name):
@@ -118,9 +109,9 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
         }
 
     reconciler = Reconciler(kube=None, config=OperatorConfig())
-    for name in "abcd":
-        reconciler.cache.put_node(node(name), deleted=False)
     cache = reconciler.cache
+    for name in "abcd":
+        cache.put_node(node(name), deleted=False)
     cache.put_job({"metadata": {"namespace": "n", "name": "a", "uid": "a-uid"}}, deleted=False)
     owner = {"kind": "LongContextJob", "name": "a", "uid": "a-uid", "controller": True}
     cache.put_workload(
@@ -140,19 +131,17 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
     )
     reconciler.reservations.reserve(("n", "a"), nodes=2, generation=1)
 
-    def job(name, nodes):
-        return LongContextJob.model_validate(
-            {
-                "apiVersion": "longctx.io/v1alpha1",
-                "kind": "LongContextJob",
-                "metadata": {"name": name, "namespace": "n"},
-                "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": nodes}},
-            }
+    def verdict(nodes):
+        spec = LongContextJobSpec.model_validate(
+            {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": nodes}}
         )
+        reconciler.jobs.pop(("n", "b"), None)
+        asyncio.run(reconciler._count_admission(("n", "b"), spec))
+        return reconciler.jobs[("n", "b")].admission
 
-    assert reconciler._admission(("n", "b"), job("b", 2)).fits
-    verdict = reconciler._admission(("n", "b"), job("b", 3))
-    assert not verdict.fits and "2 available of 4 matching nodes" in verdict.message
+    assert verdict(2).fits
+    refused = verdict(3)
+    assert not refused.fits and "2 available of 4 matching nodes" in refused.message
 
 
 def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():

@@ -63,7 +63,7 @@ class FakeKube:
         self.events.append((type_, reason, message))
 
 
-def job_object(annotations: dict | None = None) -> dict:
+def job_object(annotations: dict | None = None, scheduling: dict | None = None) -> dict:
     return {
         "apiVersion": "longctx.io/v1alpha1",
         "kind": "LongContextJob",
@@ -78,7 +78,7 @@ def job_object(annotations: dict | None = None) -> dict:
             "model": {"preset": "tiny"},
             "sequenceLength": 4096,
             "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-            "scheduling": {"admission": "none"},
+            "scheduling": scheduling or {"admission": "none"},
         },
     }
 
@@ -115,8 +115,8 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-def make(annotations=None, config: OperatorConfig | None = None) -> tuple[Reconciler, FakeKube]:
-    kube = FakeKube(job_object(annotations))
+def make(annotations=None, config: OperatorConfig | None = None, scheduling=None) -> tuple[Reconciler, FakeKube]:
+    kube = FakeKube(job_object(annotations, scheduling))
     reconciler = Reconciler(kube, config or OperatorConfig())
     reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
     return reconciler, kube
@@ -246,6 +246,49 @@ def test_a_gang_restart_deletes_only_the_job_it_created():
     run(go())
     assert kube.job["status"]["phase"] == "Restarting"
     assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "Job", "fake-g1", "uid-fake-g1")]
+
+
+def test_builtin_admission_is_counted_off_the_event_loop_and_a_refusal_stands_its_backoff(monkeypatch):
+    """No GPU nodes: the gang is refused. It was counted once, in the admission thread (it reads
+    every node and pod), and neither the next reconciliation nor freed GPUs count it again until
+    its backoff has passed."""
+    from longctx_operator import reconciler as module
+
+    on_loop_thread = []
+    count = module.admit_gang
+
+    def recorded(*args):
+        on_loop_thread.append(threading.current_thread() is threading.main_thread())
+        return count(*args)
+
+    monkeypatch.setattr(module, "admit_gang", recorded)
+    reconciler, kube = make(scheduling={"admission": "builtin"})
+
+    async def go():
+        first = await reconciler.reconcile(KEY)
+        await reconciler.reconcile(KEY)
+        reconciler.queue._dirty.clear()
+        reconciler.wake_pending()
+        await settle(reconciler)
+        return first
+
+    requeue = run(go())
+    assert on_loop_thread == [False]
+    assert (kube.job["status"]["phase"], kube.job["status"]["reason"]) == ("Pending", reasons.INSUFFICIENT_GPUS)
+    assert 4 < requeue <= 5 and reconciler.queue._dirty == set()
+
+
+def test_forced_kueue_admission_creates_the_job_suspended_in_the_default_queue():
+    reconciler, kube = make(config=OperatorConfig(force_admission="kueue", default_kueue_queue="shared"))
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    job = kube.objects[("Job", "team", "fake-g1")]
+    assert job["spec"]["suspend"] and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "shared"
+    assert (kube.job["status"]["phase"], kube.job["status"]["reason"]) == ("Pending", reasons.QUEUED_IN_KUEUE)
 
 
 def test_pod_annotations_outside_the_allow_list_create_nothing():
