@@ -1,17 +1,27 @@
-"""Builtin gang admission: does the whole gang fit on free GPUs of matching nodes right now?
+"""Gang admission: which way a job may be admitted (the operator's policy), and builtin admission:
+does the whole gang fit on free GPUs of matching nodes right now?
 
 A half-scheduled gang holds GPUs without training (JAX needs every rank), so the operator creates
 nothing until every rank has a node: one pod per node (the renderer's anti-affinity), each node
-matching the pod's node selector, its taints tolerated, and enough unrequested GPUs on it.
-Pure functions over Node and Pod dicts.
+matching the pod's node selector, its taints tolerated, and enough unrequested GPUs on it. GPU pods
+waiting to be scheduled take such nodes first, but only those pods that could run on them (their
+node selector, required node affinity and tolerations): a gang that can never be scheduled holds
+no one else back. Pure functions over Node and Pod dicts; the reconciler runs `admit_gang` off the
+event loop (it reads every node and pod).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from . import reasons
+from .api.spec import LongContextJobSpec
+from .config import OperatorConfig
 from .reasons import Reason
+
+BACKOFF_FIRST_SECONDS = 5.0
+BACKOFF_MAX_SECONDS = 30.0
 
 GPU = "nvidia.com/gpu"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -68,6 +78,57 @@ def node_ready(node: dict) -> bool:
     )
 
 
+def _expression_matches(expression: dict, values: dict) -> bool:
+    """One node selector requirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) against labels or fields."""
+    key, operator, wanted = expression.get("key"), expression.get("operator"), expression.get("values") or []
+    present, value = key in values, values.get(key)
+    if operator == "In":
+        return present and value in wanted
+    if operator == "NotIn":
+        return not present or value not in wanted
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(wanted) == 1:
+        try:
+            have, bound = int(value), int(wanted[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _term_matches(term: dict, node: dict) -> bool:
+    """A nodeSelectorTerm: all its label and field requirements hold; an empty term matches nothing."""
+    labels = node.get("metadata", {}).get("labels") or {}
+    fields = {"metadata.name": node.get("metadata", {}).get("name")}
+    expressions, field_expressions = term.get("matchExpressions") or [], term.get("matchFields") or []
+    return bool(expressions or field_expressions) and (
+        all(_expression_matches(e, labels) for e in expressions)
+        and all(_expression_matches(e, fields) for e in field_expressions)
+    )
+
+
+def pod_may_use(pod: dict, node: dict) -> bool:
+    """Whether the scheduler could put `pod` on `node`: its node selector, required node affinity
+    and tolerations of the node's NoSchedule/NoExecute taints (resources aside)."""
+    spec = pod.get("spec", {})
+    labels = node.get("metadata", {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required and not any(_term_matches(t, node) for t in required.get("nodeSelectorTerms") or []):
+        return False
+    return all(
+        tolerates(spec.get("tolerations") or [], taint)
+        for taint in node.get("spec", {}).get("taints") or []
+        if taint.get("effect") in BLOCKING_EFFECTS
+    )
+
+
 def node_matches(node: dict, request: GangRequest) -> bool:
     labels = node.get("metadata", {}).get("labels") or {}
     if any(labels.get(k) != v for k, v in request.node_selector.items()):
@@ -95,9 +156,24 @@ def free_gpus(nodes: list[dict], pods: list[dict]) -> dict[str, int]:
     }
 
 
-def waiting_gpu_pods(pods: list[dict]) -> int:
-    """GPU pods not bound to a node yet: each will take a node, so they count against free ones."""
-    return sum(1 for p in pods if not p.get("spec", {}).get("nodeName") and holds_resources(p) and pod_gpus(p) > 0)
+def waiting_gpu_pods(pods: list[dict], candidates: list[dict], free: dict[str, int]) -> int:
+    """GPU pods not bound to a node yet that could take one of `candidates` (the scheduler may put
+    them there: node selector, affinity, tolerations, and enough of `free` GPUs), so they count
+    against those nodes; pods that cannot use them take nothing from this gang. Pods of one gang
+    share their constraints, which are matched once."""
+    fits: dict[str, bool] = {}
+    count = 0
+    for pod in pods:
+        if pod.get("spec", {}).get("nodeName") or not holds_resources(pod) or (gpus := pod_gpus(pod)) == 0:
+            continue
+        spec = pod.get("spec", {})
+        shape = json.dumps(
+            [gpus, spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")], sort_keys=True
+        )
+        if shape not in fits:
+            fits[shape] = any(free[n["metadata"]["name"]] >= gpus and pod_may_use(pod, n) for n in candidates)
+        count += fits[shape]
+    return count
 
 
 def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserved_nodes: int = 0) -> Admission:
@@ -107,9 +183,9 @@ def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserv
         return Admission(True, reasons.NO_GPUS_REQUESTED, "the gang requests no GPUs; the scheduler places it")
     matching = [n for n in nodes if node_matches(n, request)]
     free = free_gpus(matching, pods)
-    candidates = sum(1 for gpus in free.values() if gpus >= request.gpus_per_pod)
-    waiting = waiting_gpu_pods(pods) + reserved_nodes
-    available = max(0, candidates - waiting)
+    candidates = [n for n in matching if free[n["metadata"]["name"]] >= request.gpus_per_pod]
+    waiting = waiting_gpu_pods(pods, candidates, free) + reserved_nodes
+    available = max(0, len(candidates) - waiting)
     if available >= request.pods:
         return Admission(
             True, reasons.GANG_FITS, f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each"
@@ -120,7 +196,7 @@ def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserv
         reasons.INSUFFICIENT_GPUS,
         f"the gang needs {request.pods} nodes with {request.gpus_per_pod} free {GPU} "
         f"(node selector {selector}); {available} available of {len(matching)} matching "
-        f"nodes ({waiting} taken by GPU pods waiting to be scheduled)",
+        f"nodes ({waiting} taken by GPU pods waiting to be scheduled there)",
     )
 
 
@@ -140,9 +216,12 @@ class Reservations:
     def __init__(self, hold_seconds: float, clock):
         self.hold_seconds, self.clock = hold_seconds, clock
         self._held: dict = {}
+        self.version = 0
+        """Counts reservations made: a verdict computed before the last one may count its nodes as free."""
 
     def reserve(self, key, nodes: int, generation: int) -> None:
         self._held[key] = _Reservation(nodes, generation, self.clock() + self.hold_seconds)
+        self.version += 1
 
     def forget(self, key) -> None:
         self._held.pop(key, None)
@@ -158,3 +237,33 @@ class Reservations:
             elif other != key:
                 held += r.nodes - seen
         return held
+
+
+def admission_backoff(refusals: int) -> float:
+    """Seconds a job's refused builtin admission stands before it is counted again: 5 s after the
+    first refusal, doubling to 30 s (each count reads every node and pod)."""
+    return min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2.0 ** max(0, refusals - 1))
+
+
+def scheduling_for(spec: LongContextJobSpec, config: OperatorConfig) -> tuple[LongContextJobSpec, str | None]:
+    """The spec with the admission this operator applies to it (`forceAdmission`, the default Kueue
+    queue), and why the job may not be admitted at all (its mode is not in `admissionModes`, or it
+    must go through Kueue and names no queue); None when it may."""
+    scheduling = spec.scheduling
+    mode = config.force_admission or scheduling.admission
+    if config.force_admission is None and mode not in config.admission_modes:
+        return spec, (
+            f"scheduling.admission {mode} is not allowed by this operator's configuration "
+            f"(admissionModes: {', '.join(config.admission_modes)})"
+        )
+    queue = scheduling.queue_name or config.default_kueue_queue
+    if mode == "kueue" and queue is None:
+        return spec, (
+            "this operator admits every job through Kueue (forceAdmission kueue): set "
+            "scheduling.queueName (the operator's configuration has no defaultKueueQueue)"
+        )
+    if (mode, queue) == (scheduling.admission, scheduling.queue_name):
+        return spec, None
+    return spec.model_copy(
+        update={"scheduling": scheduling.model_copy(update={"admission": mode, "queue_name": queue})}
+    ), None

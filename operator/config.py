@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from .api.spec import IMAGE_PATTERN
+from .api.spec import IMAGE_PATTERN, LABEL_VALUE_PATTERN, SchedulingSpec
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/longctx/longctx-trainer:0.1.0"
 Image = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, max_length=512)]
 Namespace = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+AdmissionMode = SchedulingSpec.model_fields["admission"].annotation  # builtin | kueue | none
+ADMISSION_MODES: list[AdmissionMode] = list(get_args(AdmissionMode))
 
 
 class OperatorConfig(BaseModel):
@@ -59,6 +61,17 @@ class OperatorConfig(BaseModel):
     """http(s) URL prefixes that a job's longctx.io/metrics-url annotation may point at (for
     clusters where the operator cannot reach pod IPs); empty: the annotation is ignored and rank 0
     is read at its pod IP."""
+    # -- Admission policy: how gangs may be admitted (admission.scheduling_for applies it) ----------
+    admission_modes: list[AdmissionMode] = Field(default_factory=lambda: list(ADMISSION_MODES), min_length=1)
+    """scheduling.admission values jobs may use; a job asking for another is held Pending with
+    reason AdmissionNotAllowed (e.g. [kueue] where every gang must go through Kueue's quota)."""
+    force_admission: AdmissionMode | None = None
+    """Admit every job this way whatever its scheduling.admission says (kueue: every gang goes
+    through Kueue, with its scheduling.queueName or defaultKueueQueue); unset: the job's choice,
+    within admissionModes."""
+    default_kueue_queue: str | None = Field(None, min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN)
+    """Kueue LocalQueue (in the job's namespace) of jobs admitted through Kueue that name none."""
+    # -- end of the admission policy ------------------------------------------------------------------
 
     @classmethod
     def load(cls, path: str | Path | None) -> OperatorConfig:

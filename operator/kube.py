@@ -21,13 +21,20 @@ from kubernetes.client.exceptions import ApiException
 
 from . import metrics
 from .lifecycle import timestamp
+from .observe import controller_of
 
 GROUP, VERSION, PLURAL, KIND = "longctx.io", "v1alpha1", "longcontextjobs", "LongContextJob"
 COMPONENT = "longctx-operator"
 
 
 class NotOwned(Exception):
-    """A child's name is taken by an object this job does not own: it is neither used nor changed."""
+    """A child's name is taken by an object this job does not own: it is neither used nor changed.
+    `transient`: the object is on its way out (being deleted, or left by an earlier LongContextJob
+    of the same name, which the garbage collector removes), so a retry may succeed."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 def user_agent() -> str:
@@ -123,25 +130,31 @@ class Kube:
             if e.status != 409:
                 raise
         existing = _json(read(name, namespace, _preload_content=False))
-        if not any(
-            ref.get("uid") == owner["metadata"]["uid"] and ref.get("controller")
-            for ref in existing["metadata"].get("ownerReferences") or []
-        ):
+        controller = controller_of(existing) or {}
+        if controller.get("uid") != owner["metadata"]["uid"]:
+            leftover = controller.get("kind") == KIND and controller.get("name") == owner["metadata"]["name"]
             raise NotOwned(
                 f"{obj['kind']} {name} already exists and is not owned by LongContextJob "
-                f"{owner['metadata']['name']}: rename the job or remove that {obj['kind']}"
+                f"{owner['metadata']['name']}: rename the job or remove that {obj['kind']}",
+                transient=leftover or bool(existing["metadata"].get("deletionTimestamp")),
             )
         if obj["kind"] == "ConfigMap":
             patch(name, namespace, {"data": obj.get("data", {})}, _preload_content=False)
         return False
 
-    def delete_job(self, namespace: str, name: str) -> None:
-        """Deletes a generation's Job; foreground propagation keeps it until its pods are gone, so
-        "Job absent" means the gang's GPUs are free."""
+    def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """Deletes a generation's Job, only the one with `uid` (a Job this job created: the API
+        server refuses the delete of any other object of that name); foreground propagation keeps it
+        until its pods are gone, so "Job absent" means the gang's GPUs are free."""
+        if not uid:
+            raise ValueError(f"deleting Job {namespace}/{name} needs the uid of the Job this job created")
+        options = kubernetes.client.V1DeleteOptions(
+            propagation_policy="Foreground", preconditions=kubernetes.client.V1Preconditions(uid=uid)
+        )
         try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground", _preload_content=False)
+            self.batch.delete_namespaced_job(name, namespace, body=options, _preload_content=False)
         except ApiException as e:
-            if e.status != 404:
+            if e.status not in (404, 409):  # 409: the uid precondition failed, the name is another Job's
                 raise
 
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:

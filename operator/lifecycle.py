@@ -60,9 +60,11 @@ class CreateWorkload:
 
 @dataclass(frozen=True)
 class DeleteWorkload:
-    """Delete the Job of `generation` and its pods (foreground propagation)."""
+    """Delete the Job of `generation` and its pods (foreground propagation): only the Job with
+    `uid`, one this job created and observed (never another object that has its name)."""
 
     generation: int
+    uid: str
 
 
 @dataclass(frozen=True)
@@ -198,9 +200,13 @@ def _fail(n: _Next, reason: Reason, message: str) -> Decision:
     return n.decision()
 
 
-def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: Reason, message: str) -> Decision:
-    """Any failed rank takes the whole gang down: delete it, then restart it or give up."""
-    n.actions.append(DeleteWorkload(generation))
+def _gang_failed(
+    n: _Next, spec: LongContextJobSpec, generation: int, uid: str | None, reason: Reason, message: str
+) -> Decision:
+    """Any failed rank takes the whole gang down: delete its Job (`uid`; None when it was never
+    created), then restart it or give up."""
+    if uid is not None:
+        n.actions.append(DeleteWorkload(generation, uid))
     n.set(current_workload=None)
     n.clear(conditions.RENDEZVOUS, reason, message)
     if n.status.restarts >= spec.restart_policy.max_restarts:
@@ -217,7 +223,7 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: Re
     return n.decision(requeue_after=float(spec.restart_policy.backoff_seconds))
 
 
-def _evicted(n: _Next, generation: int, kueue: KueueVerdict | None) -> Decision:
+def _evicted(n: _Next, generation: int, uid: str, kueue: KueueVerdict | None) -> Decision:
     """Kueue suspended an admitted Job (preemption by a higher-priority workload, or eviction):
     JAX cannot run a partial gang, so the whole generation is deleted and the next one is queued
     again, resuming from the last checkpoint. Not a failure: no restart is counted. The message
@@ -227,7 +233,7 @@ def _evicted(n: _Next, generation: int, kueue: KueueVerdict | None) -> Decision:
         f"Kueue suspended Job {n.status.current_workload} ({why}); the gang is "
         "stopped and requeued, and resumes from its last checkpoint when Kueue admits it again"
     )
-    n.actions.append(DeleteWorkload(generation))
+    n.actions.append(DeleteWorkload(generation, uid))
     n.set(phase="Pending", reason=reasons.EVICTED_BY_KUEUE, message=message, current_workload=None, workers=None)
     n.clear(conditions.RUNNING, reasons.EVICTED_BY_KUEUE, message)
     n.clear(conditions.RENDEZVOUS, reasons.EVICTED_BY_KUEUE, message)
@@ -242,6 +248,7 @@ def _admit_next(
     admit: Callable[[], Admission],
     planned: bool,
     pod_annotations_error: str | None,
+    admission_error: str | None,
 ) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
@@ -259,6 +266,10 @@ def _admit_next(
             reasons.POD_ANNOTATIONS_ACCEPTED,
             "the pod annotations are allowed",
         )
+    if admission_error is not None:  # the operator's admission policy; waits for the spec to change
+        n.set(phase="Pending", reason=reasons.ADMISSION_NOT_ALLOWED, message=admission_error)
+        n.condition(conditions.ADMITTED, False, reasons.ADMISSION_NOT_ALLOWED, admission_error)
+        return n.decision()
     mode = spec.scheduling.admission
     if mode == "builtin":
         verdict = admit()
@@ -308,6 +319,7 @@ def _create_refused(n: _Next, spec: LongContextJobSpec, generation: int, error: 
             n,
             spec,
             generation,
+            None,
             reasons.STARTUP_TIMEOUT,
             f"startup timeout: the workload was not created within "
             f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds): {error}",
@@ -317,9 +329,19 @@ def _create_refused(n: _Next, spec: LongContextJobSpec, generation: int, error: 
     return n.decision(requeue_after=max(0.5, left + 0.5))
 
 
+def _name_taken(n: _Next, error: str) -> Decision:
+    """A child's name belongs to an object this job does not own: the job fails at once with the
+    reason, and nothing is deleted (nothing of that generation is this job's)."""
+    n.set(current_workload=None)
+    n.condition(conditions.WORKLOAD_CREATED, False, reasons.NAME_TAKEN, error)
+    return _fail(n, reasons.NAME_TAKEN, error)
+
+
 def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed: WorkloadObservation) -> Decision:
     generation = n.status.workload_generation
     if not observed.exists or observed.deleting:
+        if observed.name_taken and observed.create_error is not None:
+            return _name_taken(n, observed.create_error)
         if observed.create_error is not None:
             return _create_refused(n, spec, generation, observed.create_error)
         # Not seen yet (just created) or removed by someone else: create-or-get it again.
@@ -344,7 +366,7 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         n.condition(conditions.SUCCEEDED, True, reasons.COMPLETED, f"all {observed.total} ranks completed")
         return n.decision()
     if observed.failure is not None:
-        return _gang_failed(n, spec, generation, reasons.RANK_FAILED, observed.failure.describe())
+        return _gang_failed(n, spec, generation, observed.uid, reasons.RANK_FAILED, observed.failure.describe())
     if observed.suspended:
         admitted = any(c.type == conditions.ADMITTED and c.status == "True" for c in n.status.conditions)
         if not admitted:  # Kueue has not admitted it yet: show why, in Kueue's words
@@ -355,7 +377,7 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
                 n.set(reason=reasons.QUEUED_IN_KUEUE, message=message)
                 n.condition(conditions.ADMITTED, False, reasons.QUEUED_IN_KUEUE, message)
             return n.decision()
-        return _evicted(n, generation, observed.kueue)
+        return _evicted(n, generation, observed.uid, observed.kueue)
     if spec.scheduling.admission == "kueue":
         n.condition(conditions.ADMITTED, True, reasons.ADMITTED_BY_KUEUE, "Kueue unsuspended the Job")
         if n.status.phase == "Pending":
@@ -383,6 +405,7 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
             n,
             spec,
             generation,
+            observed.uid,
             reasons.STARTUP_TIMEOUT,
             f"startup timeout: {observed.running} of {observed.total} ranks Running after "
             f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds)",
@@ -405,11 +428,13 @@ def decide(
     now: datetime,
     admit: Callable[[], Admission],
     pod_annotations_error: str | None = None,
+    admission_error: str | None = None,
 ) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
-    the pod annotations the job asks for are refused (annotations.py); no generation is created
-    while it is set."""
+    the pod annotations the job asks for are refused (annotations.py), `admission_error` why the
+    operator's admission policy refuses the job (admission.scheduling_for; `spec` is the spec with
+    that policy applied); no generation is created while either is set."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
         return n.decision()
@@ -417,7 +442,7 @@ def decide(
     current = status.workload_generation
     if spec.suspend:
         if observed.exists and not observed.deleting:
-            n.actions.append(DeleteWorkload(current))
+            n.actions.append(DeleteWorkload(current, observed.uid))
         n.set(current_workload=None)
         n.set(phase="Suspended", reason=reasons.SUSPENDED, message="spec.suspend is true; the workload is deleted")
         n.clear(conditions.RUNNING, reasons.SUSPENDED, "spec.suspend is true")
@@ -432,11 +457,11 @@ def decide(
         return _watch_workload(n, spec, job_name, observed)
     if observed.exists:  # the previous generation is (still being) deleted
         if not observed.deleting:
-            n.actions.append(DeleteWorkload(current))
+            n.actions.append(DeleteWorkload(current, observed.uid))
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
     if status.phase == "Restarting":
         since = n.condition_since(conditions.RESTARTING) or now
         remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
-    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error)
+    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error, admission_error)

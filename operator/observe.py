@@ -12,6 +12,12 @@ from datetime import UTC, datetime
 from .names import COMPLETION_INDEX_LABEL
 
 
+def controller_of(obj: dict) -> dict | None:
+    """The ownerReference that marks `obj`'s controller, if any (the object that created it, as the
+    API server records it: a name alone says nothing about who made an object)."""
+    return next((ref for ref in obj.get("metadata", {}).get("ownerReferences") or [] if ref.get("controller")), None)
+
+
 def parse_time(value: str | None) -> datetime | None:
     """An RFC 3339 timestamp as the API server writes it (e.g. 2026-01-02T03:04:05Z)."""
     if not value:
@@ -69,10 +75,14 @@ def kueue_verdict(workload: dict | None) -> KueueVerdict | None:
 @dataclass(frozen=True)
 class WorkloadObservation:
     """The ranks of one generation. `exists` is False when its Job is not (or no longer) there;
-    `create_error` then says why the API server refused to create it the last time."""
+    `create_error` then says why the API server refused to create it the last time, and
+    `name_taken` that the refusal is for good: a child's name belongs to an object this job does
+    not own. `uid` is the Job's (a delete names it, so it can only ever delete this Job)."""
 
     exists: bool
     create_error: str | None = None
+    name_taken: bool = False
+    uid: str | None = None
     deleting: bool = False
     suspended: bool = False
     created: datetime | None = None
@@ -129,8 +139,9 @@ def exit_reason(pod: dict) -> str:
 
 
 def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | None = None) -> WorkloadObservation:
-    """Ranks of the Job `job` from `pods` (the pods of that generation; others must be filtered out)
-    and, for a Job Kueue manages, Kueue's verdict from its Workload `kueue_workload`."""
+    """Ranks of the Job `job` from `pods` (the pods of that generation; others must be filtered out:
+    the cache returns only the Job and pods this job owns) and, for a Job Kueue manages, Kueue's
+    verdict from its Workload `kueue_workload`."""
     if job is None:
         return MISSING
     spec = job.get("spec", {})
@@ -150,6 +161,7 @@ def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | 
     ready = sum(1 for p in live if p.get("status", {}).get("phase") == "Running" and _condition(p, "Ready"))
     return WorkloadObservation(
         exists=True,
+        uid=meta.get("uid"),
         deleting=bool(meta.get("deletionTimestamp")),
         suspended=bool(spec.get("suspend")),
         created=parse_time(meta.get("creationTimestamp")),

@@ -13,6 +13,7 @@ Reason = Literal[
     "InsufficientGPUs",
     "NodesNotReadable",
     "AdmissionDisabled",
+    "AdmissionNotAllowed",
     "QueuedInKueue",
     "AdmittedByKueue",
     "EvictedByKueue",
@@ -20,6 +21,7 @@ Reason = Literal[
     "PodAnnotationsRejected",
     "Created",
     "WorkloadCreateFailed",
+    "NameTaken",
     "RanksStarting",
     "AllRanksRunning",
     "AllRanksReady",
@@ -41,6 +43,7 @@ NO_GPUS_REQUESTED: Reason = "NoGPUsRequested"
 INSUFFICIENT_GPUS: Reason = "InsufficientGPUs"
 NODES_NOT_READABLE: Reason = "NodesNotReadable"
 ADMISSION_DISABLED: Reason = "AdmissionDisabled"
+ADMISSION_NOT_ALLOWED: Reason = "AdmissionNotAllowed"
 QUEUED_IN_KUEUE: Reason = "QueuedInKueue"
 ADMITTED_BY_KUEUE: Reason = "AdmittedByKueue"
 EVICTED_BY_KUEUE: Reason = "EvictedByKueue"
@@ -50,6 +53,7 @@ POD_ANNOTATIONS_REJECTED: Reason = "PodAnnotationsRejected"
 # WorkloadCreated
 CREATED: Reason = "Created"
 WORKLOAD_CREATE_FAILED: Reason = "WorkloadCreateFailed"
+NAME_TAKEN: Reason = "NameTaken"
 # Starting (status.reason only), Running, Rendezvous
 RANKS_STARTING: Reason = "RanksStarting"
 ALL_RANKS_RUNNING: Reason = "AllRanksRunning"

@@ -35,7 +35,14 @@ NON_DEFAULT_VALUES = {
         "trainerImage": {"repository": "registry.example.com/ml/longctx-trainer", "tag": "0.1.0-cuda13"},
         "tcpxoDaemonImage": "registry.example.com/gcp/tcpgpudmarxd:v1.0.99",
     },
-    "operator": {"healthPort": 18080, "metricsPort": 18000, "readKueueWorkloads": True},
+    "operator": {
+        "healthPort": 18080,
+        "metricsPort": 18000,
+        "readKueueWorkloads": True,
+        "admissionModes": ["kueue"],
+        "forceAdmission": "kueue",
+        "defaultKueueQueue": "shared",
+    },
     "metrics": {
         "service": {"port": 18000},
         "serviceMonitor": {"labels": {"release": "kube-prometheus"}, "interval": "1m"},
@@ -180,6 +187,9 @@ def test_operator_config_carries_trainer_image_scope_and_ports(default_objects, 
     assert custom["readNodes"] is False and custom["watchNamespaces"] == ["ml-a", "ml-b"]
     assert custom["healthPort"] == 18080 and custom["metricsPort"] == 18000
     assert default["readKueueWorkloads"] is False and custom["readKueueWorkloads"] is True
+    assert default["admissionModes"] == ["builtin", "kueue", "none"] and custom["admissionModes"] == ["kueue"]
+    assert not {"forceAdmission", "defaultKueueQueue"} & default.keys()  # unset: the job's choice
+    assert (custom["forceAdmission"], custom["defaultKueueQueue"]) == ("kueue", "shared")
     container = operator_container(custom_objects)
     assert {port["containerPort"] for port in container["ports"]} == {18080, 18000}
 
@@ -203,6 +213,9 @@ def test_operator_reads_the_rendered_config_through_its_own_flags(request, tmp_p
     assert config.watch_namespaces == rendered["watchNamespaces"]
     assert config.read_nodes == rendered["readNodes"] and config.trainer_user == rendered["trainerUser"]
     assert config.read_kueue_workloads == rendered["readKueueWorkloads"]
+    assert config.admission_modes == rendered["admissionModes"]
+    assert config.force_admission == rendered.get("forceAdmission")
+    assert config.default_kueue_queue == rendered.get("defaultKueueQueue")
     assert (config.health_port, config.metrics_port) == (rendered["healthPort"], rendered["metricsPort"])
     if fixture == "custom_objects":
         assert config.tcpxo_daemon_image == "registry.example.com/gcp/tcpgpudmarxd:v1.0.99"
@@ -326,8 +339,21 @@ def test_chart_crd_is_the_generated_crd(default_objects):
         ({"watchNamespaces": ["Not_A_Namespace"]}, ["/watchNamespaces/0"]),
         ({"podSecurityContext": {"runAsNonRoot": False}}, ["/podSecurityContext/runAsNonRoot"]),
         ({"replicas": 2}, ["replicas"]),
+        ({"operator": {"admissionModes": ["sometimes"]}}, ["/operator/admissionModes/0"]),
+        ({"operator": {"forceAdmission": "skip"}}, ["/operator/forceAdmission"]),
     ],
-    ids=["scope", "removed-admission-default", "repository", "port", "interval", "namespace", "root", "unknown-key"],
+    ids=[
+        "scope",
+        "removed-admission-default",
+        "repository",
+        "port",
+        "interval",
+        "namespace",
+        "root",
+        "unknown-key",
+        "admission-mode",
+        "force-admission",
+    ],
 )
 def test_schema_rejects_bad_values_naming_the_field(helm, tmp_path, overrides, expected):
     result = run_helm(

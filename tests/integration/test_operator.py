@@ -188,6 +188,64 @@ def test_a_workload_the_api_server_refuses_is_reported_then_times_out(operator, 
     assert h.children(kubectl, "refused")["jobs"] == []
 
 
+def colleagues_job(workloads, name: str, labels: dict | None = None, **spec) -> dict:
+    """A plain batch Job someone else made in the namespace, on this module's nodes: no owner
+    reference to any LongContextJob."""
+    job = workloads.gpu_indexed_job(name, 1, annotations={"longctx.io/complete-after": "1s"})
+    job["metadata"]["labels"] = labels or {}
+    job["spec"] |= spec
+    job["spec"]["template"]["spec"]["nodeSelector"][h.POOL_LABEL] = POOL
+    return job
+
+
+def test_a_colleagues_job_named_like_a_generation_fails_the_job_and_is_never_deleted(
+    operator, kubectl, wait_until, workloads
+):
+    """The name of generation 1 is taken: the job fails at once with reason NameTaken; the
+    colleague's Job is neither deleted (not at the startup timeout, not by a next generation) nor
+    changed."""
+    kubectl.apply(colleagues_job(workloads, "squat-g1", suspend=True))
+    theirs = kubectl.json("get", "job", "squat-g1")["metadata"]["uid"]
+    kubectl.apply(
+        pool_job(
+            "squat", scheduling={"admission": "none", "startupTimeoutSeconds": 10}, restartPolicy={"maxRestarts": 1}
+        )
+    )
+    failed = h.wait_phase(kubectl, wait_until, "squat", "Failed", timeout=60)
+    status = failed["status"]
+    assert (status["reason"], status["restarts"]) == (reasons.NAME_TAKEN, 0)
+    assert "Job squat-g1 already exists and is not owned by LongContextJob squat" in status["message"]
+    assert h.conditions(failed)[cond.WORKLOAD_CREATED] == ("False", reasons.NAME_TAKEN)
+    assert ("Warning", reasons.NAME_TAKEN) in h.events(kubectl, "squat")
+    jobs = {j["metadata"]["name"]: j for j in kubectl.json("get", "jobs")["items"]}
+    assert set(jobs) == {"squat-g1"} and jobs["squat-g1"]["metadata"]["uid"] == theirs
+    assert not jobs["squat-g1"]["metadata"].get("deletionTimestamp")
+
+
+def test_a_completed_job_merely_labelled_with_the_jobs_name_is_not_taken_as_its_own(
+    operator, kubectl, wait_until, workloads
+):
+    """A colleague's completed Job named and labelled like generation 1 (longctx.io/job-name,
+    longctx.io/generation) but not owned by the job: it does not make the job Succeeded without
+    running; the job fails with NameTaken and the Job stays."""
+    labels = {"longctx.io/job-name": "mimic", "longctx.io/generation": "1"}
+    kubectl.apply(colleagues_job(workloads, "mimic-g1", labels))
+    wait_until(
+        lambda: any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in kubectl.json("get", "job", "mimic-g1")["status"].get("conditions", [])
+        ),
+        timeout=60,
+        what="the colleague's Job to complete",
+    )
+    theirs = kubectl.json("get", "job", "mimic-g1")["metadata"]["uid"]
+    kubectl.apply(pool_job("mimic", scheduling={"admission": "none"}))
+    failed = h.wait_phase(kubectl, wait_until, "mimic", "Failed", timeout=60)
+    assert failed["status"]["reason"] == reasons.NAME_TAKEN
+    assert "workers" not in failed["status"] and cond.SUCCEEDED not in h.conditions(failed)
+    assert kubectl.json("get", "job", "mimic-g1")["metadata"]["uid"] == theirs
+
+
 @pytest.fixture
 def gpu_pool(admin_kubectl, namespace):
     """Adds simulated GPU nodes of this test's own pool on request; removes them afterwards."""

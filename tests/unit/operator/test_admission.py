@@ -1,7 +1,22 @@
-"""Builtin gang admission against hand-counted nodes and pods."""
+"""operator/admission.py: builtin gang admission against hand-counted nodes and pods, its backoff,
+and the operator's admission policy (which modes jobs may use)."""
+
+import pytest
 
 from longctx_operator import reasons
-from longctx_operator.admission import GangRequest, admit_gang, free_gpus, node_matches, pod_gpus, tolerates
+from longctx_operator.admission import (
+    GangRequest,
+    admission_backoff,
+    admit_gang,
+    free_gpus,
+    node_matches,
+    pod_gpus,
+    pod_may_use,
+    scheduling_for,
+    tolerates,
+)
+from longctx_operator.api.spec import LongContextJobSpec
+from longctx_operator.config import OperatorConfig
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -83,14 +98,26 @@ def test_gang_does_not_fit_and_says_why():
     assert "2 available of 4 matching nodes" in verdict.message
 
 
+def waiting_pod(gpus=8, node_selector=None, tolerations=(GPU_TOLERATION,), affinity=None):
+    """A GPU pod the scheduler has not bound yet."""
+    spec = {
+        "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        "nodeSelector": dict(node_selector or {}),
+        "tolerations": list(tolerations),
+    }
+    if affinity:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": affinity}}
+    return {"spec": spec, "status": {"phase": "Pending"}}
+
+
+def terms(*expressions, fields=()):
+    return {"nodeSelectorTerms": [{"matchExpressions": list(expressions), "matchFields": list(fields)}]}
+
+
 def test_unscheduled_gpu_pods_and_reservations_take_nodes():
     nodes = [node(n) for n in "abcd"]
-    waiting = {
-        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-        "status": {"phase": "Pending"},
-    }
-    assert admit_gang(gang(3), nodes, [waiting]).fits
-    assert not admit_gang(gang(4), nodes, [waiting]).fits
+    assert admit_gang(gang(3), nodes, [waiting_pod()]).fits
+    assert not admit_gang(gang(4), nodes, [waiting_pod()]).fits
     assert not admit_gang(gang(3), nodes, [], reserved_nodes=2).fits
 
 
@@ -122,3 +149,83 @@ def test_reservations_shrink_as_pods_appear_and_lapse():
     assert held.held_by_others("b", count) == 0
     now[0] += 31  # b's lapses
     assert held.held_by_others("a", count) == 0
+
+
+def test_waiting_pods_that_cannot_use_the_gangs_nodes_take_none_of_them():
+    """Another tenant's gang that can never be scheduled (a pool no node has, a taint it does not
+    tolerate, an affinity no node meets, more GPUs than any node has free) holds no node of this one."""
+    nodes = [node(n) for n in "abcd"]
+    stuck = [
+        waiting_pod(node_selector={"pool": "nowhere"}),
+        waiting_pod(tolerations=()),
+        waiting_pod(affinity=terms({"key": "pool", "operator": "In", "values": ["nowhere"]})),
+        waiting_pod(gpus=16),
+    ] * 8
+    verdict = admit_gang(gang(4), nodes, stuck)
+    assert verdict.fits, verdict.message
+    assert not admit_gang(gang(4), nodes, [*stuck, waiting_pod(node_selector=H100)]).fits
+
+
+def test_pod_may_use_reads_node_selector_affinity_and_taints():
+    gpu_node = node("a", labels={**H100, "rank": "5"})
+    assert pod_may_use(waiting_pod(node_selector=H100), gpu_node)
+    assert not pod_may_use(waiting_pod(node_selector={"nvidia.com/gpu.product": "A100"}), gpu_node)
+    assert not pod_may_use(waiting_pod(tolerations=()), gpu_node)
+    matching = [
+        {"key": "rank", "operator": "In", "values": ["5", "6"]},
+        {"key": "zone", "operator": "NotIn", "values": ["x"]},
+        {"key": "rank", "operator": "Exists"},
+        {"key": "zone", "operator": "DoesNotExist"},
+        {"key": "rank", "operator": "Gt", "values": ["4"]},
+        {"key": "rank", "operator": "Lt", "values": ["6"]},
+    ]
+    for expression in matching:
+        assert pod_may_use(waiting_pod(affinity=terms(expression)), gpu_node), expression
+    absent = {"key": "rank", "operator": "DoesNotExist"}
+    assert not pod_may_use(waiting_pod(affinity=terms(*matching, absent)), gpu_node)  # a term ANDs them
+    assert not pod_may_use(waiting_pod(affinity=terms({"key": "rank", "operator": "Gt", "values": ["x"]})), gpu_node)
+    by_name = terms(fields=[{"key": "metadata.name", "operator": "In", "values": ["a"]}])
+    assert pod_may_use(waiting_pod(affinity=by_name), gpu_node)
+    assert not pod_may_use(waiting_pod(affinity=by_name), node("b"))
+    either = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}, {}]}
+    assert not pod_may_use(waiting_pod(affinity=either), gpu_node)  # an empty term matches nothing
+
+
+def test_a_refused_admission_backs_off_from_5_to_30_seconds():
+    assert [admission_backoff(n) for n in range(1, 6)] == [5, 10, 20, 30, 30]
+
+
+def job_spec(**scheduling) -> LongContextJobSpec:
+    return LongContextJobSpec.model_validate(
+        {"model": {"preset": "tiny"}, "sequenceLength": 4096, "scheduling": scheduling}
+    )
+
+
+def test_the_operator_may_allow_only_some_admission_modes():
+    config = OperatorConfig(admission_modes=["builtin", "kueue"])
+    spec, error = scheduling_for(job_spec(admission="none"), config)
+    assert error == (
+        "scheduling.admission none is not allowed by this operator's configuration (admissionModes: builtin, kueue)"
+    )
+    assert scheduling_for(job_spec(admission="builtin"), config) == (job_spec(admission="builtin"), None)
+    assert scheduling_for(job_spec(admission="none"), OperatorConfig())[1] is None
+
+
+def test_the_operator_may_force_kueue_with_a_default_queue():
+    forced = OperatorConfig(force_admission="kueue", default_kueue_queue="team-queue")
+    spec, error = scheduling_for(job_spec(admission="none"), forced)
+    assert error is None and (spec.scheduling.admission, spec.scheduling.queue_name) == ("kueue", "team-queue")
+    own = scheduling_for(job_spec(admission="kueue", queueName="mine"), forced)[0]
+    assert own.scheduling.queue_name == "mine"
+    spec, error = scheduling_for(job_spec(admission="builtin"), OperatorConfig(force_admission="kueue"))
+    assert "scheduling.queueName" in error and "defaultKueueQueue" in error
+    builtin = scheduling_for(job_spec(admission="kueue", queueName="q"), OperatorConfig(force_admission="builtin"))[0]
+    assert builtin.scheduling.admission == "builtin"
+
+
+@pytest.mark.parametrize("bad", [{"admissionModes": []}, {"forceAdmission": "sometimes"}, {"defaultKueueQueue": "a b"}])
+def test_admission_settings_are_checked(bad):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=next(iter(bad))):
+        OperatorConfig.model_validate(bad)

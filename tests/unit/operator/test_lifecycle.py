@@ -19,6 +19,7 @@ from longctx_operator.lifecycle import (
 from longctx_operator.observe import MISSING, KueueVerdict, RankFailure, WorkloadObservation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+UID = "job-g1-uid"
 FITS = Admission(True, reasons.GANG_FITS, "2 of 4 free nodes")
 NO_FIT = Admission(False, reasons.INSUFFICIENT_GPUS, "the gang needs 2 nodes; 1 available")
 
@@ -39,7 +40,7 @@ def spec(**over) -> LongContextJobSpec:
 
 
 def running(total=2, ready=2, created=T0):
-    return WorkloadObservation(exists=True, created=created, total=total, running=total, ready=ready)
+    return WorkloadObservation(exists=True, uid=UID, created=created, total=total, running=total, ready=ready)
 
 
 def step(s, status, observed=MISSING, now=T0, admission=FITS, spec_generation=1):
@@ -128,14 +129,14 @@ def test_planner_rejection_fails_the_job():
 def test_admitted_to_running_to_succeeded():
     s = spec()
     admitted, _ = step(s, LongContextJobStatus())
-    starting, _ = step(s, admitted.status, WorkloadObservation(exists=True, created=T0, total=2, running=1))
+    starting, _ = step(s, admitted.status, WorkloadObservation(exists=True, uid=UID, created=T0, total=2, running=1))
     assert starting.status.phase == "Starting" and starting.actions == ()
     run, _ = step(s, starting.status, running(ready=1), now=T0 + timedelta(seconds=2))
     assert run.status.phase == "Running" and cond.RENDEZVOUS not in conditions(run.status)
     ready, _ = step(s, run.status, running(), now=T0 + timedelta(seconds=3))
     assert conditions(ready.status)[cond.RENDEZVOUS] == ("True", reasons.ALL_RANKS_READY)
     assert ready.status.workers.ready == 2 and ready.status.start_time == "2026-01-01T00:00:02Z"
-    done, _ = step(s, ready.status, WorkloadObservation(exists=True, total=2, succeeded=2, complete=True))
+    done, _ = step(s, ready.status, WorkloadObservation(exists=True, uid=UID, total=2, succeeded=2, complete=True))
     assert done.status.phase == "Succeeded" and done.actions == ()
     assert conditions(done.status)[cond.SUCCEEDED] == ("True", reasons.COMPLETED)
     assert conditions(done.status)[cond.RUNNING] == ("False", reasons.COMPLETED)
@@ -160,6 +161,7 @@ def test_lost_create_is_repeated_for_the_same_generation():
 def failed_rank():
     return WorkloadObservation(
         exists=True,
+        uid=UID,
         created=T0,
         total=2,
         running=1,
@@ -173,13 +175,16 @@ def test_failed_rank_restarts_the_gang_after_backoff():
     admitted, _ = step(s, LongContextJobStatus())
     run, _ = step(s, admitted.status, running())
     failed, _ = step(s, run.status, failed_rank(), now=T0 + timedelta(seconds=5))
-    assert failed.actions == (DeleteWorkload(1),)
+    assert failed.actions == (DeleteWorkload(1, UID),)
     assert (failed.status.phase, failed.status.restarts, failed.status.current_workload) == ("Restarting", 1, None)
     assert conditions(failed.status)[cond.RESTARTING][0] == "True"
     assert "rank 1" in failed.status.message and "exit code 7" in failed.status.message
     assert failed.requeue_after == 10
     deleting, _ = step(
-        s, failed.status, WorkloadObservation(exists=True, deleting=True, total=2), now=T0 + timedelta(seconds=6)
+        s,
+        failed.status,
+        WorkloadObservation(exists=True, uid=UID, deleting=True, total=2),
+        now=T0 + timedelta(seconds=6),
     )
     assert deleting.actions == () and deleting.status.phase == "Restarting"
     waiting, asked = step(s, deleting.status, MISSING, now=T0 + timedelta(seconds=9))
@@ -198,7 +203,7 @@ def test_failing_every_time_fails_after_max_restarts():
     status = step(s, status, failed_rank())[0].status
     status = step(s, status, MISSING, now=T0 + timedelta(seconds=20))[0].status
     final, _ = step(s, status, failed_rank(), now=T0 + timedelta(seconds=25))
-    assert final.actions == (DeleteWorkload(2),)
+    assert final.actions == (DeleteWorkload(2, UID),)
     assert (final.status.phase, final.status.reason, final.status.restarts) == ("Failed", reasons.RANK_FAILED, 1)
     assert "rank 1 (pod job-g1-1-x) failed: container trainer terminated: Error, exit code 7" in final.status.message
     assert "maxRestarts is 1" in final.status.message
@@ -208,11 +213,11 @@ def test_failing_every_time_fails_after_max_restarts():
 def test_startup_timeout_counts_as_a_failure():
     s = spec()
     admitted, _ = step(s, LongContextJobStatus())
-    pending = WorkloadObservation(exists=True, created=T0, total=2, running=1)
+    pending = WorkloadObservation(exists=True, uid=UID, created=T0, total=2, running=1)
     waiting, _ = step(s, admitted.status, pending, now=T0 + timedelta(seconds=50))
     assert waiting.actions == () and waiting.requeue_after == pytest.approx(10.5)
     late, _ = step(s, waiting.status, pending, now=T0 + timedelta(seconds=61))
-    assert late.actions == (DeleteWorkload(1),)
+    assert late.actions == (DeleteWorkload(1, UID),)
     assert (late.status.phase, late.status.reason) == ("Restarting", reasons.STARTUP_TIMEOUT)
     assert "1 of 2 ranks Running after 60s" in late.status.message
 
@@ -249,7 +254,7 @@ def test_a_workload_refused_past_the_startup_timeout_restarts_then_fails():
     status = step(s, LongContextJobStatus())[0].status
     status = step(s, status, refused(), now=T0 + timedelta(seconds=1))[0].status
     late, _ = step(s, status, refused(), now=T0 + timedelta(seconds=62))
-    assert late.actions == (DeleteWorkload(1),)
+    assert late.actions == ()  # its Job was never created: no object of that name is this job's to delete
     assert (late.status.phase, late.status.reason, late.status.restarts) == ("Restarting", reasons.STARTUP_TIMEOUT, 1)
     assert "not created within 60s" in late.status.message and "count/jobs.batch" in late.status.message
     # The next generation gets a whole startup timeout of its own before giving up.
@@ -283,7 +288,7 @@ def test_suspend_deletes_and_resume_creates_the_next_generation():
     admitted, _ = step(s, LongContextJobStatus())
     run, _ = step(s, admitted.status, running())
     suspended, _ = step(spec(suspend=True), run.status, running(), spec_generation=2)
-    assert suspended.actions == (DeleteWorkload(1),)
+    assert suspended.actions == (DeleteWorkload(1, UID),)
     assert suspended.status.phase == "Suspended" and suspended.status.current_workload is None
     assert conditions(suspended.status)[cond.RUNNING] == ("False", reasons.SUSPENDED)
     still, _ = step(spec(suspend=True), suspended.status, MISSING, spec_generation=2)
@@ -301,7 +306,7 @@ def test_kueue_creates_suspended_and_waits_for_kueue():
         "Pending",
         ("False", reasons.QUEUED_IN_KUEUE),
     )
-    held = WorkloadObservation(exists=True, suspended=True, created=T0, total=2)
+    held = WorkloadObservation(exists=True, uid=UID, suspended=True, created=T0, total=2)
     waiting, _ = step(s, queued.status, held, now=T0 + timedelta(hours=1))
     assert waiting.actions == () and waiting.status.phase == "Pending"
     unsuspended, _ = step(s, waiting.status, running(), now=T0 + timedelta(hours=1, seconds=1))
@@ -316,7 +321,7 @@ def test_kueue_taking_a_running_job_back_stops_the_gang_and_queues_the_next_gene
     queued, _ = step(s, LongContextJobStatus())
     run, _ = step(s, queued.status, running(), now=T0 + timedelta(seconds=1))
     assert run.status.phase == "Running"
-    preempted = WorkloadObservation(exists=True, suspended=True, created=T0, total=2)
+    preempted = WorkloadObservation(exists=True, uid=UID, suspended=True, created=T0, total=2)
     evicted, _ = step(s, run.status, preempted, now=T0 + timedelta(minutes=5))
     assert [type(a).__name__ for a in evicted.actions] == ["DeleteWorkload"]
     assert evicted.actions[0].generation == 1
@@ -335,7 +340,7 @@ def test_a_queued_job_shows_kueues_own_reason_for_not_admitting_it():
     s = spec(scheduling={"admission": "kueue", "queueName": "team-a"})
     queued, _ = step(s, LongContextJobStatus())
     quota = KueueVerdict(False, "Pending", "couldn't assign flavors to pod set main: insufficient unused quota")
-    held = WorkloadObservation(exists=True, suspended=True, created=T0, total=2, kueue=quota)
+    held = WorkloadObservation(exists=True, uid=UID, suspended=True, created=T0, total=2, kueue=quota)
     waiting, _ = step(s, queued.status, held, now=T0 + timedelta(seconds=5))
     assert waiting.actions == () and waiting.status.phase == "Pending"
     assert conditions(waiting.status)[cond.ADMITTED] == ("False", reasons.QUEUED_IN_KUEUE)
@@ -350,11 +355,46 @@ def test_an_eviction_names_kueues_reason_and_counts_no_restart():
     queued, _ = step(s, LongContextJobStatus())
     run, _ = step(s, queued.status, running(), now=T0 + timedelta(seconds=1))
     why = KueueVerdict(True, "PodsReadyTimeout", "Exceeded the PodsReady timeout default/job-g1")
-    taken = WorkloadObservation(exists=True, suspended=True, created=T0, total=2, kueue=why)
+    taken = WorkloadObservation(exists=True, uid=UID, suspended=True, created=T0, total=2, kueue=why)
     evicted, _ = step(s, run.status, taken, now=T0 + timedelta(minutes=1))
     assert evicted.status.reason == reasons.EVICTED_BY_KUEUE and evicted.status.restarts == 0
     assert "evicted it: PodsReadyTimeout: Exceeded the PodsReady timeout" in evicted.status.message
     assert [type(a).__name__ for a in evicted.actions] == ["DeleteWorkload"]
+
+
+TAKEN = "creating the workload failed: Job job-g1 already exists and is not owned by LongContextJob job"
+
+
+def test_a_name_owned_by_someone_else_fails_the_job_and_deletes_nothing():
+    """A colleague's Job is named like this job's generation: the refused create fails the job at
+    once with its own reason; nothing is deleted, now or after the startup timeout, and no next
+    generation takes another name."""
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    taken = WorkloadObservation(exists=False, create_error=TAKEN, name_taken=True)
+    failed, _ = step(s, admitted.status, taken, now=T0 + timedelta(seconds=1))
+    assert failed.actions == ()
+    assert (failed.status.phase, failed.status.reason, failed.status.message) == ("Failed", reasons.NAME_TAKEN, TAKEN)
+    assert failed.status.current_workload is None and failed.status.restarts == 0
+    assert conditions(failed.status)[cond.WORKLOAD_CREATED] == ("False", reasons.NAME_TAKEN)
+    assert conditions(failed.status)[cond.FAILED] == ("True", reasons.NAME_TAKEN)
+    assert [(e.type, e.reason) for e in failed.events] == [("Warning", reasons.NAME_TAKEN)]
+    later, _ = step(s, failed.status, taken, now=T0 + timedelta(seconds=600))
+    assert later.actions == () and later.status == failed.status
+
+
+def test_an_admission_mode_the_operator_refuses_holds_the_job_with_its_reason():
+    why = "scheduling.admission none is not allowed by this operator's configuration (admissionModes: kueue)"
+    d = decide("job", spec(), 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, None, why)
+    assert d.actions == () and (d.status.phase, d.status.reason, d.status.message) == (
+        "Pending",
+        reasons.ADMISSION_NOT_ALLOWED,
+        why,
+    )
+    assert conditions(d.status)[cond.ADMITTED] == ("False", reasons.ADMISSION_NOT_ALLOWED)
+    assert ("Warning", reasons.ADMISSION_NOT_ALLOWED) in [(e.type, e.reason) for e in d.events]
+    allowed = decide("job", spec(), 2, d.status, MISSING, T0, lambda: FITS)
+    assert allowed.status.phase == "Admitted" and allowed.actions[0].generation == 1
 
 
 def test_admission_none_creates_at_once():

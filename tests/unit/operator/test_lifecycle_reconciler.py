@@ -4,7 +4,6 @@ import asyncio
 
 from longctx_operator import reasons
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
-from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
 from longctx_operator.reconciler import add_pod_annotations, status_patch
 from longctx_operator.workqueue import WorkQueue
@@ -49,59 +48,6 @@ def test_allowed_pod_annotations_join_the_fabric_annotations_which_win():
     }
 
 
-def test_cache_keeps_the_newest_copy_of_a_job():
-    cache = Cache()
-    newer = {"metadata": {"namespace": "n", "name": "j", "resourceVersion": "20"}, "status": {"phase": "Running"}}
-    older = {"metadata": {"namespace": "n", "name": "j", "resourceVersion": "19"}, "status": {"phase": "Admitted"}}
-    cache.put_job(newer, deleted=False)
-    cache.put_job(older, deleted=False)
-    assert cache.jobs_of[("n", "j")]["status"]["phase"] == "Running"
-    cache.put_job(older, deleted=True)
-    assert ("n", "j") not in cache.jobs_of
-
-
-def test_cache_files_kueues_workload_under_its_job_and_keeps_a_newer_one():
-    cache = Cache()
-    job = {"metadata": {"namespace": "n", "name": "j-g1", "labels": {"longctx.io/job-name": "j"}}}
-    cache.put_workload(job, deleted=False)
-
-    def kueue(name, reason):
-        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j-g1", "uid": "u"}
-        conditions = [{"type": "QuotaReserved", "status": "False", "reason": reason}]
-        return {
-            "metadata": {"namespace": "n", "name": name, "ownerReferences": [owner]},
-            "status": {"conditions": conditions},
-        }
-
-    assert cache.put_kueue_workload(kueue("job-j-g1-old", "Pending"), deleted=False) == ("n", "j")
-    assert cache.put_kueue_workload(kueue("job-j-g1-new", "Inadmissible"), deleted=False) == ("n", "j")
-    cache.put_kueue_workload(kueue("job-j-g1-old", "Pending"), deleted=True)  # a late delete of the old one
-    assert cache.kueue_workloads[("n", "j-g1")]["status"]["conditions"][0]["reason"] == "Inadmissible"
-    cache.put_kueue_workload(kueue("job-j-g1-new", "Inadmissible"), deleted=True)
-    assert ("n", "j-g1") not in cache.kueue_workloads
-    unowned = {"metadata": {"namespace": "n", "name": "w", "ownerReferences": []}, "status": {}}
-    assert cache.put_kueue_workload(unowned, deleted=False) is None and len(cache.kueue_workloads) == 0
-
-
-def test_cache_finds_the_pods_of_one_generation():
-    cache = Cache()
-    for gen, name in ((1, "a"), (2, "b")):
-        owner = cache.put_pod(
-            {
-                "metadata": {
-                    "namespace": "n",
-                    "name": name,
-                    "labels": {"longctx.io/job-name": "j", "longctx.io/generation": str(gen)},
-                },
-                "spec": {},
-                "status": {},
-            },
-            deleted=False,
-        )
-        assert owner == ("n", "j")
-    assert [p["metadata"]["name"] for p in cache.generation_pods(("n", "j"), 2)] == ["b"]
-
-
 def test_nodes_are_watched_only_when_the_configuration_can_read_them():
     from longctx_operator.handlers import make_registry
 
@@ -123,18 +69,9 @@ def test_the_explicit_registry_logs_in_with_the_kubernetes_client():
 
 
 def test_builtin_admission_without_node_access_says_so():
-    from longctx_operator.api.spec import LongContextJob
     from longctx_operator.reconciler import Reconciler
 
-    job = LongContextJob.model_validate(
-        {
-            "apiVersion": "longctx.io/v1alpha1",
-            "kind": "LongContextJob",
-            "metadata": {"name": "j", "namespace": "n"},
-            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}},
-        }
-    )
-    verdict = Reconciler(kube=None, config=OperatorConfig(read_nodes=False))._admission(("n", "j"), job)
+    verdict = Reconciler(kube=None, config=OperatorConfig(read_nodes=False))._admission(("n", "j"))
     assert not verdict.fits and verdict.reason == reasons.NODES_NOT_READABLE and "kueue or none" in verdict.message
 
 
@@ -161,7 +98,7 @@ def test_failing_reconciliations_back_off_exponentially_to_a_minute():
 def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
     """Gang A (2 nodes) was just admitted and one of its pods exists, unscheduled: A takes 2 of the
     4 free nodes (1 waiting pod + 1 pod not seen yet), so a 2-node gang B still fits."""
-    from longctx_operator.api.spec import LongContextJob
+    from longctx_operator.api.spec import LongContextJobSpec
     from longctx_operator.reconciler import Reconciler
 
     def node(name):
@@ -172,14 +109,20 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
         }
 
     reconciler = Reconciler(kube=None, config=OperatorConfig())
+    cache = reconciler.cache
     for name in "abcd":
-        reconciler.cache.put_node(node(name), deleted=False)
-    reconciler.cache.put_pod(
+        cache.put_node(node(name), deleted=False)
+    cache.put_job({"metadata": {"namespace": "n", "name": "a", "uid": "a-uid"}}, deleted=False)
+    owner = {"kind": "LongContextJob", "name": "a", "uid": "a-uid", "controller": True}
+    cache.put_workload(
+        {"metadata": {"namespace": "n", "name": "a-g1", "uid": "a-g1-uid", "ownerReferences": [owner]}}, False
+    )
+    cache.put_pod(
         {
             "metadata": {
                 "namespace": "n",
                 "name": "a-g1-0",
-                "labels": {"longctx.io/job-name": "a", "longctx.io/generation": "1"},
+                "ownerReferences": [{"kind": "Job", "name": "a-g1", "uid": "a-g1-uid", "controller": True}],
             },
             "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
             "status": {"phase": "Pending"},
@@ -188,19 +131,17 @@ def test_a_reserved_gang_counts_each_node_once_while_its_pods_appear():
     )
     reconciler.reservations.reserve(("n", "a"), nodes=2, generation=1)
 
-    def job(name, nodes):
-        return LongContextJob.model_validate(
-            {
-                "apiVersion": "longctx.io/v1alpha1",
-                "kind": "LongContextJob",
-                "metadata": {"name": name, "namespace": "n"},
-                "spec": {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": nodes}},
-            }
+    def verdict(nodes):
+        spec = LongContextJobSpec.model_validate(
+            {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": nodes}}
         )
+        reconciler.jobs.pop(("n", "b"), None)
+        asyncio.run(reconciler._count_admission(("n", "b"), spec))
+        return reconciler.jobs[("n", "b")].admission
 
-    assert reconciler._admission(("n", "b"), job("b", 2)).fits
-    verdict = reconciler._admission(("n", "b"), job("b", 3))
-    assert not verdict.fits and "2 available of 4 matching nodes" in verdict.message
+    assert verdict(2).fits
+    refused = verdict(3)
+    assert not refused.fits and "2 available of 4 matching nodes" in refused.message
 
 
 def test_a_failing_job_waits_for_its_backoff_unless_its_spec_changes():

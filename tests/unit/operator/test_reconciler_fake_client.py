@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.config import OperatorConfig
-from longctx_operator.kube import NotOwned
+from longctx_operator.kube import NotOwned, owner_reference
 from longctx_operator.reconciler import Reconciler
 
 KEY = ("team", "fake")
@@ -38,12 +38,14 @@ class FakeKube:
         if kind in self.refuse:
             raise self.refuse[kind]
         assert obj["metadata"]["namespace"] == owner["metadata"]["namespace"]
+        obj["metadata"] |= {"uid": f"uid-{name}", "ownerReferences": [owner_reference(owner)]}
         self.objects[(kind, owner["metadata"]["namespace"], name)] = copy.deepcopy(obj)
         return True
 
-    def delete_job(self, namespace: str, name: str) -> None:
-        self.calls.append(("delete", "Job", name))
-        self.objects.pop(("Job", namespace, name), None)
+    def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete", "Job", name, uid))
+        if self.objects.get(("Job", namespace, name), {}).get("metadata", {}).get("uid") == uid:
+            del self.objects[("Job", namespace, name)]
 
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         self.calls.append(("patch-status", namespace, name))
@@ -61,7 +63,7 @@ class FakeKube:
         self.events.append((type_, reason, message))
 
 
-def job_object(annotations: dict | None = None) -> dict:
+def job_object(annotations: dict | None = None, scheduling: dict | None = None) -> dict:
     return {
         "apiVersion": "longctx.io/v1alpha1",
         "kind": "LongContextJob",
@@ -76,7 +78,7 @@ def job_object(annotations: dict | None = None) -> dict:
             "model": {"preset": "tiny"},
             "sequenceLength": 4096,
             "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-            "scheduling": {"admission": "none"},
+            "scheduling": scheduling or {"admission": "none"},
         },
     }
 
@@ -91,6 +93,9 @@ def pod(index: int, phase: str = "Running", ready: bool = True) -> dict:
                 "longctx.io/generation": "1",
                 "batch.kubernetes.io/job-completion-index": str(index),
             },
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "fake-g1", "uid": "uid-fake-g1", "controller": True}
+            ],
         },
         "spec": {"nodeName": f"node-{index}"},
         "status": {
@@ -110,8 +115,8 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-def make(annotations=None, config: OperatorConfig | None = None) -> tuple[Reconciler, FakeKube]:
-    kube = FakeKube(job_object(annotations))
+def make(annotations=None, config: OperatorConfig | None = None, scheduling=None) -> tuple[Reconciler, FakeKube]:
+    kube = FakeKube(job_object(annotations, scheduling))
     reconciler = Reconciler(kube, config or OperatorConfig())
     reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
     return reconciler, kube
@@ -188,18 +193,102 @@ def test_a_refused_create_is_reported_in_the_status_and_retried():
     assert ("Warning", reasons.WORKLOAD_CREATE_FAILED) in [(t, r) for t, r, _ in kube.events]
 
 
-def test_a_name_owned_by_someone_else_is_never_taken():
+def test_a_name_owned_by_someone_else_fails_the_job_and_nothing_is_deleted():
     reconciler, kube = make()
-    kube.refuse["ConfigMap"] = NotOwned("configmap team/fake-trainer exists and is not owned by this job")
+    kube.refuse["Job"] = NotOwned("Job fake-g1 already exists and is not owned by LongContextJob fake")
+
+    async def go():
+        with pytest.raises(NotOwned):
+            await reconciler.reconcile(KEY)
+        await reconciler.reconcile(KEY)  # the refusal is for good: the job fails
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert (kube.job["status"]["phase"], kube.job["status"]["reason"]) == ("Failed", reasons.NAME_TAKEN)
+    assert "not owned by LongContextJob fake" in kube.job["status"]["message"]
+    assert [c for c in kube.calls if c[0] == "delete"] == []
+    assert [c for c in kube.calls if c[:2] == ("create", "Job")] == [("create", "Job", "fake-g1")]
+
+
+def test_a_leftover_of_an_earlier_job_of_the_same_name_is_waited_for():
+    """The garbage collector is still removing the Job of a deleted LongContextJob of this name:
+    the create is retried (as any refusal), not failed."""
+    reconciler, kube = make()
+    kube.refuse["Job"] = NotOwned("Job fake-g1 already exists and is not owned by LongContextJob fake", transient=True)
 
     async def go():
         for _ in range(2):
             with pytest.raises(NotOwned):
                 await reconciler.reconcile(KEY)
+        del kube.refuse["Job"]
+        await reconciler.reconcile(KEY)
         await settle(reconciler)
 
     run(go())
-    assert "not owned by this job" in kube.job["status"]["message"]
+    assert kube.job["status"]["reason"] == reasons.WORKLOAD_CREATE_FAILED and kube.job["status"]["phase"] == "Admitted"
+    assert ("Job", "team", "fake-g1") in kube.objects
+
+
+def test_a_gang_restart_deletes_only_the_job_it_created():
+    """Rank 1 fails: the restart deletes generation 1's Job by name and with its uid as a
+    precondition (the API server refuses the delete of any other Job of that name)."""
+    reconciler, kube = make()
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        reconciler.pod_event(pod(0), deleted=False)
+        reconciler.pod_event(pod(1, phase="Failed", ready=False), deleted=False)
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert kube.job["status"]["phase"] == "Restarting"
+    assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "Job", "fake-g1", "uid-fake-g1")]
+
+
+def test_builtin_admission_is_counted_off_the_event_loop_and_a_refusal_stands_its_backoff(monkeypatch):
+    """No GPU nodes: the gang is refused. It was counted once, in the admission thread (it reads
+    every node and pod), and neither the next reconciliation nor freed GPUs count it again until
+    its backoff has passed."""
+    from longctx_operator import reconciler as module
+
+    on_loop_thread = []
+    count = module.admit_gang
+
+    def recorded(*args):
+        on_loop_thread.append(threading.current_thread() is threading.main_thread())
+        return count(*args)
+
+    monkeypatch.setattr(module, "admit_gang", recorded)
+    reconciler, kube = make(scheduling={"admission": "builtin"})
+
+    async def go():
+        first = await reconciler.reconcile(KEY)
+        await reconciler.reconcile(KEY)
+        reconciler.queue._dirty.clear()
+        reconciler.wake_pending()
+        await settle(reconciler)
+        return first
+
+    requeue = run(go())
+    assert on_loop_thread == [False]
+    assert (kube.job["status"]["phase"], kube.job["status"]["reason"]) == ("Pending", reasons.INSUFFICIENT_GPUS)
+    assert 4 < requeue <= 5 and reconciler.queue._dirty == set()
+
+
+def test_forced_kueue_admission_creates_the_job_suspended_in_the_default_queue():
+    reconciler, kube = make(config=OperatorConfig(force_admission="kueue", default_kueue_queue="shared"))
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    job = kube.objects[("Job", "team", "fake-g1")]
+    assert job["spec"]["suspend"] and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "shared"
+    assert (kube.job["status"]["phase"], kube.job["status"]["reason"]) == ("Pending", reasons.QUEUED_IN_KUEUE)
 
 
 def test_pod_annotations_outside_the_allow_list_create_nothing():
