@@ -4,16 +4,15 @@ The operator reads rank 0 over plain http at its pod IP, or at a URL the job's
 longctx.io/metrics-url annotation names, only under a prefix the admin allows
 (OperatorConfig.metricsUrlPrefixes). Whatever serves it is the job author's: the read has a hard
 deadline and a size cap (scrape.py), the text is read by a bounded linear scanner off the event
-loop (exposition.py), non-finite values never reach the status, and each job is read by its
-own task, so one slow or hostile endpoint delays only its own job's progress. What a body holds
-never reaches a log.
+loop (exposition.py), every value is checked for size and sign before it reaches the status, and
+each job is read by its own task, so one slow or hostile endpoint delays only its own job's
+progress. What a body holds never reaches a log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,34 +30,42 @@ from .scrape import Response, fetch_metrics
 
 log = logging.getLogger("longctx.operator")
 
+MAX_TOKENS_PER_SECOND = 1e12
+"""Beyond any cluster's throughput: a larger value is not shown."""
+MAX_ABS_LOSS = 1e6
+MAX_ETA_SECONDS = 10 * 365 * 86400.0
+"""A longer estimate is not shown (and could not be a date)."""
+MAX_PERCENT_RUNNING = 99.9
+"""A Running job is not done, whatever its trainer reports: the phase says when it is."""
 BACKOFF_MAX_SECONDS = 60.0
 """Reads of an endpoint that keeps failing slow down to one a minute (or one an interval if longer)."""
 FOLLOW_CHECK_SECONDS = 1.0
 """How often the poller looks for Running jobs without a reading task (a walk over the cache)."""
 
 
-def _number(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
+def _within(value: float | None, low: float, high: float) -> float | None:
+    return value if value is not None and low <= value <= high else None  # NaN and infinities fail
 
 
-def _integer(value: float | None) -> int | None:
-    value = _number(value)
-    return int(value) if value is not None and abs(value) < 2**63 else None
+def _count(value: float | None) -> int | None:
+    value = _within(value, 0, 2.0**62)
+    return int(value) if value is not None else None
 
 
 def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
     """The progress in rank 0's exposition `body`, or None when it has no training metrics yet
-    (before the first step); non-finite values are dropped (the exporter runs the job author's
-    image). Raises MetricsUnreadable for a malformed sample of a progress metric."""
+    (before the first step). Values the exporter (the job author's image) could not mean are
+    dropped: non-finite ones, a negative step, MFU outside 0..1, tokens/s or loss beyond any real
+    run. Raises MetricsUnreadable for a malformed sample of a progress metric."""
     v = rank0_values(body)
     if not any(name in v for name in (STEP, TOKENS_PER_SECOND, LOSS)):
         return None
     return ProgressStatus(
-        step=_integer(v.get(STEP)),
-        tokens_per_second=_number(v.get(TOKENS_PER_SECOND)),
-        mfu=_number(v.get(MFU)),
-        loss=_number(v.get(LOSS)),
-        last_checkpoint_step=_integer(v.get(LAST_CHECKPOINT)),
+        step=_count(v.get(STEP)),
+        tokens_per_second=_within(v.get(TOKENS_PER_SECOND), 0.0, MAX_TOKENS_PER_SECOND),
+        mfu=_within(v.get(MFU), 0.0, 1.0),
+        loss=_within(v.get(LOSS), -MAX_ABS_LOSS, MAX_ABS_LOSS),
+        last_checkpoint_step=_count(v.get(LAST_CHECKPOINT)),
         updated_at=updated_at,
     )
 
@@ -111,21 +118,34 @@ class Completion:
 def completion(
     reads: list[tuple[float, int]], total_steps: int, window_seconds: float = RATE_WINDOW_SECONDS
 ) -> Completion:
-    """Percent done and seconds left from (time, step) reads of rank 0, oldest first. The rate is
-    taken over the reads of the last `window_seconds` after the last restart (a step lower than
-    the one before: the gang resumed from a checkpoint); no estimate until the step has moved."""
+    """Percent done and seconds left of a Running job from (time, step) reads of rank 0, oldest
+    first. The rate is taken over the reads of the last `window_seconds` after the last restart (a
+    step lower than the one before: the gang resumed from a checkpoint); no estimate until the step
+    has moved, once the step has reached `total_steps` (the job is still running: its phase says
+    when it is done), or when it is more than MAX_ETA_SECONDS away. The percent is at most
+    MAX_PERCENT_RUNNING."""
     if not reads or total_steps <= 0:
         return Completion(None, None)
     now, step = reads[-1]
-    percent = round(min(100.0, 100.0 * step / total_steps), 1)
+    percent = round(max(0.0, min(MAX_PERCENT_RUNNING, 100.0 * step / total_steps)), 1)
     since_restart = reads[max((i for i in range(1, len(reads)) if reads[i][1] < reads[i - 1][1]), default=0) :]
     recent = [(t, s) for t, s in since_restart if t >= now - window_seconds]
     (t0, s0) = recent[0]
-    if step >= total_steps:
-        return Completion(percent, 0.0)
-    if step <= s0 or now <= t0:
+    if step >= total_steps or step <= s0 or now <= t0:
         return Completion(percent, None)
-    return Completion(percent, (total_steps - step) * (now - t0) / (step - s0))
+    eta = (total_steps - step) * (now - t0) / (step - s0)
+    return Completion(percent, eta if eta <= MAX_ETA_SECONDS else None)
+
+
+def within_steps(progress: ProgressStatus, total_steps: int) -> ProgressStatus:
+    """`progress` with its step and last checkpoint step at most `total_steps` (spec.steps)."""
+    return progress.model_copy(
+        update={
+            name: min(value, total_steps)
+            for name in ("step", "last_checkpoint_step")
+            if (value := getattr(progress, name)) is not None
+        }
+    )
 
 
 def duration_text(seconds: float) -> str:
@@ -164,6 +184,7 @@ class ProgressPoller:
 
     def _with_completion(self, key, obj: dict, progress: ProgressStatus) -> ProgressStatus:
         total = (obj.get("spec") or {}).get("steps") or LongContextJobSpec.model_fields["steps"].default
+        progress = within_steps(progress, total)
         if progress.step is None:
             return progress
         now = time.monotonic()

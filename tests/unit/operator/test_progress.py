@@ -78,6 +78,26 @@ def test_non_finite_and_huge_values_never_reach_the_status():
     assert (p.step, p.loss, p.tokens_per_second, p.mfu) == (None, None, None, 0.5)
 
 
+@pytest.mark.parametrize(
+    "sample, field",
+    [
+        (b"longctx_train_step -5", "step"),
+        (b"longctx_train_last_checkpoint_step -1", "last_checkpoint_step"),
+        (b'longctx_train_mfu_ratio{convention="causal"} 1e300', "mfu"),
+        (b'longctx_train_mfu_ratio{convention="causal"} -0.1', "mfu"),
+        (b'longctx_train_mfu_ratio{convention="causal"} 1.5', "mfu"),
+        (b"longctx_train_tokens_per_second -3", "tokens_per_second"),
+        (b"longctx_train_tokens_per_second 1e200", "tokens_per_second"),
+        (b"longctx_train_loss 1e300", "loss"),
+        (b"longctx_train_loss -1e300", "loss"),
+    ],
+)
+def test_values_no_trainer_could_mean_are_dropped(sample, field):
+    """Defect 11 of issue #26: a negative step or an MFU of 1e300 reached status.progress."""
+    p = parse_progress(b"longctx_train_loss 2.5\n" + sample + b"\n", "t")
+    assert getattr(p, field) is None
+
+
 def test_mfu_is_the_causal_convention_against_the_bf16_peak():
     text = (
         b'longctx_train_step 3\nlongctx_train_mfu_ratio{convention="causal",peak="fp8"} 0.2\n'
@@ -407,13 +427,34 @@ def test_completion_after_a_restart_counts_from_the_resumed_step():
     assert done.eta_seconds == pytest.approx((100 - 24) / 0.2)  # 4 steps in 20 s since step 20
 
 
-def test_completion_without_movement_or_at_the_end():
+def test_completion_without_movement():
     from longctx_operator.progress import completion
 
     assert completion([(0.0, 7)], 100).eta_seconds is None
     assert completion([(0.0, 7), (10.0, 7)], 100).eta_seconds is None
-    assert completion([(0.0, 90), (10.0, 100)], 100).eta_seconds == 0.0
     assert completion([], 100).percent is None
+
+
+def test_a_running_job_is_never_shown_done_nor_finishing_beyond_any_date():
+    """Defect 11 of issue #26: step = steps while Running showed 100 % and an ETA of 0 s, and an
+    ETA too far to be a date made every progress update of the job fail."""
+    from longctx_operator.progress import MAX_ETA_SECONDS, completion
+
+    assert completion([(0.0, 90), (10.0, 100)], 100) == completion([(0.0, 90), (10.0, 120)], 100)
+    assert completion([(0.0, 90), (10.0, 100)], 100).percent == 99.9
+    assert completion([(0.0, 90), (10.0, 100)], 100).eta_seconds is None
+    assert completion([(0.0, 1), (300.0, 2)], 2**62).eta_seconds is None
+    assert completion([(0.0, 1), (300.0, 2)], 2 + int(MAX_ETA_SECONDS / 300)).eta_seconds is not None
+    assert completion([(0.0, -5)], 100).percent == 0.0
+
+
+def test_steps_beyond_spec_steps_are_capped():
+    from longctx_operator.api.status import ProgressStatus
+    from longctx_operator.progress import within_steps
+
+    capped = within_steps(ProgressStatus(step=10**15, last_checkpoint_step=10**15, loss=2.0), 100)
+    assert (capped.step, capped.last_checkpoint_step, capped.loss) == (100, 100, 2.0)
+    assert within_steps(ProgressStatus(loss=2.0), 100) == ProgressStatus(loss=2.0)
 
 
 @pytest.mark.parametrize(
