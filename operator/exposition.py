@@ -46,11 +46,11 @@ _VALUE = re.compile(rb"[ \t]+([^ \t\r\n]{1,64})(?:[ \t]+[^ \t\r\n]{1,64})?[ \t]*
 _NUMBER = re.compile(rb"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|Inf|inf)|NaN|nan")
 
 
-def _labels(line: bytes, start: int) -> tuple[dict[bytes, bytes], int]:
-    """The labels of `line` from its `{` at `start`, raw (escapes left as they are: the values the
+def _labels(line: bytes) -> tuple[dict[bytes, bytes], int]:
+    """The labels of `line`, which starts with `{`, raw (escapes left as they are: the values the
     scanner compares with, `0`, `causal`, `bf16`, hold none), and where the value part starts."""
     labels: dict[bytes, bytes] = {}
-    pos = start + 1
+    pos = 1
     while True:
         if line.startswith(b"}", pos):
             return labels, pos + 1
@@ -76,7 +76,7 @@ def rank0_values(body: bytes) -> dict[str, float]:
             continue
         name, line = sample[1].decode(), sample[2]
         try:
-            labels, pos = _labels(line, 0) if line.startswith(b"{") else ({}, 0)
+            labels, pos = _labels(line) if line.startswith(b"{") else ({}, 0)
             value = _VALUE.fullmatch(line, pos)
             if value is None or not _NUMBER.fullmatch(value[1]):
                 raise ValueError
