@@ -1,92 +1,77 @@
-"""status.progress from rank 0's Prometheus exposition text (the trainer's exporter, trainer/metrics.py).
+"""status.progress from rank 0's Prometheus exposition (the trainer's exporter, trainer/metrics.py).
 
 The operator reads rank 0 over plain http at its pod IP, or at a URL the job's
 longctx.io/metrics-url annotation names, only under a prefix the admin allows
-(OperatorConfig.metricsUrlPrefixes). Reads are bounded in size and time, follow no redirects and
-use no proxy; what a body holds never reaches a log.
+(OperatorConfig.metricsUrlPrefixes). Whatever serves it is the job author's: the read has a hard
+deadline and a size cap (scrape.py), the text is read by a bounded linear scanner off the event
+loop (exposition.py), every value is checked for size and sign before it reaches the status, and
+each job is read by its own task, so one slow or hostile endpoint delays only its own job's
+progress. What a body holds never reaches a log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
+import random
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from .api.spec import LongContextJobSpec
 from .api.status import ProgressStatus
 from .config import OperatorConfig
+from .exposition import LAST_CHECKPOINT, LOSS, MFU, STEP, TOKENS_PER_SECOND, MetricsUnreadable, rank0_values
 from .lifecycle import timestamp
 from .names import METRICS_URL_ANNOTATION
 from .observe import pod_rank
+from .scrape import Response, fetch_metrics
 
 log = logging.getLogger("longctx.operator")
 
-STEP = "longctx_train_step"
-TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
-LOSS = "longctx_train_loss"
-MFU = "longctx_train_mfu_ratio"
-LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
-MFU_CONVENTION = "causal"
-MFU_PEAK = "bf16"  # a trainer without the peak label reports against the bf16 peak (the contract)
-MAX_BODY_BYTES = 1 * 2**20
-"""A trainer's exposition is a few kilobytes; anything past this is not read."""
-TIMEOUT_SECONDS = 2.0
+MAX_TOKENS_PER_SECOND = 1e12
+"""Beyond any cluster's throughput: a larger value is not shown."""
+MAX_ABS_LOSS = 1e6
+MAX_ETA_SECONDS = 10 * 365 * 86400.0
+"""A longer estimate is not shown (and could not be a date)."""
+MAX_PERCENT_RUNNING = 99.9
+"""A Running job is not done, whatever its trainer reports: the phase says when it is."""
+BACKOFF_MAX_SECONDS = 60.0
+"""Reads of an endpoint that keeps failing slow down to one a minute (or one an interval if longer)."""
+FOLLOW_CHECK_SECONDS = 1.0
+"""How often the poller looks for Running jobs without a reading task (a walk over the cache)."""
 
 
-class MetricsUnreadable(Exception):
-    """Rank 0's metrics could not be read; the message never contains the response body."""
+def _within(value: float | None, low: float, high: float) -> float | None:
+    return value if value is not None and low <= value <= high else None  # NaN and infinities fail
 
 
-def _rank0_values(text: str) -> dict[str, float]:
-    """Sample name -> value for rank 0 (or unlabelled samples), MFU only in the causal convention
-    against the bf16 peak."""
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels.get("rank", "0") != "0":
-                continue
-            if sample.name == MFU and (
-                sample.labels.get("convention") != MFU_CONVENTION or sample.labels.get("peak", MFU_PEAK) != MFU_PEAK
-            ):
-                continue
-            values[sample.name] = sample.value
-    return values
+def _count(value: float | None) -> int | None:
+    value = _within(value, 0, 2.0**62)
+    return int(value) if value is not None else None
 
 
-def parse_progress(text: str, updated_at: str) -> ProgressStatus | None:
-    """The progress in `text`, or None when it has no training metrics yet (before the first step).
-    Raises MetricsUnreadable when the text is not Prometheus exposition."""
-    try:
-        v = _rank0_values(text)
-    except (ValueError, TypeError, IndexError) as e:  # the parser's messages quote the body
-        raise MetricsUnreadable(f"not Prometheus text ({type(e).__name__})") from None
+def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
+    """The progress in rank 0's exposition `body`, or None when it has no training metrics yet
+    (before the first step). Values the exporter (the job author's image) could not mean are
+    dropped: non-finite ones, a negative step, MFU outside 0..1, tokens/s or loss beyond any real
+    run. Raises MetricsUnreadable for a malformed sample of a progress metric."""
+    v = rank0_values(body)
     if not any(name in v for name in (STEP, TOKENS_PER_SECOND, LOSS)):
         return None
-
-    def number(name: str) -> float | None:  # the exporter runs the job author's image: trust no value
-        value = v.get(name)
-        return value if value is not None and math.isfinite(value) else None
-
-    def integer(name: str) -> int | None:
-        value = number(name)
-        return int(value) if value is not None and abs(value) < 2**63 else None
-
     return ProgressStatus(
-        step=integer(STEP),
-        tokens_per_second=number(TOKENS_PER_SECOND),
-        mfu=number(MFU),
-        loss=number(LOSS),
-        last_checkpoint_step=integer(LAST_CHECKPOINT),
+        step=_count(v.get(STEP)),
+        tokens_per_second=_within(v.get(TOKENS_PER_SECOND), 0.0, MAX_TOKENS_PER_SECOND),
+        mfu=_within(v.get(MFU), 0.0, 1.0),
+        loss=_within(v.get(LOSS), -MAX_ABS_LOSS, MAX_ABS_LOSS),
+        last_checkpoint_step=_count(v.get(LAST_CHECKPOINT)),
         updated_at=updated_at,
     )
+
+
+def _parse_response(response: Response, updated_at: str) -> ProgressStatus | None:
+    return parse_progress(response.payload(), updated_at)
 
 
 @dataclass(frozen=True)
@@ -119,36 +104,6 @@ def metrics_source(
     return MetricsSource(f"http://{host}:{port}/metrics", refused)
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise urllib.error.HTTPError(req.full_url, code, "redirects are not followed", headers, fp)
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
-
-
-def fetch_metrics(url: str, limit: int = MAX_BODY_BYTES, timeout: float = TIMEOUT_SECONDS) -> str:
-    """The exposition text at an http(s) `url`, at most `limit` bytes; raises MetricsUnreadable."""
-    if not url.startswith(("http://", "https://")):
-        raise MetricsUnreadable("only http and https URLs are read")
-    deadline = time.monotonic() + timeout
-    body = b""
-    try:
-        with _OPENER.open(url, timeout=timeout) as response:
-            while len(body) <= limit:  # a server that trickles bytes is cut off at the deadline
-                chunk = response.read1(min(65536, limit + 1 - len(body)))
-                if not chunk:
-                    break
-                body += chunk
-                if time.monotonic() > deadline:
-                    raise MetricsUnreadable(f"response took longer than {timeout:.0f} s")
-    except (OSError, ValueError) as e:
-        raise MetricsUnreadable(f"{type(e).__name__}: {getattr(e, 'reason', None) or getattr(e, 'code', '')}") from None
-    if len(body) > limit:
-        raise MetricsUnreadable(f"response larger than {limit} bytes")
-    return body.decode("utf-8", errors="replace")
-
-
 RATE_WINDOW_SECONDS = 300.0
 """Reads of the last five minutes set the step rate: recent enough to follow a slowdown, long
 enough to average over checkpoint pauses."""
@@ -163,21 +118,34 @@ class Completion:
 def completion(
     reads: list[tuple[float, int]], total_steps: int, window_seconds: float = RATE_WINDOW_SECONDS
 ) -> Completion:
-    """Percent done and seconds left from (time, step) reads of rank 0, oldest first. The rate is
-    taken over the reads of the last `window_seconds` after the last restart (a step lower than
-    the one before: the gang resumed from a checkpoint); no estimate until the step has moved."""
+    """Percent done and seconds left of a Running job from (time, step) reads of rank 0, oldest
+    first. The rate is taken over the reads of the last `window_seconds` after the last restart (a
+    step lower than the one before: the gang resumed from a checkpoint); no estimate until the step
+    has moved, once the step has reached `total_steps` (the job is still running: its phase says
+    when it is done), or when it is more than MAX_ETA_SECONDS away. The percent is at most
+    MAX_PERCENT_RUNNING."""
     if not reads or total_steps <= 0:
         return Completion(None, None)
     now, step = reads[-1]
-    percent = round(min(100.0, 100.0 * step / total_steps), 1)
+    percent = round(max(0.0, min(MAX_PERCENT_RUNNING, 100.0 * step / total_steps)), 1)
     since_restart = reads[max((i for i in range(1, len(reads)) if reads[i][1] < reads[i - 1][1]), default=0) :]
     recent = [(t, s) for t, s in since_restart if t >= now - window_seconds]
     (t0, s0) = recent[0]
-    if step >= total_steps:
-        return Completion(percent, 0.0)
-    if step <= s0 or now <= t0:
+    if step >= total_steps or step <= s0 or now <= t0:
         return Completion(percent, None)
-    return Completion(percent, (total_steps - step) * (now - t0) / (step - s0))
+    eta = (total_steps - step) * (now - t0) / (step - s0)
+    return Completion(percent, eta if eta <= MAX_ETA_SECONDS else None)
+
+
+def within_steps(progress: ProgressStatus, total_steps: int) -> ProgressStatus:
+    """`progress` with its step and last checkpoint step at most `total_steps` (spec.steps)."""
+    return progress.model_copy(
+        update={
+            name: min(value, total_steps)
+            for name in ("step", "last_checkpoint_step")
+            if (value := getattr(progress, name)) is not None
+        }
+    )
 
 
 def duration_text(seconds: float) -> str:
@@ -196,20 +164,27 @@ def duration_text(seconds: float) -> str:
 
 
 class ProgressPoller:
-    """The operator's progress timer: every progress interval, reads rank 0's metrics of each Running job and patches
-    status.progress. Reads run on their own threads, so unreachable pod IPs never starve
-    reconciliations; `call` runs a blocking API call off the event loop."""
+    """The operator's progress timer: one task per Running job reads rank 0's metrics every
+    progress interval and patches status.progress. Each task waits only for its own job's reads
+    (bounded by scrape.TIMEOUT_SECONDS), backs off while they fail and ends when the job is no
+    longer Running, so a slow or hostile endpoint delays nobody else's progress. Reads are
+    asynchronous (no thread waits on a socket), the exposition is read on a small thread pool,
+    and `call` runs a blocking API call off the event loop."""
 
     def __init__(self, cache, kube, call, config: OperatorConfig):
         self.cache, self.kube, self.call, self.config = cache, kube, call, config
-        self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scrape")
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exposition")
         self._reads: dict = {}  # job key -> [(monotonic time, step)] of the rate window
+        self._tasks: dict = {}  # job key -> the task reading it
 
     def forget(self, key) -> None:
         self._reads.pop(key, None)
+        if (task := self._tasks.pop(key, None)) is not None:
+            task.cancel()
 
     def _with_completion(self, key, obj: dict, progress: ProgressStatus) -> ProgressStatus:
         total = (obj.get("spec") or {}).get("steps") or LongContextJobSpec.model_fields["steps"].default
+        progress = within_steps(progress, total)
         if progress.step is None:
             return progress
         now = time.monotonic()
@@ -240,19 +215,20 @@ class ProgressPoller:
             log.warning("%s/%s: %s", *key, source.refused)
         return source.url
 
-    async def scrape(self, key) -> None:
+    def _running(self, key) -> dict | None:
         obj = self.cache.jobs_of.get(key)
-        if obj is None or (obj.get("status") or {}).get("phase") != "Running":
-            return
-        url = self.rank0_url(key, obj)
+        return obj if obj is not None and (obj.get("status") or {}).get("phase") == "Running" else None
+
+    async def scrape(self, key) -> None:
+        """One read of the job's rank 0 and, when it shows training metrics, one status patch.
+        Raises MetricsUnreadable when the endpoint cannot be read."""
+        obj = self._running(key)
+        url = self.rank0_url(key, obj) if obj is not None else None
         if url is None:
             return
-        try:
-            text = await asyncio.get_running_loop().run_in_executor(self._threads, fetch_metrics, url)
-            progress = parse_progress(text, timestamp(datetime.now(UTC)))
-        except MetricsUnreadable as e:
-            log.debug("%s/%s: metrics at %s unreadable: %s", *key, url, e)
-            return
+        response = await fetch_metrics(url)
+        loop = asyncio.get_running_loop()
+        progress = await loop.run_in_executor(self._threads, _parse_response, response, timestamp(datetime.now(UTC)))
         if progress is not None:
             progress = self._with_completion(key, obj, progress)
             updated = await self.call(
@@ -260,11 +236,46 @@ class ProgressPoller:
             )
             self.cache.put_job(updated, deleted=False)
 
+    def next_read_delay(self, failures: int) -> float:
+        """Seconds from one read's start to the next: the interval, doubling while reads fail, up
+        to BACKOFF_MAX_SECONDS (or the interval, if that is longer)."""
+        interval = self.config.progress_interval_seconds
+        return min(max(interval, BACKOFF_MAX_SECONDS), interval * 2.0 ** min(failures, 16))
+
+    async def follow(self, key) -> None:
+        """Reads one job's progress while it is Running; the first read at a random point of the
+        first interval, so jobs found together (an operator start) are not read all at once."""
+        loop = asyncio.get_running_loop()
+        failures = 0
+        try:
+            await asyncio.sleep(random.uniform(0, self.config.progress_interval_seconds))
+            while self._running(key) is not None:
+                started = loop.time()
+                try:
+                    await self.scrape(key)
+                    failures = 0
+                except MetricsUnreadable as e:
+                    failures += 1
+                    log.debug("%s/%s: metrics unreadable: %s", *key, e)
+                except Exception as e:  # noqa: BLE001 - the status patch: retried at the next read
+                    failures += 1
+                    log.warning("%s/%s: progress not updated: %s", *key, e)
+                await asyncio.sleep(max(0.0, started + self.next_read_delay(failures) - loop.time()))
+        finally:
+            if self._tasks.get(key) is asyncio.current_task():
+                del self._tasks[key]
+
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.progress_interval_seconds)
-            keys = [k for k, o in self.cache.jobs_of.items() if (o.get("status") or {}).get("phase") == "Running"]
-            results = await asyncio.gather(*(self.scrape(k) for k in keys), return_exceptions=True)
-            for key, result in zip(keys, results, strict=False):
-                if isinstance(result, Exception):
-                    log.warning("%s/%s: progress not updated: %s", *key, result)
+        """Starts a task for each Running job that has none, checking every FOLLOW_CHECK_SECONDS
+        (or interval, if shorter)."""
+        try:
+            while True:
+                for key in list(self.cache.jobs_of):
+                    if key not in self._tasks and self._running(key) is not None:
+                        self._tasks[key] = asyncio.create_task(self.follow(key), name=f"progress {key[0]}/{key[1]}")
+                await asyncio.sleep(min(FOLLOW_CHECK_SECONDS, self.config.progress_interval_seconds))
+        finally:
+            tasks = list(self._tasks.values())
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,19 +1,21 @@
-"""status.progress from the trainer's real exporter output (TrainMetrics, generate_latest), and
-reads of rank 0's endpoint that stay bounded whatever the job's pod serves."""
+"""operator/progress.py: status.progress from the trainer's real exporter output (TrainMetrics,
+generate_latest), values checked for size and sign, the completion arithmetic, and the progress
+timer beside a hostile endpoint (tests/support/hostile_metrics.py)."""
 
-import http.server
-import threading
-import time
+import asyncio
 
 import pytest
 from prometheus_client import generate_latest
 
+from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
-from longctx_operator.progress import MAX_BODY_BYTES, MetricsUnreadable, fetch_metrics, metrics_source, parse_progress
+from longctx_operator.exposition import MetricsUnreadable
+from longctx_operator.progress import ProgressPoller, metrics_source, parse_progress
 from longctx_trainer.metrics import TrainMetrics
+from support.hostile_metrics import Handler, serve, slow_answer
 
 
-def exposition(rank=0, steps=True):
+def exposition(rank=0, steps=True) -> bytes:
     m = TrainMetrics("job", rank)
     if steps:
         m.observe_step(
@@ -24,7 +26,7 @@ def exposition(rank=0, steps=True):
             mfu={("causal", "bf16"): 0.41, ("full", "bf16"): 0.52, ("causal", "fp8"): 0.2},
         )
         m.observe_checkpoint(10, 0.1)
-    return generate_latest(m.registry).decode()
+    return generate_latest(m.registry)
 
 
 def test_progress_of_rank_zero():
@@ -44,7 +46,7 @@ def test_nothing_before_the_first_step():
 def test_resume_sets_step_and_checkpoint_only():
     m = TrainMetrics("job", 0)
     m.observe_resume(40)
-    p = parse_progress(generate_latest(m.registry).decode(), "t")
+    p = parse_progress(generate_latest(m.registry), "t")
     assert (p.step, p.last_checkpoint_step, p.tokens_per_second, p.loss) == (40, 40, None, None)
 
 
@@ -65,75 +67,115 @@ def test_metrics_source_is_rank_zero_unless_the_admin_allows_the_jobs_url():
 
 def test_non_finite_and_huge_values_never_reach_the_status():
     text = (
-        "longctx_train_step 1e300\nlongctx_train_loss NaN\nlongctx_train_tokens_per_second +Inf\n"
-        'longctx_train_mfu_ratio{convention="causal"} 0.5\n'
+        b"longctx_train_step 1e300\nlongctx_train_loss NaN\nlongctx_train_tokens_per_second +Inf\n"
+        b'longctx_train_mfu_ratio{convention="causal"} 0.5\n'
     )
     p = parse_progress(text, "t")
     assert (p.step, p.loss, p.tokens_per_second, p.mfu) == (None, None, None, 0.5)
 
 
+@pytest.mark.parametrize(
+    "sample, field",
+    [
+        (b"longctx_train_step -5", "step"),
+        (b"longctx_train_last_checkpoint_step -1", "last_checkpoint_step"),
+        (b'longctx_train_mfu_ratio{convention="causal"} 1e300', "mfu"),
+        (b'longctx_train_mfu_ratio{convention="causal"} -0.1', "mfu"),
+        (b'longctx_train_mfu_ratio{convention="causal"} 1.5', "mfu"),
+        (b"longctx_train_tokens_per_second -3", "tokens_per_second"),
+        (b"longctx_train_tokens_per_second 1e200", "tokens_per_second"),
+        (b"longctx_train_loss 1e300", "loss"),
+        (b"longctx_train_loss -1e300", "loss"),
+    ],
+)
+def test_values_no_trainer_could_mean_are_dropped(sample, field):
+    """Defect 11 of issue #26: a negative step or an MFU of 1e300 reached status.progress."""
+    p = parse_progress(b"longctx_train_loss 2.5\n" + sample + b"\n", "t")
+    assert getattr(p, field) is None
+
+
 def test_mfu_is_the_causal_convention_against_the_bf16_peak():
     text = (
-        'longctx_train_step 3\nlongctx_train_mfu_ratio{convention="causal",peak="fp8"} 0.2\n'
-        'longctx_train_mfu_ratio{convention="full",peak="bf16"} 0.6\n'
-        'longctx_train_mfu_ratio{convention="causal",peak="bf16"} 0.4\n'
+        b'longctx_train_step 3\nlongctx_train_mfu_ratio{convention="causal",peak="fp8"} 0.2\n'
+        b'longctx_train_mfu_ratio{convention="full",peak="bf16"} 0.6\n'
+        b'longctx_train_mfu_ratio{convention="causal",peak="bf16"} 0.4\n'
     )
     assert parse_progress(text, "t").mfu == 0.4
 
 
-def test_an_unparsable_body_is_an_error_that_does_not_quote_it():
-    with pytest.raises(MetricsUnreadable) as error:
-        parse_progress("secret-token-abc123 is not exposition {", "t")
-    assert "secret" not in str(error.value)
+def test_a_malformed_progress_sample_is_unreadable():
+    with pytest.raises(MetricsUnreadable, match="malformed longctx_train_step"):
+        parse_progress(b"longctx_train_step three\n", "t")
 
 
-class _Server(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path == "/huge":
-            self.send_response(200)
-            self.end_headers()
-            chunk = b"x" * 65536
-            for _ in range(MAX_BODY_BYTES // len(chunk) + 4):
-                self.wfile.write(chunk)
-        elif self.path == "/trickle":
-            self.send_response(200)
-            self.end_headers()
-            for _ in range(600):  # a minute: the read must give up long before (the test's timeout)
-                self.wfile.write(b"#")
-                self.wfile.flush()
-                time.sleep(0.1)
-        elif self.path == "/redirect":
-            self.send_response(302)
-            self.send_header("Location", "file:///etc/passwd")
-            self.end_headers()
+class SlowAndHonest(Handler):
+    def answer(self, path: str) -> None:
+        if path == "/metrics":
+            self.ok(b"longctx_train_step 3\n")
         else:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"longctx_train_step 3\n")
-
-    def log_message(self, *args):
-        pass
+            slow_answer(path.lstrip("/").replace("-", " "), self.raw)
 
 
-@pytest.fixture(scope="module")
-def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+class _Patches:
+    """Kube's status patch, recorded per job."""
+
+    def __init__(self, cache: Cache):
+        self.cache, self.steps = cache, {}
+
+    def patch_status(self, namespace, name, status):
+        self.steps.setdefault(name, []).append(status["progress"]["step"])
+        obj = self.cache.jobs_of[(namespace, name)]
+        return {**obj, "status": {**obj["status"], **status}}
 
 
-@pytest.mark.timeout(30)
-def test_reads_are_bounded_in_size_and_time_and_follow_no_redirect(server):
-    assert parse_progress(fetch_metrics(server + "/metrics"), "t").step == 3
-    with pytest.raises(MetricsUnreadable, match="larger than"):
-        fetch_metrics(server + "/huge")
-    with pytest.raises(MetricsUnreadable, match="longer than"):
-        fetch_metrics(server + "/trickle", timeout=1.0)
-    with pytest.raises(MetricsUnreadable):
-        fetch_metrics(server + "/redirect")
-    with pytest.raises(MetricsUnreadable, match="only http"):
-        fetch_metrics("file:///dev/zero")
+def running_job(name: str, url: str) -> dict:
+    return {
+        "metadata": {"namespace": "team", "name": name, "annotations": {"longctx.io/metrics-url": url}},
+        "spec": {"steps": 100},
+        "status": {"phase": "Running", "workloadGeneration": 1},
+    }
+
+
+@pytest.mark.timeout(60)
+def test_a_hostile_endpoint_delays_no_other_jobs_progress():
+    """Defect 2 of issue #26: the poller waited for every read before the next round, so one
+    endpoint that never finishes froze the progress of every job. Here one job's endpoint trickles
+    its head forever; the honest job is read at its interval meanwhile."""
+    cache = Cache()
+    kube = _Patches(cache)
+    httpd, server = serve(SlowAndHonest)
+    for name, path in (("hostile", "/a-trickled-head"), ("silent", "/silence"), ("honest", "/metrics")):
+        cache.put_job(running_job(name, server + path), deleted=False)
+
+    async def call(fn, *args):
+        return fn(*args)
+
+    config = OperatorConfig(metrics_url_prefixes=["http://127.0.0.1:"], progress_interval_seconds=0.1)
+    poller = ProgressPoller(cache, kube, call, config)
+
+    async def go():
+        task = asyncio.create_task(poller.run())
+        while len(kube.steps.get("honest", [])) < 5:  # bounded by the test's timeout
+            await asyncio.sleep(0.05)
+        assert set(poller._tasks) == {("team", "hostile"), ("team", "silent"), ("team", "honest")}
+        poller.forget(("team", "hostile"))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert not poller._tasks
+
+    try:
+        asyncio.run(go())
+    finally:
+        poller.stop()
+        httpd.shutdown()
+    assert kube.steps["honest"][:5] == [3] * 5 and "hostile" not in kube.steps
+
+
+def test_reads_that_keep_failing_back_off():
+    poller = ProgressPoller(None, None, None, OperatorConfig(progress_interval_seconds=10))
+    assert [poller.next_read_delay(n) for n in (0, 1, 2, 3, 9)] == [10, 20, 40, 60, 60]
+    slow = ProgressPoller(None, None, None, OperatorConfig(progress_interval_seconds=600))
+    assert slow.next_read_delay(3) == 600
 
 
 # (seconds, step) reads of rank 0 every 10 s, as the progress poller records them.
@@ -167,13 +209,34 @@ def test_completion_after_a_restart_counts_from_the_resumed_step():
     assert done.eta_seconds == pytest.approx((100 - 24) / 0.2)  # 4 steps in 20 s since step 20
 
 
-def test_completion_without_movement_or_at_the_end():
+def test_completion_without_movement():
     from longctx_operator.progress import completion
 
     assert completion([(0.0, 7)], 100).eta_seconds is None
     assert completion([(0.0, 7), (10.0, 7)], 100).eta_seconds is None
-    assert completion([(0.0, 90), (10.0, 100)], 100).eta_seconds == 0.0
     assert completion([], 100).percent is None
+
+
+def test_a_running_job_is_never_shown_done_nor_finishing_beyond_any_date():
+    """Defect 11 of issue #26: step = steps while Running showed 100 % and an ETA of 0 s, and an
+    ETA too far to be a date made every progress update of the job fail."""
+    from longctx_operator.progress import MAX_ETA_SECONDS, completion
+
+    assert completion([(0.0, 90), (10.0, 100)], 100) == completion([(0.0, 90), (10.0, 120)], 100)
+    assert completion([(0.0, 90), (10.0, 100)], 100).percent == 99.9
+    assert completion([(0.0, 90), (10.0, 100)], 100).eta_seconds is None
+    assert completion([(0.0, 1), (300.0, 2)], 2**62).eta_seconds is None
+    assert completion([(0.0, 1), (300.0, 2)], 2 + int(MAX_ETA_SECONDS / 300)).eta_seconds is not None
+    assert completion([(0.0, -5)], 100).percent == 0.0
+
+
+def test_steps_beyond_spec_steps_are_capped():
+    from longctx_operator.api.status import ProgressStatus
+    from longctx_operator.progress import within_steps
+
+    capped = within_steps(ProgressStatus(step=10**15, last_checkpoint_step=10**15, loss=2.0), 100)
+    assert (capped.step, capped.last_checkpoint_step, capped.loss) == (100, 100, 2.0)
+    assert within_steps(ProgressStatus(loss=2.0), 100) == ProgressStatus(loss=2.0)
 
 
 @pytest.mark.parametrize(
