@@ -34,6 +34,8 @@ from .resolve import resolve_layout, unplanned_attention
 TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
 ADMISSION_RETRY_SECONDS = 5.0
+BACKOFF_FLOOR_SECONDS = 1.0
+BACKOFF_CAP_SECONDS = 600.0
 WARNING_WHEN_TRUE = (conditions.FAILED, conditions.RESTARTING)
 WARNING_WHEN_FALSE = (
     conditions.ADMITTED,
@@ -198,6 +200,14 @@ def _fail(n: _Next, reason: Reason, message: str) -> Decision:
     return n.decision()
 
 
+def restart_backoff(spec: LongContextJobSpec, restarts: int) -> float:
+    """Wait before the generation of gang restart `restarts` (1, 2, ...): restartPolicy.backoffSeconds
+    (at least BACKOFF_FLOOR_SECONDS), doubling with each restart up to BACKOFF_CAP_SECONDS (or the
+    base, if longer), so that a gang that fails at once cannot churn pods as fast as they start."""
+    base = max(float(spec.restart_policy.backoff_seconds), BACKOFF_FLOOR_SECONDS)
+    return min(base * 2.0 ** min(max(restarts - 1, 0), 32), max(base, BACKOFF_CAP_SECONDS))
+
+
 def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: Reason, message: str) -> Decision:
     """Any failed rank takes the whole gang down: delete it, then restart it or give up."""
     n.actions.append(DeleteWorkload(generation))
@@ -214,7 +224,7 @@ def _gang_failed(n: _Next, spec: LongContextJobSpec, generation: int, reason: Re
     n.clear(conditions.RUNNING, reason, message)
     n.restart_clock(conditions.RESTARTING)
     n.condition(conditions.RESTARTING, True, reason, f"gang restart {n.status.restarts}: {message}")
-    return n.decision(requeue_after=float(spec.restart_policy.backoff_seconds))
+    return n.decision(requeue_after=restart_backoff(spec, n.status.restarts))
 
 
 def _evicted(n: _Next, generation: int, kueue: KueueVerdict | None) -> Decision:
@@ -436,7 +446,7 @@ def decide(
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
     if status.phase == "Restarting":
         since = n.condition_since(conditions.RESTARTING) or now
-        remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
+        remaining = restart_backoff(spec, status.restarts) - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
     return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error)
