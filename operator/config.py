@@ -17,11 +17,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from .api.spec import IMAGE_PATTERN
+from .api.spec import IMAGE_PATTERN, QUANTITY_PATTERN
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/longctx/longctx-trainer:0.1.0"
 Image = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, max_length=512)]
 Namespace = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=32)]
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # What a metrics URL may hold: printable ASCII without spaces, backslashes, '@' (user info) or '%'
 # (escapes), so that this check and the HTTP client cannot read one URL as two different places.
@@ -67,6 +68,19 @@ class OperatorConfig(BaseModel):
     clusters where the operator cannot reach pod IPs); empty: the annotation is ignored and rank 0
     is read at its pod IP."""
 
+    cpu_job_cpu: Quantity = "2"
+    """CPU request and limit of each pod of a CPU job (gpuType cpu) that sets no resources.cpu."""
+    cpu_job_memory: Quantity = "8Gi"
+    """Memory request and limit of each pod of a CPU job that sets no resources.memory (its
+    /dev/shm is capped at it)."""
+    allowed_priority_classes: list[str] = Field(default_factory=list)
+    """PriorityClass names (fnmatch patterns) jobs may set in spec.scheduling.priorityClassName;
+    empty: none. A job naming another is held Pending (reason SettingNotAllowed)."""
+    allowed_tolerations: list[str] = Field(default_factory=list)
+    """Taint keys (fnmatch patterns) jobs may tolerate in spec.scheduling.tolerations; empty: none
+    (the operator's own nvidia.com/gpu toleration of GPU jobs is always there). A job tolerating
+    another is held Pending (reason SettingNotAllowed)."""
+
     @classmethod
     def load(cls, path: str | Path | None) -> OperatorConfig:
         """The file's configuration, or the defaults when `path` is None. Raises OSError,
@@ -84,6 +98,12 @@ class OperatorConfig(BaseModel):
         ':'), and the prefix's path on a segment boundary ("/m" admits "/m" and "/m/x", not "/mx")."""
         target = _split(url)
         return target is not None and any(_under(target, _split(prefix)) for prefix in self.metrics_url_prefixes)
+
+    def priority_class_allowed(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.allowed_priority_classes)
+
+    def toleration_allowed(self, key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.allowed_tolerations)
 
 
 def _split(url: str) -> tuple[str, str, int | None, str] | None:

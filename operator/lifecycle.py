@@ -252,12 +252,17 @@ def _admit_next(
     admit: Callable[[], Admission],
     planned: bool,
     pod_annotations_error: str | None,
+    settings_error: str | None,
 ) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
         return _fail(
             n, reasons.PLAN_FAILED, next(c.message for c in n.status.conditions if c.type == conditions.LAYOUT_PLANNED)
         )
+    if settings_error is not None:  # waits for the spec (or the operator's allow-lists) to change
+        n.set(phase="Pending", reason=reasons.SETTING_NOT_ALLOWED, message=settings_error)
+        n.condition(conditions.ADMITTED, False, reasons.SETTING_NOT_ALLOWED, settings_error)
+        return n.decision()
     if pod_annotations_error is not None:  # waits for the job's annotation to change
         n.set(phase="Pending", reason=reasons.POD_ANNOTATIONS_REJECTED, message=pod_annotations_error)
         n.condition(conditions.POD_ANNOTATIONS_ACCEPTED, False, reasons.POD_ANNOTATIONS_REJECTED, pod_annotations_error)
@@ -415,11 +420,12 @@ def decide(
     now: datetime,
     admit: Callable[[], Admission],
     pod_annotations_error: str | None = None,
+    settings_error: str | None = None,
 ) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
-    the pod annotations the job asks for are refused (annotations.py); no generation is created
-    while it is set."""
+    the pod annotations the job asks for are refused (annotations.py), `settings_error` why its
+    priority class or a toleration is (policy.py); no generation is created while one is set."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
         return n.decision()
@@ -449,4 +455,4 @@ def decide(
         remaining = restart_backoff(spec, status.restarts) - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
-    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error)
+    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error, settings_error)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from . import metrics, reasons
+from . import metrics, policy, reasons
 from .admission import Admission, GangRequest, Reservations, admit_gang
 from .annotations import pod_annotations
 from .api.spec import LongContextJob
@@ -239,6 +239,7 @@ class Reconciler:
             now,
             lambda: self._admission(key, job),
             annotations.error,
+            policy.refusal(job.spec, self.config),
         )
         self._account(key, job, status, decision)
         await self._apply(key, obj, job, status, decision, annotations.values)

@@ -69,3 +69,12 @@ def test_metrics_urls_are_compared_by_scheme_host_port_and_path(url, allowed):
         ]
     )
     assert config.metrics_url_allowed(url) is allowed
+
+
+def test_priority_class_and_toleration_allow_lists_are_empty_by_default():
+    config = OperatorConfig()
+    assert not config.priority_class_allowed("system-node-critical") and not config.toleration_allowed("a")
+    config = OperatorConfig(allowed_priority_classes=["training-*"], allowed_tolerations=["example.com/*"])
+    assert config.priority_class_allowed("training-high") and not config.priority_class_allowed("system-node-critical")
+    assert config.toleration_allowed("example.com/pool")
+    assert not config.toleration_allowed("node-role.kubernetes.io/control-plane")

@@ -233,6 +233,17 @@ def test_restart_backoff_grows_to_a_cap_unless_the_job_asks_for_longer():
     assert f"up to {BACKOFF_CAP_SECONDS / 60:g} minutes" in " ".join(described.description.split())
 
 
+def test_a_setting_the_operator_does_not_allow_holds_the_job_pending():
+    why = "spec.scheduling.priorityClassName system-node-critical is not allowed by the operator's ..."
+    held = decide("job", spec(), 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, settings_error=why)
+    assert (held.status.phase, held.status.reason, held.status.message) == ("Pending", reasons.SETTING_NOT_ALLOWED, why)
+    assert held.actions == () and held.requeue_after is None
+    assert conditions(held.status)[cond.ADMITTED] == ("False", reasons.SETTING_NOT_ALLOWED)
+    assert ("Warning", reasons.SETTING_NOT_ALLOWED) in [(e.type, e.reason) for e in held.events]
+    allowed, _ = step(spec(), held.status)
+    assert allowed.status.phase == "Admitted" and allowed.actions[0].generation == 1
+
+
 def test_startup_timeout_counts_as_a_failure():
     s = spec()
     admitted, _ = step(s, LongContextJobStatus())
