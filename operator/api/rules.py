@@ -138,13 +138,13 @@ _DOT_SEGMENT = "(^|/)[.][.]?(/|$)"  # one regex for Python and CEL (RE2): a '.' 
 
 
 def _clean(path: str) -> bool:
-    """Whether `path` has no '.', '..' or empty ('//') segment, so that comparing it as a string
-    compares the directory it names (a trailing '/' is allowed)."""
-    return re.search(_DOT_SEGMENT, path) is None and "//" not in path
+    """Whether `path` has no '.', '..' or empty segment ('//', a trailing '/'), so that comparing
+    it as a string compares the directory it names."""
+    return re.search(_DOT_SEGMENT, path) is None and "//" not in path and not path.endswith("/")
 
 
 def _cel_clean(path: str) -> str:
-    return f"(!{path}.matches('{_DOT_SEGMENT}') && !{path}.contains('//'))"
+    return f"(!{path}.matches('{_DOT_SEGMENT}') && !{path}.contains('//') && !{path}.endsWith('/'))"
 
 
 def _mountable(path: str) -> bool:
@@ -164,9 +164,8 @@ def _cel_mountable(path: str) -> str:
 
 
 _MOUNT_MESSAGE = (
-    "must be an absolute path, not '/', without '.', '..' or empty ('//') segments, and not on or under "
-    + " or ".join(RESERVED_MOUNTS)
-    + ": its claim is mounted there"
+    "must be an absolute path, not '/', without '.', '..' or empty segments ('//', a trailing '/'), and "
+    "not on or under " + " or ".join(RESERVED_MOUNTS) + ": its claim is mounted there"
 )
 # Processes per pod, as spec.processes_per_node() decides it: their metrics ports are port + local.
 _CEL_PROCESSES = (
@@ -590,12 +589,24 @@ RULES: tuple[Rule, ...] = (
         lambda sch: all(t.toleration_seconds is None or t.effect == "NoExecute" for t in sch.tolerations),
         ".tolerations",
     ),
+    # Paths without a claim (the claim's mount rule above says the same of theirs): the nested-path
+    # rule below compares their text.
     Rule(
         "spec",
-        "self.checkpoint.path.contains('://') || " + _cel_clean("self.checkpoint.path"),
-        "checkpoint.path must not have '.', '..' or empty ('//') segments",
-        lambda s: "://" in s.checkpoint.path or _clean(s.checkpoint.path),
+        "has(self.checkpoint.persistentVolumeClaim) || self.checkpoint.path.contains('://') || "
+        + _cel_clean("self.checkpoint.path"),
+        "checkpoint.path must not have '.', '..' or empty segments ('//', a trailing '/')",
+        lambda s: (
+            s.checkpoint.persistent_volume_claim is not None or "://" in s.checkpoint.path or _clean(s.checkpoint.path)
+        ),
         ".checkpoint.path",
+    ),
+    Rule(
+        "spec",
+        "!has(self.initFrom) || has(self.initFrom.persistentVolumeClaim) || " + _cel_clean("self.initFrom.path"),
+        "initFrom.path must not have '.', '..' or empty segments ('//', a trailing '/')",
+        lambda s: s.init_from is None or s.init_from.persistent_volume_claim is not None or _clean(s.init_from.path),
+        ".initFrom.path",
     ),
     Rule(
         "spec",

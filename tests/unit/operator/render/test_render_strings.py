@@ -443,18 +443,22 @@ def _inside(path: str, directory: str) -> bool:
 
 
 @settings(max_examples=400, deadline=None)
-@given(checkpoint=PATHS, weights=PATHS)
-def test_accepted_claim_mounts_are_where_their_text_says(checkpoint, weights):
-    """Compared after normalising ('.', '..', '//'), as the kubelet resolves a mount path: an
-    accepted claim is never on or under the operator's mounts, nor one claim inside the other."""
+@given(checkpoint=PATHS, weights=PATHS, checkpoint_claim=st.booleans())
+def test_accepted_claim_mounts_are_where_their_text_says(checkpoint, weights, checkpoint_claim):
+    """Compared after normalising ('.', '..', '//', a trailing '/'), as the kubelet resolves a
+    mount path: an accepted claim is never on or under the operator's mounts, and the weights and
+    the checkpoint directory are never one inside the other."""
 
     def apply(doc: dict, _: str) -> None:
-        doc["spec"]["checkpoint"] = {"path": checkpoint, "persistentVolumeClaim": "ckpt"}
+        doc["spec"]["checkpoint"] = {"path": checkpoint} | (
+            {"persistentVolumeClaim": "ckpt"} if checkpoint_claim else {}
+        )
         doc["spec"]["initFrom"] = {"path": weights, "persistentVolumeClaim": "weights"}
 
     if problems(_job_with(apply, "")):
         return
     real = [posixpath.normpath(checkpoint), posixpath.normpath(weights)]
-    assert not any(_inside(path, mount) for path in real for mount in RESERVED_MOUNTS), real
+    mounted = real if checkpoint_claim else real[1:]
+    assert not any(_inside(path, mount) for path in mounted for mount in RESERVED_MOUNTS), real
     assert not (_inside(real[0], real[1]) or _inside(real[1], real[0])), real
-    assert "/" not in real
+    assert "/" not in mounted
