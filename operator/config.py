@@ -8,20 +8,28 @@ reads it, and command-line flags override single values. Nothing is read from th
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path
 from typing import Annotated, Literal, get_args
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from .api.spec import IMAGE_PATTERN, LABEL_VALUE_PATTERN, SchedulingSpec
+from .api.spec import IMAGE_PATTERN, LABEL_VALUE_PATTERN, QUANTITY_PATTERN, SchedulingSpec
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/longctx/longctx-trainer:0.1.0"
 Image = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, max_length=512)]
 Namespace = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 AdmissionMode = SchedulingSpec.model_fields["admission"].annotation  # builtin | kueue | none
 ADMISSION_MODES: list[AdmissionMode] = list(get_args(AdmissionMode))
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=32)]
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# What a metrics URL may hold: printable ASCII without spaces, backslashes, '@' (user info) or '%'
+# (escapes), so that this check and the HTTP client cannot read one URL as two different places.
+_PLAIN_URL = re.compile(r"^https?://[^@%\\\s\x00-\x1f\x7f-\uffff]+$")
+_DOT_SEGMENT = re.compile(r"(^|/)\.\.?(/|$)")
 
 
 class OperatorConfig(BaseModel):
@@ -73,6 +81,19 @@ class OperatorConfig(BaseModel):
     """Kueue LocalQueue (in the job's namespace) of jobs admitted through Kueue that name none."""
     # -- end of the admission policy ------------------------------------------------------------------
 
+    cpu_job_cpu: Quantity = "2"
+    """CPU request and limit of each pod of a CPU job (gpuType cpu) that sets no resources.cpu."""
+    cpu_job_memory: Quantity = "8Gi"
+    """Memory request and limit of each pod of a CPU job that sets no resources.memory (its
+    /dev/shm is capped at it)."""
+    allowed_priority_classes: list[str] = Field(default_factory=list)
+    """PriorityClass names (fnmatch patterns) jobs may set in spec.scheduling.priorityClassName;
+    empty: none. A job naming another is held Pending (reason SettingNotAllowed)."""
+    allowed_tolerations: list[str] = Field(default_factory=list)
+    """Taint keys (fnmatch patterns) jobs may tolerate in spec.scheduling.tolerations; empty: none
+    (the operator's own nvidia.com/gpu toleration of GPU jobs is always there). A job tolerating
+    another is held Pending (reason SettingNotAllowed)."""
+
     @classmethod
     def load(cls, path: str | Path | None) -> OperatorConfig:
         """The file's configuration, or the defaults when `path` is None. Raises OSError,
@@ -85,6 +106,42 @@ class OperatorConfig(BaseModel):
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.allowed_pod_annotations)
 
     def metrics_url_allowed(self, url: str) -> bool:
-        return url.startswith(("http://", "https://")) and any(
-            url.startswith(prefix) for prefix in self.metrics_url_prefixes
-        )
+        """Whether `url` is under one of metricsUrlPrefixes, compared parsed: the same scheme and
+        host, the prefix's port (its scheme's default when it names none, any port when it ends in
+        ':'), and the prefix's path on a segment boundary ("/m" admits "/m" and "/m/x", not "/mx")."""
+        target = _split(url)
+        return target is not None and any(_under(target, _split(prefix)) for prefix in self.metrics_url_prefixes)
+
+    def priority_class_allowed(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.allowed_priority_classes)
+
+    def toleration_allowed(self, key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.allowed_tolerations)
+
+
+def _split(url: str) -> tuple[str, str, int | None, str] | None:
+    """(scheme, host, port or None for any, path) of a plain http(s) URL; None for anything else."""
+    if not _PLAIN_URL.match(url):
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname or _DOT_SEGMENT.search(parts.path):
+        return None
+    if port is None and not parts.netloc.endswith(":"):
+        port = DEFAULT_PORTS[parts.scheme]
+    return parts.scheme, parts.hostname, port, parts.path
+
+
+def _under(url: tuple[str, str, int | None, str], prefix: tuple[str, str, int | None, str] | None) -> bool:
+    if prefix is None or url[2] is None:
+        return False
+    (scheme, host, port, path), (p_scheme, p_host, p_port, p_path) = url, prefix
+    base = p_path.rstrip("/")
+    return (
+        (scheme, host) == (p_scheme, p_host)
+        and p_port in (None, port)
+        and (path == base or path.startswith(base + "/") or not base)
+    )

@@ -34,6 +34,8 @@ from .resolve import resolve_layout, unplanned_attention
 TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
 ADMISSION_RETRY_SECONDS = 5.0
+BACKOFF_FLOOR_SECONDS = 1.0
+BACKOFF_CAP_SECONDS = 600.0
 WARNING_WHEN_TRUE = (conditions.FAILED, conditions.RESTARTING)
 WARNING_WHEN_FALSE = (
     conditions.ADMITTED,
@@ -200,6 +202,14 @@ def _fail(n: _Next, reason: Reason, message: str) -> Decision:
     return n.decision()
 
 
+def restart_backoff(spec: LongContextJobSpec, restarts: int) -> float:
+    """Wait before the generation of gang restart `restarts` (1, 2, ...): restartPolicy.backoffSeconds
+    (at least BACKOFF_FLOOR_SECONDS), doubling with each restart up to BACKOFF_CAP_SECONDS (or the
+    base, if longer), so that a gang that fails at once cannot churn pods as fast as they start."""
+    base = max(float(spec.restart_policy.backoff_seconds), BACKOFF_FLOOR_SECONDS)
+    return min(base * 2.0 ** min(max(restarts - 1, 0), 32), max(base, BACKOFF_CAP_SECONDS))
+
+
 def _gang_failed(
     n: _Next, spec: LongContextJobSpec, generation: int, uid: str | None, reason: Reason, message: str
 ) -> Decision:
@@ -220,7 +230,7 @@ def _gang_failed(
     n.clear(conditions.RUNNING, reason, message)
     n.restart_clock(conditions.RESTARTING)
     n.condition(conditions.RESTARTING, True, reason, f"gang restart {n.status.restarts}: {message}")
-    return n.decision(requeue_after=float(spec.restart_policy.backoff_seconds))
+    return n.decision(requeue_after=restart_backoff(spec, n.status.restarts))
 
 
 def _evicted(n: _Next, generation: int, uid: str, kueue: KueueVerdict | None) -> Decision:
@@ -249,12 +259,17 @@ def _admit_next(
     planned: bool,
     pod_annotations_error: str | None,
     admission_error: str | None,
+    settings_error: str | None,
 ) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
         return _fail(
             n, reasons.PLAN_FAILED, next(c.message for c in n.status.conditions if c.type == conditions.LAYOUT_PLANNED)
         )
+    if settings_error is not None:  # waits for the spec (or the operator's allow-lists) to change
+        n.set(phase="Pending", reason=reasons.SETTING_NOT_ALLOWED, message=settings_error)
+        n.condition(conditions.ADMITTED, False, reasons.SETTING_NOT_ALLOWED, settings_error)
+        return n.decision()
     if pod_annotations_error is not None:  # waits for the job's annotation to change
         n.set(phase="Pending", reason=reasons.POD_ANNOTATIONS_REJECTED, message=pod_annotations_error)
         n.condition(conditions.POD_ANNOTATIONS_ACCEPTED, False, reasons.POD_ANNOTATIONS_REJECTED, pod_annotations_error)
@@ -429,12 +444,14 @@ def decide(
     admit: Callable[[], Admission],
     pod_annotations_error: str | None = None,
     admission_error: str | None = None,
+    settings_error: str | None = None,
 ) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
     the pod annotations the job asks for are refused (annotations.py), `admission_error` why the
     operator's admission policy refuses the job (admission.scheduling_for; `spec` is the spec with
-    that policy applied); no generation is created while either is set."""
+    that policy applied), `settings_error` why its priority class or a toleration is (policy.py); no
+    generation is created while one of them is set."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
         return n.decision()
@@ -461,7 +478,7 @@ def decide(
         return n.decision(requeue_after=DELETE_WAIT_SECONDS)
     if status.phase == "Restarting":
         since = n.condition_since(conditions.RESTARTING) or now
-        remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
+        remaining = restart_backoff(spec, status.restarts) - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
-    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error, admission_error)
+    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error, admission_error, settings_error)

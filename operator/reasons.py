@@ -17,6 +17,7 @@ Reason = Literal[
     "QueuedInKueue",
     "AdmittedByKueue",
     "EvictedByKueue",
+    "SettingNotAllowed",
     "PodAnnotationsAccepted",
     "PodAnnotationsRejected",
     "Created",
@@ -47,6 +48,8 @@ ADMISSION_NOT_ALLOWED: Reason = "AdmissionNotAllowed"
 QUEUED_IN_KUEUE: Reason = "QueuedInKueue"
 ADMITTED_BY_KUEUE: Reason = "AdmittedByKueue"
 EVICTED_BY_KUEUE: Reason = "EvictedByKueue"
+SETTING_NOT_ALLOWED: Reason = "SettingNotAllowed"
+"""A priority class or toleration outside the operator's allow-lists (policy.py)."""
 # PodAnnotationsAccepted
 POD_ANNOTATIONS_ACCEPTED: Reason = "PodAnnotationsAccepted"
 POD_ANNOTATIONS_REJECTED: Reason = "PodAnnotationsRejected"

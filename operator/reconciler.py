@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from . import metrics, reasons
+from . import metrics, policy, reasons
 from .admission import Admission, GangRequest, Reservations, admission_backoff, admit_gang, scheduling_for
 from .annotations import pod_annotations
 from .api.spec import LongContextJob, LongContextJobSpec
@@ -282,6 +282,7 @@ class Reconciler:
         annotations = pod_annotations(obj["metadata"].get("annotations") or {}, self.config)
         spec, admission_error = scheduling_for(job.spec, self.config)
         job = job.model_copy(update={"spec": spec})
+        settings_error = policy.refusal(spec, self.config)
         asked: list[bool] = []
 
         def next_step() -> Decision:
@@ -294,8 +295,9 @@ class Reconciler:
                 observed,
                 datetime.now(UTC),
                 lambda: asked.append(True) or self._admission(key),
-                annotations.error,
-                admission_error,
+                pod_annotations_error=annotations.error,
+                admission_error=admission_error,
+                settings_error=settings_error,
             )
 
         try:

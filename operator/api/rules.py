@@ -135,27 +135,45 @@ def _dims_set(m: ModelSpec) -> list[bool]:
 _NVSHMEM = "self.communication.collectivePermute != 'nvshmem'"
 
 
+_DOT_SEGMENT = "(^|/)[.][.]?(/|$)"  # one regex for Python and CEL (RE2): a '.' or '..' segment
+
+
+def _clean(path: str) -> bool:
+    """Whether `path` has no '.', '..' or empty segment ('//', a trailing '/'), so that comparing
+    it as a string compares the directory it names."""
+    return re.search(_DOT_SEGMENT, path) is None and "//" not in path and not path.endswith("/")
+
+
+def _cel_clean(path: str) -> str:
+    return f"(!{path}.matches('{_DOT_SEGMENT}') && !{path}.contains('//') && !{path}.endsWith('/'))"
+
+
 def _mountable(path: str) -> bool:
-    """Whether a claim may be mounted at `path`: absolute, not the root, no '..' step, and neither
-    on nor under a mount of the operator's own (the trainer config, /dev/shm)."""
+    """Whether a claim may be mounted at `path`: absolute, not the root, clean (no '.', '..' or '//'
+    segment), and neither on nor under a mount of the operator's own (the trainer config, /dev/shm)."""
     return (
         path.startswith("/")
         and path != "/"
-        and ".." not in path.split("/")
+        and _clean(path)
         and not any(path == m or path.startswith(m + "/") for m in RESERVED_MOUNTS)
     )
 
 
 def _cel_mountable(path: str) -> str:
     reserved = " && ".join(f"!({path} == '{m}' || {path}.startsWith('{m}/'))" for m in RESERVED_MOUNTS)
-    return f"({path}.startsWith('/') && {path} != '/' && !{path}.matches('(^|/)[.][.](/|$)') && {reserved})"
+    return f"({path}.startsWith('/') && {path} != '/' && {_cel_clean(path)} && {reserved})"
 
 
 _MOUNT_MESSAGE = (
-    "must be an absolute path, not '/', without '..', and not on or under "
-    + " or ".join(RESERVED_MOUNTS)
-    + ": its claim is mounted there"
+    "must be an absolute path, not '/', without '.', '..' or empty segments ('//', a trailing '/'), and "
+    "not on or under " + " or ".join(RESERVED_MOUNTS) + ": its claim is mounted there"
 )
+# Processes per pod, as spec.processes_per_node() decides it: their metrics ports are port + local.
+_CEL_PROCESSES = (
+    "(has(self.parallelism.processesPerNode) ? self.parallelism.processesPerNode : "
+    "(self.communication.collectivePermute == 'nvshmem' ? self.resources.gpusPerNode : 1))"
+)
+_TOLERATIONS = "!has(self.tolerations) || self.tolerations.all(t, "
 _GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")
 _CEL_RESERVED_ENV = _cel_list(sorted(podenv.RESERVED))
 _CEL_USER_SETTABLE_ENV = _cel_list(sorted(podenv.USER_SETTABLE))
@@ -167,6 +185,16 @@ def _packing_on(s: LongContextJobSpec) -> bool:
 
 def _names_gpu(resource: str | None) -> bool:
     return resource is not None and (resource == "nvidia.com/gpu" or resource.startswith(_GPU_RESOURCE_PREFIXES))
+
+
+def _metrics_ports_clear(s: LongContextJobSpec) -> bool:
+    port = s.metrics.port
+    return not port <= s.network.coordinator_port < port + s.processes_per_node()
+
+
+def _extended_resource(name: str | None) -> bool:
+    """Kubernetes' IsExtendedResourceName beyond the pattern: outside kubernetes.io, no quota prefix."""
+    return name is None or not ("kubernetes.io/" in name or name.startswith("requests."))
 
 
 def _nested(a: str, b: str) -> bool:
@@ -618,6 +646,57 @@ RULES: tuple[Rule, ...] = (
         "network.rdmaResource may not name a GPU resource: the GPU count is resources.gpusPerNode",
         lambda s: not _names_gpu(s.network.rdma_resource),
         ".network.rdmaResource",
+    ),
+    Rule(
+        "spec",
+        "!has(self.network.rdmaResource) || !(self.network.rdmaResource.contains('kubernetes.io/') || "
+        "self.network.rdmaResource.startsWith('requests.'))",
+        "network.rdmaResource must be an extended resource name (<domain>/<name>), outside kubernetes.io "
+        "and not starting with requests.",
+        lambda s: _extended_resource(s.network.rdma_resource),
+        ".network.rdmaResource",
+    ),
+    Rule(
+        "spec",
+        f"self.network.coordinatorPort < self.metrics.port || "
+        f"self.network.coordinatorPort >= self.metrics.port + {_CEL_PROCESSES}",
+        "network.coordinatorPort must not be a metrics port: metrics.port to metrics.port + processes "
+        "per pod - 1 (one per trainer process)",
+        _metrics_ports_clear,
+        ".metrics.port",
+    ),
+    Rule(
+        "spec.scheduling",
+        _TOLERATIONS + "!has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",
+        "a toleration with operator Exists takes no value",
+        lambda sch: all(t.operator != "Exists" or not t.value for t in sch.tolerations),
+        ".tolerations",
+    ),
+    Rule(
+        "spec.scheduling",
+        _TOLERATIONS + "!has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",
+        "tolerationSeconds needs effect NoExecute",
+        lambda sch: all(t.toleration_seconds is None or t.effect == "NoExecute" for t in sch.tolerations),
+        ".tolerations",
+    ),
+    # Paths without a claim (the claim's mount rule above says the same of theirs): the nested-path
+    # rule below compares their text.
+    Rule(
+        "spec",
+        "has(self.checkpoint.persistentVolumeClaim) || self.checkpoint.path.contains('://') || "
+        + _cel_clean("self.checkpoint.path"),
+        "checkpoint.path must not have '.', '..' or empty segments ('//', a trailing '/')",
+        lambda s: (
+            s.checkpoint.persistent_volume_claim is not None or "://" in s.checkpoint.path or _clean(s.checkpoint.path)
+        ),
+        ".checkpoint.path",
+    ),
+    Rule(
+        "spec",
+        "!has(self.initFrom) || has(self.initFrom.persistentVolumeClaim) || " + _cel_clean("self.initFrom.path"),
+        "initFrom.path must not have '.', '..' or empty segments ('//', a trailing '/')",
+        lambda s: s.init_from is None or s.init_from.persistent_volume_claim is not None or _clean(s.init_from.path),
+        ".initFrom.path",
     ),
     Rule(
         "spec",

@@ -26,8 +26,13 @@ LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_LABEL_PATTERN = f"^{_DNS_LABEL}$"
 DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$"
-QUALIFIED_NAME_PATTERN = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+_NAME_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+QUALIFIED_NAME_PATTERN = rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?{_NAME_PART}$"
 """A label key, taint key or topology key: an optional DNS-subdomain prefix and a name."""
+EXTENDED_RESOURCE_PATTERN = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*/{_NAME_PART}$"
+"""An extended resource name: a qualified name whose DNS-subdomain prefix is required."""
+EXTENDED_RESOURCE_MAX_LENGTH = 244
+"""Kubernetes checks "requests." + the name as a qualified name: its prefix stays within 253."""
 _DOMAIN_PART = r"([A-Za-z0-9]|[A-Za-z0-9][-A-Za-z0-9]*[A-Za-z0-9])"
 _PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
 IMAGE_PATTERN = (
@@ -199,12 +204,14 @@ class ResourcesSpec(ApiModel):
     gpu_type: GpuType = "h100-80gb"
     """Accelerator; selects nodes by the GPU Feature Discovery product label. cpu runs on CPU devices."""
     shared_memory: str = Field("64Gi", pattern=QUANTITY_PATTERN, max_length=32)
-    """Size of the /dev/shm memory volume (NCCL and data loaders need a large one)."""
+    """Size of the /dev/shm memory volume (NCCL and data loaders need a large one); capped at the
+    pod's memory limit, which its pages count against."""
     cpu: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
-    """CPU request and limit per pod, e.g. "96"."""
+    """CPU request and limit per pod, e.g. "96". gpuType cpu: default the operator's cpuJobCpu."""
     memory: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
     """Memory request and limit per pod, e.g. 1800Gi. Host offload lives here: when set, the planner
-    rejects layouts whose offloaded tensors exceed 80% of it."""
+    rejects layouts whose offloaded tensors exceed 80% of it. gpuType cpu: default the operator's
+    cpuJobMemory."""
 
 
 class NetworkSpec(ApiModel):
@@ -213,9 +220,9 @@ class NetworkSpec(ApiModel):
     fabric: FabricName = "tcp"
     """tcp, infiniband or roce (NVIDIA Network Operator), efa (AWS), gcp-tcpx (A3 High),
     gcp-tcpxo (A3 Mega), gcp-rdma (A3 Ultra)."""
-    rdma_resource: str | None = Field(None, max_length=253, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")
-    """Extended resource of the RDMA device plugin (infiniband/roce; default rdma/rdma_shared_device_a);
-    never an nvidia.com/gpu resource."""
+    rdma_resource: str | None = Field(None, max_length=EXTENDED_RESOURCE_MAX_LENGTH, pattern=EXTENDED_RESOURCE_PATTERN)
+    """Extended resource of the RDMA device plugin (infiniband/roce; default rdma/rdma_shared_device_a):
+    <domain>/<name>, outside kubernetes.io, never an nvidia.com/gpu resource."""
     rdma_resource_count: int = Field(1, ge=1, le=64)
     """How many of rdmaResource each pod requests."""
     networks: list[Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]] = Field(
@@ -238,11 +245,18 @@ class NetworkSpec(ApiModel):
 
 
 class Toleration(ApiModel):
-    key: QualifiedName | None = None
+    """A pod toleration, checked as Kubernetes checks it; the operator's allowedTolerations say which
+    taint keys a job may tolerate."""
+
+    key: QualifiedName
+    """Taint key. Required: a key-less toleration tolerates every taint, the control plane's included."""
     operator: Literal["Exists", "Equal"] | None = None
+    """Equal (the default) matches value; Exists matches any value and takes none."""
     value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to tolerate; omitted: every effect."""
     toleration_seconds: int | None = Field(None, ge=-MAX_COUNT, le=MAX_COUNT)
+    """How long a NoExecute taint is tolerated (effect NoExecute only)."""
 
 
 class SchedulingSpec(ApiModel):
@@ -265,9 +279,10 @@ class SchedulingSpec(ApiModel):
     """Kueue topology-aware scheduling over topologyKey (admission kueue): preferred or required asks
     Kueue to place the whole gang in one domain of that label (the queue's ResourceFlavor needs a
     Kueue Topology with it as a level); none leaves placement to the pods' affinity."""
-    workload_priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    workload_priority_class_name: str | None = Field(None, max_length=63, pattern=DNS_SUBDOMAIN_PATTERN)
     """Kueue WorkloadPriorityClass (admission kueue): orders the queue, and a higher one may preempt
-    a running lower one, which restarts from its checkpoint when admitted again."""
+    a running lower one, which restarts from its checkpoint when admitted again. At most 63
+    characters: it is the Job's kueue.x-k8s.io/priority-class label value."""
     startup_timeout_seconds: int = Field(600, ge=10, le=86400)
     """Pods must all be Running within this time, or the attempt counts as failed."""
 
@@ -289,7 +304,8 @@ class RestartPolicySpec(ApiModel):
     max_restarts: int = Field(3, ge=0, le=1000)
     """Gang restarts before the job is Failed."""
     backoff_seconds: int = Field(30, ge=0, le=3600)
-    """Wait before creating the next generation."""
+    """Wait before creating the next generation: at least 1 s, doubling with each gang restart up to
+    10 minutes (or this value, if longer)."""
 
 
 class MetricsSpec(ApiModel):

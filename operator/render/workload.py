@@ -15,6 +15,7 @@ from longctx_trainer.config import dump_config
 from longctx_trainer.hardware import FABRICS, GPUS, Fabric
 
 from .. import names
+from ..api.quantity import parse_quantity
 from ..api.spec import LongContextJob, LongContextJobSpec
 from ..config import OperatorConfig
 from ..layout import ResolvedLayout
@@ -53,16 +54,34 @@ def _metadata(name: str, namespace: str, labels: dict[str, str]) -> dict:
     return {"name": name, "namespace": namespace, "labels": dict(labels)}
 
 
-def _resources(spec: LongContextJobSpec, fabric: FabricProfile) -> dict:
+def _cpu_and_memory(spec: LongContextJobSpec, config: OperatorConfig) -> dict[str, str]:
+    """The pod's cpu and memory: the spec's, or for a CPU job (which no GPU count bounds) the
+    operator's cpuJobCpu and cpuJobMemory."""
+    out: dict[str, str] = {}
+    cpu_job = spec.resources.gpu_type == "cpu"
+    if cpu := spec.resources.cpu or (config.cpu_job_cpu if cpu_job else None):
+        out["cpu"] = cpu
+    if memory := spec.resources.memory or (config.cpu_job_memory if cpu_job else None):
+        out["memory"] = memory
+    return out
+
+
+def _resources(spec: LongContextJobSpec, fabric: FabricProfile, config: OperatorConfig) -> dict:
     limits: dict[str, str] = {}
     if spec.resources.gpu_type != "cpu":
         limits.update(fabric.resources)
         limits[GPU_RESOURCE] = str(spec.resources.gpus_per_node)  # never a fabric's to change
-    if spec.resources.cpu:
-        limits["cpu"] = spec.resources.cpu
-    if spec.resources.memory:
-        limits["memory"] = spec.resources.memory
+    limits.update(_cpu_and_memory(spec, config))
     return {"requests": dict(limits), "limits": limits} if limits else {}
+
+
+def shared_memory(spec: LongContextJobSpec, config: OperatorConfig) -> str:
+    """Size limit of /dev/shm: resources.sharedMemory, capped at the pod's memory limit (the tmpfs
+    pages count against it, so a larger limit only hides where the memory goes)."""
+    memory = _cpu_and_memory(spec, config).get("memory")
+    if memory is not None and parse_quantity(memory) < parse_quantity(spec.resources.shared_memory):
+        return memory
+    return spec.resources.shared_memory
 
 
 def node_selector(spec: LongContextJobSpec) -> dict[str, str]:
@@ -94,9 +113,9 @@ def _affinity(workload: str, spec: LongContextJobSpec) -> dict:
     return affinity
 
 
-def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile) -> tuple[list, list]:
+def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile, config: OperatorConfig) -> tuple[list, list]:
     volumes = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shared_memory(spec, config)}},
         {"name": "trainer-config", "configMap": {"name": names.config_map_name(job)}},
     ]
     mounts = [
@@ -208,7 +227,7 @@ def _job(
             pod_annotations[names.KUEUE_TOPOLOGY_ANNOTATIONS[spec.scheduling.kueue_topology]] = (
                 spec.scheduling.topology_key
             )
-    volumes, mounts = _volumes(name, spec, fabric)
+    volumes, mounts = _volumes(name, spec, fabric, config)
     trainer = {
         "name": TRAINER_CONTAINER,
         "image": (spec.trainer and spec.trainer.image) or spec.image or config.trainer_image,
@@ -216,7 +235,7 @@ def _job(
         "command": (spec.trainer and spec.trainer.command) or BUNDLED_TRAINER_COMMAND,
         "env": worker_env(name, spec, layout, generation, fabric),
         "ports": _ports(spec, layout.processes_per_node),
-        "resources": _resources(spec, fabric),
+        "resources": _resources(spec, fabric, config),
         "securityContext": container_security_context(FABRICS[spec.network.fabric]),
         "volumeMounts": mounts,
     }

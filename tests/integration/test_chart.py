@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from longctx_operator import reasons
+from longctx_operator.config import OperatorConfig
 
 pytestmark = pytest.mark.integration
 
@@ -180,6 +181,10 @@ def test_operator_config_carries_trainer_image_scope_and_ports(default_objects, 
     assert default["healthPort"] == 8080 and default["metricsPort"] == 8000
     # Job authors get no pod annotations and no metrics URL unless the administrator allows them.
     assert default["allowedPodAnnotations"] == [] and default["metricsUrlPrefixes"] == []
+    # ... nor any priority class or toleration; CPU jobs get the operator's own cpu and memory.
+    assert default["allowedPriorityClasses"] == [] and default["allowedTolerations"] == []
+    defaults = OperatorConfig()
+    assert (default["cpuJobCpu"], default["cpuJobMemory"]) == (defaults.cpu_job_cpu, defaults.cpu_job_memory)
     # Admission and fabric defaults come from the CRD (server-side), not from the operator's config.
     assert not {"admission", "network"} & default.keys()
     custom = rendered_config(custom_objects)

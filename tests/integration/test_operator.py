@@ -448,6 +448,30 @@ def test_pod_annotations_outside_the_allow_list_hold_the_job_with_a_reason(opera
     h.wait_phase(kubectl, wait_until, "sneaky", "Succeeded")
 
 
+def test_a_toleration_outside_the_allow_list_holds_the_job_with_a_reason(operator, kubectl, wait_until):
+    """The test operator allows tolerating nvidia.com/gpu only: a job tolerating the control plane's
+    taint is held Pending (SettingNotAllowed) with nothing created, and runs once the spec drops it."""
+    control_plane = {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
+    kubectl.apply(pool_job("greedy", scheduling={"tolerations": [control_plane]}, pod_annotations=FAST))
+    held = wait_until(
+        lambda: (
+            (obj := kubectl.json("get", "lcj", "greedy"))
+            and (obj.get("status") or {}).get("reason") == reasons.SETTING_NOT_ALLOWED
+            and obj
+        ),
+        timeout=30,
+        what="reason SettingNotAllowed",
+    )
+    assert held["status"]["phase"] == "Pending"
+    assert "spec.scheduling.tolerations[0].key node-role.kubernetes.io/control-plane" in held["status"]["message"]
+    assert h.conditions(held)[cond.ADMITTED] == ("False", reasons.SETTING_NOT_ALLOWED)
+    assert not h.children(kubectl, "greedy")["jobs"]
+    assert ("Warning", reasons.SETTING_NOT_ALLOWED) in h.events(kubectl, "greedy")
+    remove = '[{"op": "remove", "path": "/spec/scheduling/tolerations"}]'
+    kubectl.run("patch", "lcj", "greedy", "--type=json", "-p", remove)
+    h.wait_phase(kubectl, wait_until, "greedy", "Succeeded")
+
+
 INJECTIONS = [
     "x\n      securityContext: {privileged: true}",
     "x\r\n  hostPID: true",

@@ -28,7 +28,7 @@ import yaml
 
 from longctx_operator.cli import main
 
-from .manifests import EXAMPLES, load_example, malformed_cases
+from .manifests import EXAMPLES, apply_case, load_example, malformed_cases
 
 HOSTILE_STRINGS = [
     "",
@@ -72,6 +72,19 @@ HOSTILE_STRINGS = [
     "../../etc/passwd",
     "/etc/longctx",
     "/dev/shm",
+    "/etc/./longctx",
+    "/dev//shm",
+    "/checkpoints/../checkpoints",
+    "a//b",
+    "node.kubernetes.io/unschedulable",
+    "requests.rdma/hca",
+    "rdma..example.com/hca",
+    "rdma/" + "h" * 64,
+    "system-node-critical",
+    "Exists",
+    "NoExecute",
+    "w" * 64,
+    "http://metrics.example.com.attacker.net/",
     "gs://b/x",
     "file:///var/run/secrets/token",
     "nvidia.com/gpu",
@@ -112,9 +125,43 @@ class Failure:
     manifest: bytes
 
 
-def _seeds() -> list[dict]:
+# The malformed-case base with every optional field that a rule or the renderer reads set, so that
+# mutations reach them: tolerations, ports, the RDMA resource, Kueue's priority, a CPU job's
+# resources and claim mount paths.
+SCHEDULING_SEED = {
+    "set": {
+        "spec.scheduling": {
+            "admission": "kueue",
+            "queueName": "team-a",
+            "workloadPriorityClassName": "high",
+            "priorityClassName": "training-high",
+            "tolerations": [
+                {"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "example.com/evict", "operator": "Equal", "value": "a", "effect": "NoExecute"},
+                {"key": "example.com/drain", "effect": "NoExecute", "tolerationSeconds": 60},
+            ],
+        },
+        "spec.network": {"fabric": "infiniband", "rdmaResource": "rdma/hca_shared_devices_a", "coordinatorPort": 9000},
+        "spec.metrics.port": 9400,
+        "spec.checkpoint": {"path": "/checkpoints/run", "persistentVolumeClaim": "ckpt"},
+        "spec.initFrom": {"path": "/weights/llama", "persistentVolumeClaim": "weights"},
+    }
+}
+CPU_SEED = {
+    "set": {
+        "spec.resources": {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu", "cpu": "1", "memory": "2Gi"},
+        "spec.network": {"fabric": "tcp"},
+        "spec.parallelism": {"mode": "manual", "data": 2, "context": 4, "tensor": 1, "processesPerNode": 2},
+        "spec.metrics.port": 9400,
+    }
+}
+
+
+def seeds() -> list[dict]:
     base, _ = malformed_cases()
-    return [base] + [load_example(path) for path in EXAMPLES]
+    return [base, apply_case(base, SCHEDULING_SEED), apply_case(base, CPU_SEED)] + [
+        load_example(path) for path in EXAMPLES
+    ]
 
 
 def _paths(node, prefix=()) -> list[tuple]:
@@ -209,9 +256,9 @@ def _mutate_text(text: bytes, rng: random.Random) -> bytes:
 
 def mutations(count: int, seed: int):
     rng = random.Random(seed)
-    seeds = _seeds()
+    starts = seeds()
     for _ in range(count):
-        doc = _mutate_data(rng.choice(seeds), rng)
+        doc = _mutate_data(rng.choice(starts), rng)
         text = _dump(doc)
         if rng.random() < 0.3:
             text = _mutate_text(text, rng)

@@ -17,10 +17,13 @@ CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"
 
 
 # The test operator's configuration (operator/config.py): KWOK's stage annotations (longctx.io/*,
-# docs/cluster.md) may reach pods, and a job may point the progress scrape at a local port.
+# docs/cluster.md) may reach pods, a job may point the progress scrape at a local port, name any
+# priority class (the injection tests) and tolerate the simulated GPU nodes' taint.
 TEST_CONFIG = {
     "allowedPodAnnotations": ["longctx.io/*"],
     "metricsUrlPrefixes": ["http://127.0.0.1:"],
+    "allowedPriorityClasses": ["*"],
+    "allowedTolerations": ["nvidia.com/gpu"],
     "progressIntervalSeconds": 1,
 }
 

@@ -11,10 +11,13 @@ from longctx_operator.api.spec import TRAINER_ATTENTION, LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus
 from longctx_operator.lifecycle import (
     ADMISSION_RETRY_SECONDS,
+    BACKOFF_CAP_SECONDS,
+    BACKOFF_FLOOR_SECONDS,
     CreateWorkload,
     DeleteWorkload,
     decide,
     resolved,
+    restart_backoff,
 )
 from longctx_operator.observe import MISSING, KueueVerdict, RankFailure, WorkloadObservation
 
@@ -208,6 +211,42 @@ def test_failing_every_time_fails_after_max_restarts():
     assert "rank 1 (pod job-g1-1-x) failed: container trainer terminated: Error, exit code 7" in final.status.message
     assert "maxRestarts is 1" in final.status.message
     assert conditions(final.status)[cond.FAILED] == ("True", reasons.RANK_FAILED)
+
+
+def test_an_instantly_failing_gang_backs_off_from_a_floor_doubling_each_restart():
+    """backoffSeconds 0 and many restarts must not churn pods as fast as they fail (docs/security.md)."""
+    s = spec(restartPolicy={"maxRestarts": 500, "backoffSeconds": 0})
+    status, now, waits = step(s, LongContextJobStatus())[0].status, T0, []
+    for generation in range(1, 6):
+        failed, _ = step(s, status, failed_rank(), now=now)
+        waits.append(failed.requeue_after)
+        early, asked = step(s, failed.status, MISSING, now=now + timedelta(seconds=failed.requeue_after * 0.9))
+        assert not asked and early.actions == ()  # still backing off
+        now += timedelta(seconds=failed.requeue_after)
+        status = step(s, early.status, MISSING, now=now)[0].status
+        assert status.workload_generation == generation + 1
+    assert waits == [BACKOFF_FLOOR_SECONDS * 2**k for k in range(5)]
+
+
+def test_restart_backoff_grows_to_a_cap_unless_the_job_asks_for_longer():
+    assert [restart_backoff(spec(), k) for k in (1, 2, 3)] == [10, 20, 40]
+    assert restart_backoff(spec(), 1000) == BACKOFF_CAP_SECONDS
+    slow = spec(restartPolicy={"backoffSeconds": 3600})
+    assert restart_backoff(slow, 1) == restart_backoff(slow, 50) == 3600
+    described = LongContextJobSpec.model_fields["restart_policy"].annotation.model_fields["backoff_seconds"]
+    assert f"at least {BACKOFF_FLOOR_SECONDS:g} s" in described.description
+    assert f"up to {BACKOFF_CAP_SECONDS / 60:g} minutes" in " ".join(described.description.split())
+
+
+def test_a_setting_the_operator_does_not_allow_holds_the_job_pending():
+    why = "spec.scheduling.priorityClassName system-node-critical is not allowed by the operator's ..."
+    held = decide("job", spec(), 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, settings_error=why)
+    assert (held.status.phase, held.status.reason, held.status.message) == ("Pending", reasons.SETTING_NOT_ALLOWED, why)
+    assert held.actions == () and held.requeue_after is None
+    assert conditions(held.status)[cond.ADMITTED] == ("False", reasons.SETTING_NOT_ALLOWED)
+    assert ("Warning", reasons.SETTING_NOT_ALLOWED) in [(e.type, e.reason) for e in held.events]
+    allowed, _ = step(spec(), held.status)
+    assert allowed.status.phase == "Admitted" and allowed.actions[0].generation == 1
 
 
 def test_startup_timeout_counts_as_a_failure():

@@ -319,3 +319,20 @@ def _serving(text: str):
             pass
 
     return Handler
+
+
+def test_a_priority_class_outside_the_allow_list_holds_the_job_with_its_reason():
+    reconciler, kube = make()
+    kube.job["spec"]["scheduling"]["priorityClassName"] = "system-node-critical"
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert not [c for c in kube.calls if c[0] == "create"]
+    status = kube.job["status"]
+    assert (status["phase"], status["reason"]) == ("Pending", reasons.SETTING_NOT_ALLOWED)
+    assert "spec.scheduling.priorityClassName system-node-critical" in status["message"]
+    assert ("Warning", reasons.SETTING_NOT_ALLOWED) in [(t, r) for t, r, _ in kube.events]

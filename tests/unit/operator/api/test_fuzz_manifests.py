@@ -1,7 +1,14 @@
 """A short run of the manifest fuzzer (tests/support/fuzz.py; `hack/fuzz-manifests` runs 5,000):
 mutated manifests never make validate, plan or render crash or refuse without a readable line."""
 
-from support.fuzz import check, fuzz
+from longctx_operator.api import problems
+from support.fuzz import check, fuzz, seeds
+
+
+def test_every_seed_is_valid():
+    """Mutations start from valid jobs, one of them with every optional field a rule reads set."""
+    for seed in seeds():
+        assert problems(seed) == [], seed["metadata"]["name"]
 
 
 def test_mutated_manifests_never_crash_the_cli():

@@ -337,7 +337,40 @@ def test_cpu_job_has_no_gpu_settings():
     assert e["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
     spec = pod(workload)["spec"]
     assert spec["tolerations"] == [] and spec["nodeSelector"] == {}
-    assert "resources" not in trainer(workload) or trainer(workload)["resources"] == {}
+    # No GPU count bounds a CPU job: it always gets cpu and memory, the operator's defaults here.
+    config = OperatorConfig()
+    assert limits(workload) == {"cpu": config.cpu_job_cpu, "memory": config.cpu_job_memory}
+    assert trainer(workload)["resources"]["requests"] == limits(workload)
+    shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["sizeLimit"] == config.cpu_job_memory  # 64Gi asked, capped at the memory
+
+
+CPU_JOB = {
+    "spec.resources": {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu", "cpu": "1", "memory": "4Gi"},
+    "spec.parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 1},
+}
+
+
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({}, {"cpu": "1", "memory": "4Gi", "shm": "4Gi"}),
+        ({"spec.resources.sharedMemory": "1Gi"}, {"cpu": "1", "memory": "4Gi", "shm": "1Gi"}),
+        ({"spec.resources.sharedMemory": "5000Mi"}, {"cpu": "1", "memory": "4Gi", "shm": "4Gi"}),
+    ],
+)
+def test_shared_memory_is_capped_at_the_pods_memory(changes, expected):
+    _, _, workload = render({**CPU_JOB, **changes}, ResolvedLayout(1, 8, 1, 1))
+    shm = next(v for v in pod(workload)["spec"]["volumes"] if v["name"] == "dshm")
+    assert {**limits(workload), "shm": shm["emptyDir"]["sizeLimit"]} == expected
+
+
+def test_cpu_job_defaults_come_from_the_operator_configuration():
+    unsized = {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu"}
+    job = parse_job(apply_case(BASE, {"set": {**CPU_JOB, "spec.resources": unsized}}))
+    config = OperatorConfig(cpu_job_cpu="500m", cpu_job_memory="1Gi")
+    workload = render_workload(job, ResolvedLayout(1, 8, 1, 1), 1, config).job
+    assert limits(workload) == {"cpu": "500m", "memory": "1Gi"}
 
 
 def test_user_env_comes_last_and_replaces_a_fabric_setting_in_place():
@@ -373,7 +406,7 @@ def test_a_fabric_resource_never_changes_the_gpu_count():
 
     profile = fabrics.fabric_profile(job.spec, OperatorConfig())
     hostile = dataclasses.replace(profile, resources={"nvidia.com/gpu": "0"})
-    assert workload_module._resources(job.spec, hostile)["limits"]["nvidia.com/gpu"] == "8"
+    assert workload_module._resources(job.spec, hostile, OperatorConfig())["limits"]["nvidia.com/gpu"] == "8"
 
 
 def test_render_cli_prints_yaml_kubectl_accepts(capsys):

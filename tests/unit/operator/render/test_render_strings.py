@@ -12,6 +12,8 @@ Kubernetes.
 from __future__ import annotations
 
 import copy
+import posixpath
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 from longctx_operator.api import parse_job, problems
 from longctx_operator.api import spec as api
 from longctx_operator.layout import ResolvedLayout
+from longctx_operator.names import RESERVED_MOUNTS
 from longctx_operator.render import render_workload, render_yaml
 
 K8S_VERSION = "1.36"
@@ -197,6 +200,21 @@ FIELDS: list[tuple[str, Callable[[dict, str], None], str, st.SearchStrategy[str]
     ),
     ("spec.network.socketInterface", _set("spec.network.socketInterface"), MARKER, _regex(r"^[A-Za-z0-9_.:^=-]+$")),
     (
+        "spec.scheduling.workloadPriorityClassName",
+        _with(
+            {"spec.scheduling.admission": "kueue", "spec.scheduling.queueName": "q"},
+            _set("spec.scheduling.workloadPriorityClassName"),
+        ),
+        MARKER,
+        _regex(api.DNS_SUBDOMAIN_PATTERN),
+    ),
+    (
+        "spec.network.rdmaResource",
+        _with({"spec.network.fabric": "infiniband"}, _set("spec.network.rdmaResource")),
+        f"example.com/{MARKER}",
+        _regex(r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$"),  # looser than the API: what it used to accept
+    ),
+    (
         "spec.trainer.args",
         lambda doc, v: _set("spec.trainer")(
             doc, {"framework": "pytorch", "command": ["torchrun"], "args": ["train.py", v]}
@@ -269,6 +287,7 @@ def test_user_strings_render_verbatim_or_are_refused(field, apply, marker, value
         assert [doc for doc in yaml.safe_load_all(render_yaml(objects)) if doc] == objects
         for obj in objects:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        assert not kubernetes_refuses(objects)
 
     check()
 
@@ -296,3 +315,150 @@ def test_every_line_break_survives_the_printed_yaml(value):
     text = render_yaml(objects)
     assert [doc for doc in yaml.safe_load_all(text) if doc] == objects
     assert "\\ud83d" not in text  # an astral character is itself, never a surrogate escape kubectl refuses
+
+
+# Kubernetes' own checks beyond the OpenAPI schema that kubernetes_validate knows (labels,
+# tolerations, resource names, ports: pkg/apis/core/validation and apimachinery's validation),
+# written here independently of operator/api/rules.py, so that the two can be compared.
+_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_K8S_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_NATIVE_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
+
+
+def _qualified_name(text: str) -> bool:
+    prefix, _, name = text.rpartition("/")
+    if "/" in text and (not prefix or len(prefix) > 253 or not re.fullmatch(_K8S_SUBDOMAIN, prefix)):
+        return False
+    return 0 < len(name) <= 63 and re.fullmatch(_K8S_NAME, name) is not None
+
+
+def _label_value(text: str) -> bool:
+    return text == "" or (len(text) <= 63 and re.fullmatch(_K8S_NAME, text) is not None)
+
+
+def _extended_resource(name: str) -> bool:
+    native = "/" not in name or "kubernetes.io/" in name
+    return not native and not name.startswith("requests.") and _qualified_name("requests." + name)
+
+
+def _toleration_refused(t: dict) -> str | None:
+    key, operator, value = t.get("key", ""), t.get("operator", "Equal"), t.get("value", "")
+    if key and not _qualified_name(key):
+        return "key"
+    if not key and operator != "Exists":
+        return "operator must be Exists when key is empty"
+    if "tolerationSeconds" in t and t.get("effect") != "NoExecute":
+        return "tolerationSeconds needs effect NoExecute"
+    if operator == "Equal" and not _label_value(value):
+        return "value"
+    if operator == "Exists" and value:
+        return "value must be empty when operator is Exists"
+    return None
+
+
+def kubernetes_refuses(objects: list[dict]) -> list[str]:
+    """Why Kubernetes would refuse one of the rendered objects; empty when it accepts them all."""
+    found = []
+    for obj in objects:
+        metas = [obj["metadata"]] + ([obj["spec"]["template"]["metadata"]] if obj["kind"] == "Job" else [])
+        for meta in metas:
+            for key, value in (meta.get("labels") or {}).items():
+                if not (_qualified_name(key) and _label_value(value)):
+                    found.append(f"{obj['kind']} label {key}={value}")
+        if obj["kind"] == "Service":
+            ports = [(p["port"], p.get("protocol", "TCP")) for p in obj["spec"]["ports"]]
+            if len(set(ports)) != len(ports):
+                found.append(f"Service ports {ports} repeat")
+        if obj["kind"] == "Job":
+            pod = obj["spec"]["template"]["spec"]
+            found += [f"toleration {t}: {why}" for t in pod.get("tolerations", []) if (why := _toleration_refused(t))]
+            for container in pod["containers"]:
+                names = {**container.get("resources", {}).get("limits", {})}
+                found += [f"resource {n}" for n in names if n not in _NATIVE_RESOURCES and not _extended_resource(n)]
+                numbers = [p["containerPort"] for p in container.get("ports", [])]
+                if len(set(numbers)) != len(numbers):
+                    found.append(f"container ports {numbers} repeat")
+    return found
+
+
+def _tolerations(doc: dict, tolerations: list[dict]) -> None:
+    doc["spec"]["scheduling"] = {"tolerations": tolerations}
+
+
+TOLERATION = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": st.sampled_from(["example.com/pool", "pool", "", "node-role.kubernetes.io/control-plane"]),
+        "operator": st.sampled_from(["Exists", "Equal"]),
+        "value": st.sampled_from(["", "a", "x.y_z"]),
+        "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+        "tolerationSeconds": st.sampled_from([-1, 0, 60]),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tolerations=st.lists(TOLERATION, max_size=3))
+def test_accepted_tolerations_are_ones_kubernetes_accepts_and_name_a_key(tolerations):
+    manifest = _job_with(_tolerations, tolerations)
+    if problems(manifest):
+        return
+    rendered = _rendered(manifest)[2]["spec"]["template"]["spec"]["tolerations"]
+    assert not kubernetes_refuses(_rendered(manifest))
+    assert all(t.get("key") for t in rendered)  # a key-less Exists would tolerate every taint
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    metrics=st.integers(1024, 65000),
+    offset=st.integers(-3, 9),
+    processes=st.sampled_from([None, 1, 2, 4, 8]),
+    nvshmem=st.booleans(),
+)
+def test_accepted_ports_never_collide(metrics, offset, processes, nvshmem):
+    def apply(doc: dict, _: str) -> None:
+        doc["spec"]["resources"]["gpusPerNode"] = 8
+        doc["spec"]["parallelism"] = {"mode": "manual", "data": 1, "context": 8, "tensor": 1}
+        if processes is not None:
+            doc["spec"]["parallelism"]["processesPerNode"] = processes
+        if nvshmem:
+            doc["spec"]["communication"] = {"collectivePermute": "nvshmem"}
+        doc["spec"]["metrics"] = {"port": metrics}
+        doc["spec"]["network"]["coordinatorPort"] = min(max(metrics + offset, 1024), 65535)
+
+    manifest = _job_with(apply, "")
+    if problems(manifest):
+        return
+    job = parse_job(manifest)
+    layout = ResolvedLayout(1, 8, 1, processes_per_node=job.spec.processes_per_node())
+    assert not kubernetes_refuses(render_workload(job, layout, 1).objects)
+
+
+SEGMENTS = st.sampled_from(["a", "b", ".", "..", "", "etc", "longctx", "dev", "shm", "checkpoints"])
+PATHS = st.lists(SEGMENTS, min_size=1, max_size=5).map(lambda parts: "/" + "/".join(parts))
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+@settings(max_examples=400, deadline=None)
+@given(checkpoint=PATHS, weights=PATHS, checkpoint_claim=st.booleans())
+def test_accepted_claim_mounts_are_where_their_text_says(checkpoint, weights, checkpoint_claim):
+    """Compared after normalising ('.', '..', '//', a trailing '/'), as the kubelet resolves a
+    mount path: an accepted claim is never on or under the operator's mounts, and the weights and
+    the checkpoint directory are never one inside the other."""
+
+    def apply(doc: dict, _: str) -> None:
+        doc["spec"]["checkpoint"] = {"path": checkpoint} | (
+            {"persistentVolumeClaim": "ckpt"} if checkpoint_claim else {}
+        )
+        doc["spec"]["initFrom"] = {"path": weights, "persistentVolumeClaim": "weights"}
+
+    if problems(_job_with(apply, "")):
+        return
+    real = [posixpath.normpath(checkpoint), posixpath.normpath(weights)]
+    mounted = real if checkpoint_claim else real[1:]
+    assert not any(_inside(path, mount) for path in mounted for mount in RESERVED_MOUNTS), real
+    assert not (_inside(real[0], real[1]) or _inside(real[1], real[0])), real
+    assert "/" not in mounted
