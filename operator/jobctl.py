@@ -88,10 +88,12 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None) 
 
 
 def _api_message(e: ApiException) -> str:
+    """The API server's message (its Status object), on one line."""
     try:
-        return json.loads(e.body)["message"]
+        message = json.loads(e.body)["message"]
     except (TypeError, ValueError, KeyError):
-        return f"{e.status} {e.reason}"
+        message = f"{e.status} {e.reason}"
+    return " ".join(str(message).split())
 
 
 @contextmanager
@@ -100,6 +102,9 @@ def _translated(cluster: Cluster, job: str | None) -> Iterator[None]:
     try:
         yield
     except ApiException as e:
+        if e.status == 0:  # the client's own failure, e.g. TLS
+            reason = " ".join(str(e.reason).split())
+            raise UsageError(f"cannot reach the API server {cluster.api.configuration.host}: {reason}") from None
         try:
             details = json.loads(e.body).get("details") or {}
         except (TypeError, ValueError, AttributeError):
@@ -112,7 +117,7 @@ def _translated(cluster: Cluster, job: str | None) -> Iterator[None]:
             ) from None
         raise UsageError(_api_message(e)) from None
     except urllib3.exceptions.HTTPError as e:
-        reason = getattr(e, "reason", None) or e
+        reason = " ".join(str(getattr(e, "reason", None) or e).split())
         raise UsageError(f"cannot reach the API server {cluster.api.configuration.host}: {reason}") from None
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import get_args
 
-from . import names
+from . import conditions, names
 from .api.status import Phase
 
 PHASES: tuple[str, ...] = get_args(Phase)
@@ -164,7 +164,7 @@ def format_status(job: dict) -> str:
         if layout.get("memoryPerGpu"):
             lines.append(("  memory/GPU", f"{layout['memoryPerGpu']} planned"))
     else:
-        planned = next((c for c in status.get("conditions") or [] if c.get("type") == "LayoutPlanned"), None)
+        planned = next((c for c in status.get("conditions") or [] if c.get("type") == conditions.LAYOUT_PLANNED), None)
         lines.append(("Layout", f"not planned: {planned.get('message')}" if planned else "not planned yet"))
     width = max(len(k) for k, _ in lines) + 2
     return "\n".join(f"{(key + ':').ljust(width)}{value}" for key, value in lines)
