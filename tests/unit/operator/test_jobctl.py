@@ -127,3 +127,21 @@ def test_previous_and_follow_are_refused_before_asking_the_cluster(tmp_path):
     assert _one_line(_run("logs", "llama", "-f", "--previous", "--kubeconfig", str(config))) == (
         "longctx: --previous and --follow cannot be combined: the previous generation has ended"
     )
+
+
+class Chunks:
+    """A log response as it arrives: chunks that cut lines anywhere."""
+
+    def __init__(self, *chunks: bytes):
+        self.chunks = chunks
+
+    def stream(self, amount):
+        yield from self.chunks
+
+
+def test_log_lines_of_several_ranks_are_whole_and_prefixed(capsysbinary):
+    printer = jobctl._LinePrinter(prefix=True)
+    printer.copy(Chunks(b"step 1\nst", b"ep 2\n", b"", b"no newline"), rank=3)
+    assert capsysbinary.readouterr().out == b"[rank 3] step 1\n[rank 3] step 2\n[rank 3] no newline\n"
+    jobctl._LinePrinter(prefix=False).copy(Chunks(b"a\nb\n"), rank=0)
+    assert capsysbinary.readouterr().out == b"a\nb\n"
