@@ -345,7 +345,7 @@ def _follow(args, cluster: Cluster, job: dict) -> int:
         current = jobview.log_generation(job, False)
         if current != generation and current:
             if generation is not None:
-                _say(f"{args.job} restarted the gang: following generation {current}")
+                _say(f"{args.job}: generation {current} started (gang restart or resume); following its pods")
             generation = current
         phase = jobview.phase_of(job)
         chosen = (
@@ -371,9 +371,8 @@ def _follow(args, cluster: Cluster, job: dict) -> int:
             _say(f"{args.job} is {phase}")
             return 0
         if not streams and (not chosen or waiting):
-            now = f"waiting for the pods of {args.job} (phase {phase}" + (
-                f": {(job.get('status') or {}).get('message')})" if (job.get("status") or {}).get("message") else ")"
-            )
+            message = (job.get("status") or {}).get("message")
+            now = f"waiting for the pods of {args.job} (phase {phase}" + (f": {message})" if message else ")")
             if now != note:
                 _say(now)
                 note = now
