@@ -288,7 +288,7 @@ def _read_log(cluster: Cluster, pod: dict, follow: bool, tail: int | None):
         follow=follow,
         tail_lines=tail,
         _preload_content=False,
-        _request_timeout=(REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT,
+        _request_timeout=None if follow else REQUEST_TIMEOUT,  # a quiet trainer is not a failure
     )
 
 
@@ -337,9 +337,9 @@ def _follow(args, cluster: Cluster, job: dict) -> int:
     def stream(pod: dict, rank: int) -> None:
         try:
             printer.copy(_read_log(cluster, pod, True, args.tail), rank)
-        except (ApiException, urllib3.exceptions.HTTPError) as e:
+        except Exception as e:  # a thread's end: any failure is one line, never a traceback
             reason = _api_message(e) if isinstance(e, ApiException) else getattr(e, "reason", None) or e
-            _say(f"rank {rank} ({pod['metadata']['name']}): {reason}")
+            _say(f"rank {rank} ({pod['metadata']['name']}): {' '.join(str(reason).split())}")
 
     while True:
         current = jobview.log_generation(job, False)
