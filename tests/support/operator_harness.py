@@ -77,9 +77,10 @@ class OperatorProcess:
 POOL_LABEL = "longctx.io/test-pool"
 
 
-def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int) -> list[str]:
+def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int, status: dict | None = None) -> list[str]:
     """Adds `count` simulated GPU nodes (hack/cluster/nodes.py, indices from `first`) labelled
-    longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs."""
+    longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs; `status`
+    replaces fields of their status (e.g. where the API server finds their kubelet)."""
     nodes = json.loads(
         subprocess.run(
             [sys.executable, str(REPO / "hack" / "cluster" / "nodes.py"), "--start", str(first), "--count", str(count)],
@@ -90,6 +91,7 @@ def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int) -> list[str
     )
     for node in nodes["items"]:
         node["metadata"]["labels"][POOL_LABEL] = pool
+        node["status"].update(status or {})
     admin_kubectl.run("create", "-f", "-", input=json.dumps(nodes))
     names = [node["metadata"]["name"] for node in nodes["items"]]
     deadline = time.monotonic() + 60
