@@ -234,8 +234,22 @@ def chart_kubeconfig(admin_kubectl, directory: Path) -> Path:
 
 
 def install_crd(admin_kubectl) -> None:
+    """Applies the CRD and waits until it is Established. Not `kubectl wait`: right after a create
+    the CRD has no status.conditions yet, and kubectl 1.36 then fails at once ("accessor error")."""
     admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    admin_kubectl.run("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+
+    def established() -> bool:
+        crd = admin_kubectl.json("get", "crd", "longcontextjobs.longctx.io")
+        return any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (crd.get("status") or {}).get("conditions", [])
+        )
+
+    deadline = time.monotonic() + 60
+    while not established():
+        if time.monotonic() > deadline:
+            raise TimeoutError("CRD longcontextjobs.longctx.io not Established after 60s")
+        time.sleep(0.2)
 
 
 def wait_ready(url: str, timeout: float = 60) -> None:
