@@ -12,6 +12,7 @@ from typing import get_args
 
 from . import conditions, names
 from .api.status import Phase
+from .render.workload import TRAINER_CONTAINER
 
 PHASES: tuple[str, ...] = get_args(Phase)
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -127,6 +128,7 @@ def format_status(job: dict) -> str:
                 + (f" of at most {limit}" if limit is not None else ""),
             )
         )
+        lines.append(("Pods", f"-l {pod_selector(meta.get('name', '?'), generation)} (container {TRAINER_CONTAINER})"))
     workers = status.get("workers")
     if workers:
         lines.append(

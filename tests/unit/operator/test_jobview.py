@@ -44,6 +44,7 @@ def test_status_explains_the_layout_and_compares_estimated_with_measured_tokens_
     assert lines["Progress"].strip() == "step 412 of 2000 (20.6%), MFU 41.0%"
     assert lines["ETA"].strip() == "7h55m"
     assert lines["Generation"].strip() == "2 (Job none (deleted)), 1 gang restarts of at most 3"
+    assert lines["Pods"].strip() == "-l longctx.io/job-name=llama,longctx.io/generation=2 (container trainer)"
 
 
 def test_status_of_a_pinned_attention_says_so_and_a_job_not_planned_says_why():
