@@ -498,11 +498,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("crd", help="print the CustomResourceDefinition generated from the API models")
     p.set_defaults(func=cmd_crd)
+
+    from .jobctl import add_commands  # logs, status, list, wait, suspend, resume, delete (kubectl longctx)
+
+    add_commands(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    args = (parser or build_parser()).parse_args(argv)
     try:
         return args.func(args)
     except UsageError as e:

@@ -81,6 +81,9 @@ def timestamp(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+UNPLANNED_EXPLANATION = "manual layout taken as written (gpuType cpu: the planner models GPUs only)"
+
+
 def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan | None) -> LayoutStatus:
     return LayoutStatus(
         data=layout.data,
@@ -94,6 +97,7 @@ def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan |
         ulysses=layout.ulysses if layout.attention == "hybrid" else None,
         memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
         estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None,
+        explanation=plan.explanation if plan else UNPLANNED_EXPLANATION,
     )
 
 

@@ -28,6 +28,7 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "description": "Why the job is in its phase"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.resources.nodes"},
+    {"name": "DP", "type": "integer", "jsonPath": ".status.layout.data", "description": "Data-parallel degree"},
     {
         "name": "CP",
         "type": "integer",
@@ -35,12 +36,32 @@ PRINTER_COLUMNS = [
         "description": "Context-parallel group size",
     },
     {"name": "TP", "type": "integer", "jsonPath": ".status.layout.tensor", "description": "Tensor-parallel group size"},
+    {
+        "name": "Attention",
+        "type": "string",
+        "jsonPath": ".status.layout.attention",
+        "description": "The attention kind the trainer runs (the planner's choice under attention: auto)",
+    },
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {"name": "Tokens/s", "type": "number", "jsonPath": ".status.progress.tokensPerSecond"},
     {"name": "Done %", "type": "number", "jsonPath": ".status.progress.percentComplete"},
     {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Est. Tokens/s",
+        "type": "number",
+        "jsonPath": ".status.layout.estimatedTokensPerSecond",
+        "description": "The planner's estimate, against the measured Tokens/s",
+        "priority": 1,
+    },
+    {
+        "name": "Memory/GPU",
+        "type": "string",
+        "jsonPath": ".status.layout.memoryPerGpu",
+        "description": "Planned device memory per GPU",
+        "priority": 1,
+    },
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 

@@ -43,6 +43,11 @@ class LayoutStatus(ApiModel):
     memory_per_gpu: str | None = None
     """Planned device memory per GPU, e.g. 61.2Gi."""
     estimated_tokens_per_second: float | None = None
+    """The planner's estimate for this layout; status.progress.tokensPerSecond is the measured rate."""
+    explanation: str | None = Field(None, max_length=1024)
+    """Why this layout: the planner's choice among the layouts that fit (e.g. "fastest of 12 fitting
+    layouts and attention kinds (auto)"), or that the spec's manual layout was validated or, on
+    CPU, taken as written."""
 
 
 class WorkersStatus(ApiModel):

@@ -80,9 +80,10 @@ class OperatorProcess:
 POOL_LABEL = "longctx.io/test-pool"
 
 
-def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int) -> list[str]:
+def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int, status: dict | None = None) -> list[str]:
     """Adds `count` simulated GPU nodes (hack/cluster/nodes.py, indices from `first`) labelled
-    longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs."""
+    longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs; `status`
+    replaces fields of their status (e.g. where the API server finds their kubelet)."""
     nodes = json.loads(
         subprocess.run(
             [sys.executable, str(REPO / "hack" / "cluster" / "nodes.py"), "--start", str(first), "--count", str(count)],
@@ -93,6 +94,7 @@ def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int) -> list[str
     )
     for node in nodes["items"]:
         node["metadata"]["labels"][POOL_LABEL] = pool
+        node["status"].update(status or {})
     admin_kubectl.run("create", "-f", "-", input=json.dumps(nodes))
     names = [node["metadata"]["name"] for node in nodes["items"]]
     deadline = time.monotonic() + 60
@@ -235,8 +237,22 @@ def chart_kubeconfig(admin_kubectl, directory: Path) -> Path:
 
 
 def install_crd(admin_kubectl) -> None:
+    """Applies the CRD and waits until it is Established. Not `kubectl wait`: right after a create
+    the CRD has no status.conditions yet, and kubectl 1.36 then fails at once ("accessor error")."""
     admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    admin_kubectl.run("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+
+    def established() -> bool:
+        crd = admin_kubectl.json("get", "crd", "longcontextjobs.longctx.io")
+        return any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (crd.get("status") or {}).get("conditions", [])
+        )
+
+    deadline = time.monotonic() + 60
+    while not established():
+        if time.monotonic() > deadline:
+            raise TimeoutError("CRD longcontextjobs.longctx.io not Established after 60s")
+        time.sleep(0.2)
 
 
 def wait_ready(url: str, timeout: float = 60) -> None:

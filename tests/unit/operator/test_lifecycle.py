@@ -92,6 +92,20 @@ def test_the_chosen_attention_is_recorded_and_rendered_again_from_the_status():
     assert resolved(old, auto).attention == "ring"
 
 
+def test_the_status_says_why_the_layout_was_chosen():
+    from longctx_operator.lifecycle import UNPLANNED_EXPLANATION
+
+    auto, _ = step(spec(parallelism={"attention": "auto"}), LongContextJobStatus())
+    assert auto.status.layout.explanation.startswith("fastest of ")
+    assert auto.status.layout.explanation.endswith(" fitting layouts and attention kinds (auto)")
+    assert auto.status.layout.estimated_tokens_per_second > 0 and auto.status.layout.memory_per_gpu
+    cpu = spec(
+        resources={"nodes": 2, "gpusPerNode": 1, "gpuType": "cpu"},
+        parallelism={"mode": "manual", "data": 1, "context": 2, "tensor": 1},
+    )
+    assert step(cpu, LongContextJobStatus())[0].status.layout.explanation == UNPLANNED_EXPLANATION
+
+
 def test_planning_warns_once_about_checkpoints_a_restart_cannot_find():
     s = spec(checkpoint={"persistentVolumeClaim": None})
     planned, _ = step(s, LongContextJobStatus())

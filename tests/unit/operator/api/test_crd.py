@@ -66,16 +66,22 @@ def test_printer_columns_and_names():
         "Phase",
         "Reason",
         "Nodes",
+        "DP",
         "CP",
         "TP",
+        "Attention",
         "Step",
         "Tokens/s",
         "Done %",
         "ETA",
         "Restarts",
         "Age",
+        "Est. Tokens/s",
+        "Memory/GPU",
         "Message",
     ]
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Est. Tokens/s", "Memory/GPU", "Message"]  # kubectl get lcj -o wide
     assert version["subresources"] == {"status": {}}
     names = crd()["spec"]["names"]
     assert names["shortNames"] == ["lcj"] and "longctx" in names["categories"]
