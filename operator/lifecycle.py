@@ -380,6 +380,12 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
             message=f"all {observed.total} ranks completed",
             completion_time=timestamp(n.now),
         )
+        if n.status.progress is not None:  # reads cap a Running job at 99.9 % (progress.completion)
+            n.set(
+                progress=n.status.progress.model_copy(
+                    update={"percent_complete": 100.0, "eta": None, "estimated_completion_time": None}
+                )
+            )
         n.clear(conditions.RUNNING, reasons.COMPLETED, f"generation {generation} completed")
         n.clear(conditions.RENDEZVOUS, reasons.COMPLETED, f"generation {generation} completed")
         n.condition(conditions.SUCCEEDED, True, reasons.COMPLETED, f"all {observed.total} ranks completed")

@@ -8,7 +8,7 @@ from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.admission import Admission
 from longctx_operator.api.spec import TRAINER_ATTENTION, LongContextJobSpec
-from longctx_operator.api.status import LongContextJobStatus
+from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
 from longctx_operator.lifecycle import (
     ADMISSION_RETRY_SECONDS,
     BACKOFF_CAP_SECONDS,
@@ -165,6 +165,22 @@ def test_admitted_to_running_to_succeeded():
     ]
     assert done.events[-1].message == "all 2 ranks completed"
     assert step(s, done.status, MISSING)[0].actions == ()  # terminal
+
+
+def test_success_completes_the_progress_that_reads_capped():
+    """A Running job's reads stop at 99.9 % with no ETA at the last step; success says 100 %."""
+    s = spec()
+    admitted, _ = step(s, LongContextJobStatus())
+    run, _ = step(s, admitted.status, running())
+    read = run.status.model_copy(
+        update={
+            "progress": ProgressStatus(step=s.steps, percent_complete=99.9, eta="1s", estimated_completion_time="x")
+        }
+    )
+    done, _ = step(s, read, WorkloadObservation(exists=True, uid=UID, total=2, succeeded=2, complete=True))
+    assert done.status.phase == "Succeeded"
+    assert (done.status.progress.percent_complete, done.status.progress.eta) == (100.0, None)
+    assert done.status.progress.estimated_completion_time is None and done.status.progress.step == s.steps
 
 
 def test_lost_create_is_repeated_for_the_same_generation():
