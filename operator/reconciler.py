@@ -45,10 +45,15 @@ ERROR_RETRY_MAX_SECONDS = 60.0
 
 
 def status_patch(old: dict, new: LongContextJobStatus) -> dict:
-    """Merge patch from `old` to `new`, leaving status.progress to the progress timer."""
-    body = new.model_dump(by_alias=True, exclude_none=True, exclude={"progress"})
+    """Merge patch from `old` to `new`, leaving status.progress to the progress timer, except when
+    the job has succeeded (no more reads: the lifecycle completes what the reads capped)."""
+    final = new.phase == "Succeeded" and new.progress is not None
+    body = new.model_dump(by_alias=True, exclude_none=True, exclude=None if final else {"progress"})
     for removed in set(old) - set(body) - {"progress"}:
         body[removed] = None
+    if final:
+        for removed in set(old.get("progress") or {}) - set(body["progress"]):
+            body["progress"][removed] = None
     return body
 
 

@@ -39,6 +39,12 @@ def test_status_patch_removes_cleared_fields_and_leaves_progress_alone():
     assert "progress" not in patch
 
 
+def test_status_patch_writes_the_progress_of_a_job_that_succeeded():
+    old = {"phase": "Running", "progress": {"step": 10, "percentComplete": 99.9, "eta": "1s"}}
+    new = LongContextJobStatus(phase="Succeeded", progress=ProgressStatus(step=10, percent_complete=100.0))
+    assert status_patch(old, new)["progress"] == {"step": 10, "percentComplete": 100.0, "eta": None}
+
+
 def test_allowed_pod_annotations_join_the_fabric_annotations_which_win():
     job = {"kind": "Job", "spec": {"template": {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "ib0"}}}}}
     add_pod_annotations(job, {"example.com/profile": "on", "k8s.v1.cni.cncf.io/networks": "other/net"})
