@@ -157,3 +157,9 @@ def dequantize_through_fp32(monkeypatch):
     monkeypatch.setattr(
         fp8, "dequantize", lambda q, scale, out_dtype: (q.astype(jnp.float32) * scale).astype(out_dtype)
     )
+
+
+def every_ring_step_from_an_earlier_member(monkeypatch):
+    """The dual-chunk-swap ring takes every received K/V shard as one from an earlier member: all
+    queries attend the first half of a later member's shard (their future) and none its second."""
+    monkeypatch.setattr(ring._DualChunkRing, "from_earlier", lambda self, step: True)
