@@ -15,6 +15,14 @@ from the primitive's own signature, by name: an operand or parameter this module
 raises NotImplementedError naming it, at trace time, on CPU too (tests/unit/trainer/
 test_attention_cudnn_lowering.py lowers the ring for CUDA on a CPU mesh), instead of a silent
 miscompile on the GPU.
+
+Binding the primitives also skips the public wrappers' trace-time checks, which need a GPU:
+`jax.nn.dot_product_attention(implementation="cudnn")` and the module's `dot_product_attention`
+raise "cuDNN is not detected" on a CPU-only jaxlib (`check_cudnn_version`: no
+`jax._src.lib.cuda_versions` without the CUDA plugin), even under `jax.export(platforms=["cuda"])`,
+while the primitives' CUDA lowering rules are registered unconditionally and lower anywhere. The
+shapes block.py's `cudnn_unsuitable` admits (bf16/fp16, head size a multiple of 8 up to 128; no bias,
+no packing here) are ones those checks accept.
 """
 
 from __future__ import annotations
