@@ -7,10 +7,11 @@ softmax statistics (natural-log log-sum-exp of the scaled logits, fp32 [b, heads
 backward takes them with the output and recomputes the block's probabilities from them, which is
 the flash-attention ring backward.
 
-Their positional operands and keyword parameters change between JAX releases (checked in the
-sources of 0.10.2 and 0.11.1: query, key, value, then seven optional operands (bias, sequence
-lengths and offsets, paged-attention tables), then scale, seed, dropout_rate, variadic_args,
-mask_type, layout, sliding_window_length and, forward only, is_training). So the call is built
+Their positional operands and keyword parameters are free to change between JAX releases (the
+sources of 0.10.2, 0.11.0 and main of 2026-08-08 agree: query, key, value, seven optional operands
+(bias, sequence lengths and offsets, paged-attention tables), then scale, seed, dropout_rate,
+variadic_args, mask_type, layout, sliding_window_length and, forward only, is_training; 0.11.2's
+source was not at hand). So the call is built
 from the primitive's own signature, by name: an operand or parameter this module does not know
 raises NotImplementedError naming it, at trace time, on CPU too (tests/unit/trainer/
 test_attention_cudnn_lowering.py lowers the ring for CUDA on a CPU mesh), instead of a silent
