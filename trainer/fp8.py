@@ -1,8 +1,13 @@
 """FP8 matmuls with delayed scaling: e4m3 inputs and weights forward, e5m2 gradients backward.
 
-A tensor is quantized as clip(x / scale, +-max) cast to the FP8 type, then dequantized (times
-scale) back to the compute dtype right before the dot: XLA recognises this pattern on GPUs and
-emits an FP8 GEMM with the scales folded in; on a CPU the same program runs emulated. Each operand
+A tensor is quantized as clip(x / scale, +-max) cast to the FP8 type, then dequantized right
+before the dot: converted from FP8 *straight to the dot's operand dtype* and multiplied there by
+the broadcast scale. That is the pattern XLA's GPU GEMM rewriter turns into a cuBLASLt FP8 GEMM
+with the scales folded in: from each dot operand it walks back through layout-only ops
+(reshape, transpose, broadcast, ...) to `multiply(convert(f8), broadcast(scale))`; any other op
+on the way, such as the bf16 cast of an fp32 dequantization, leaves an ordinary bf16 GEMM. The
+backward's dots are written out the same way (not left to autodiff, whose fp32 cotangent would
+insert a convert). On a CPU the same program runs emulated. Each operand
 has its own per-tensor state: the amax (largest magnitude) of its last `history` uses and the
 scale derived from them ("delayed scaling", as Transformer Engine and Flax's FP8 ops do): the
 scale of step s comes from amaxes of steps before s, so no extra pass over the tensor is needed.
@@ -36,12 +41,21 @@ def new_state(history: int = AMAX_HISTORY) -> dict:
     return {"scale": jnp.ones((), F32), "amax_history": jnp.zeros((history,), F32)}
 
 
-def quantize_dequantize(x: jax.Array, dtype, scale: jax.Array, out_dtype) -> jax.Array:
-    """x rounded to `dtype` at `scale` (values beyond the range saturate at +-max: never inf/nan),
-    returned in `out_dtype`."""
+def quantize(x: jax.Array, dtype, scale: jax.Array) -> jax.Array:
+    """x / scale in `dtype` (values beyond the range saturate at +-max: never inf/nan)."""
     limit = fp8_max(dtype)
-    q = jnp.clip(x.astype(F32) / scale, -limit, limit).astype(dtype)
-    return (q.astype(F32) * scale).astype(out_dtype)
+    return jnp.clip(x.astype(F32) / scale, -limit, limit).astype(dtype)
+
+
+def dequantize(q: jax.Array, scale: jax.Array, out_dtype) -> jax.Array:
+    """q times scale, computed in `out_dtype`: one convert from FP8, one multiply (the form the
+    GEMM rewriter matches; a detour through fp32 would hide it)."""
+    return q.astype(out_dtype) * scale.astype(out_dtype)
+
+
+def quantize_dequantize(x: jax.Array, dtype, scale: jax.Array, out_dtype) -> jax.Array:
+    """x rounded to `dtype` at `scale`, returned in `out_dtype`."""
+    return dequantize(quantize(x, dtype, scale), scale, out_dtype)
 
 
 def next_scale(amax_history: jax.Array, dtype) -> jax.Array:
@@ -64,10 +78,22 @@ def fp8_einsum(spec: str, x: jax.Array, w: jax.Array, state: dict) -> jax.Array:
     return _forward(spec, x, w, state)[0]
 
 
+def _dot(spec, a, b, out_dtype):
+    return jnp.einsum(spec, a, b, preferred_element_type=F32).astype(out_dtype)
+
+
+def _gradient_specs(spec: str) -> tuple[str, str]:
+    """The einsums of a two-operand contraction's gradients: "x,w->o" gives ("o,w->x", "x,o->w")."""
+    operands, out = spec.replace(" ", "").split("->")
+    x, w = operands.split(",")
+    return f"{out},{w}->{x}", f"{x},{out}->{w}"
+
+
 def _forward(spec, x, w, state):
-    xq = quantize_dequantize(x, E4M3, state["x"]["scale"], x.dtype)
-    wq = quantize_dequantize(w, E4M3, state["w"]["scale"], x.dtype)
-    return jnp.einsum(spec, xq, wq, preferred_element_type=F32).astype(x.dtype), (xq, wq)
+    """The output and the FP8 operands (saved for the backward: half the bytes of bf16)."""
+    xq, wq = quantize(x, E4M3, state["x"]["scale"]), quantize(w, E4M3, state["w"]["scale"])
+    deq = partial(dequantize, out_dtype=x.dtype)
+    return _dot(spec, deq(xq, state["x"]["scale"]), deq(wq, state["w"]["scale"]), x.dtype), (xq, wq)
 
 
 def _fwd(spec, x, w, state):
@@ -77,15 +103,17 @@ def _fwd(spec, x, w, state):
 
 def _bwd(spec, residuals, g):
     xq, wq, x, w, state = residuals
-    gq = quantize_dequantize(g, E5M2, state["grad"]["scale"], g.dtype)
-    _, vjp = jax.vjp(lambda a, b: jnp.einsum(spec, a, b, preferred_element_type=F32).astype(g.dtype), xq, wq)
-    dx, dw = vjp(gq)
+    deq = partial(dequantize, out_dtype=g.dtype)
+    gd = deq(quantize(g, E5M2, state["grad"]["scale"]), state["grad"]["scale"])
+    dx_spec, dw_spec = _gradient_specs(spec)
+    dx = _dot(dx_spec, gd, deq(wq, state["w"]["scale"]), x.dtype)
+    dw = _dot(dw_spec, deq(xq, state["x"]["scale"]), gd, w.dtype)
     updated = {
         "x": observed(state["x"], x, E4M3),
         "w": observed(state["w"], w, E4M3),
         "grad": observed(state["grad"], g, E5M2),
     }
-    return dx.astype(x.dtype), dw.astype(w.dtype), updated
+    return dx, dw, updated
 
 
 fp8_einsum.defvjp(_fwd, _bwd)

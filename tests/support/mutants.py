@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from longctx_trainer import model
+from longctx_trainer import fp8, model
 from longctx_trainer.ops import block, chunked, ring, ulysses
 
 
@@ -149,3 +149,17 @@ def rope_frequencies_one_index_off(monkeypatch):
         "rope_frequencies",
         lambda head_dim, theta, scaling=None: correct(head_dim, theta, scaling) * theta ** (-2 / head_dim),
     )
+
+
+def dequantize_through_fp32(monkeypatch):
+    """FP8 operands dequantized in fp32 and then cast to the dot's dtype: the same numbers, but the
+    cast hides the pattern XLA's GEMM rewriter turns into FP8 GEMMs (the form before issue 28)."""
+    monkeypatch.setattr(
+        fp8, "dequantize", lambda q, scale, out_dtype: (q.astype(jnp.float32) * scale).astype(out_dtype)
+    )
+
+
+def every_ring_step_from_an_earlier_member(monkeypatch):
+    """The dual-chunk-swap ring takes every received K/V shard as one from an earlier member: all
+    queries attend the first half of a later member's shard (their future) and none its second."""
+    monkeypatch.setattr(ring._DualChunkRing, "from_earlier", lambda self, step: True)

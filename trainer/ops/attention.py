@@ -57,7 +57,8 @@ def context_parallel_attention(
         raise ValueError(f"unknown attention impl {impl!r}; expected one of {get_args(Attention)}")
     heads = dict(heads=q.shape[2] // mesh.shape[TENSOR], kv_heads=k.shape[2] // mesh.shape[TENSOR])
     if impl == "ring" and context > 1:
-        local = make_ring_attention(axis=CONTEXT, axis_size=context, **options)
+        dual = causal and load_balance == "dual_chunk_swap"
+        local = make_ring_attention(axis=CONTEXT, axis_size=context, dual_chunk_swap=dual, **options)
     elif impl == "ulysses" and context > 1:
         local = make_ulysses_attention(axis=CONTEXT, axis_size=context, **heads, **options)
     elif impl == "hybrid" and context > 1:

@@ -12,16 +12,20 @@ load-balancing layout, and, for packed documents, by document ids (`q_seg[b, t] 
 a token sees only its own document). A row that sees no key (possible in one block, never in the
 final result, where every token sees itself) gets output 0 and lse -inf.
 
-cuDNN: on GPU, a block without a mask (the "full" case) runs cuDNN flash attention through
-`jax.nn.dot_product_attention(implementation="cudnn")`'s underlying kernel, asking for its
-softmax statistics, which cuDNN keeps in fp32 (the public wrapper casts them to the input dtype,
-too coarse for merging ring steps). Masked blocks and every backward use the pure-JAX path.
+cuDNN: on GPU, a block without a mask (the "full" case) runs cuDNN flash attention
+(ops/cudnn_compat.py: the primitive behind `jax.nn.dot_product_attention(implementation="cudnn")`),
+asking for its softmax statistics, which cuDNN keeps in fp32 (the public wrapper casts them to the
+input dtype, too coarse for merging ring steps). Masked blocks and the backward here use the
+pure-JAX path; the causal dual-chunk-swap ring runs cuDNN forward and backward for every step
+(ops/block_kernel.py, ops/ring.py).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from . import cudnn_compat
 
 F32 = jnp.float32
 
@@ -96,10 +100,7 @@ def block_forward(q, k, v, q_pos=None, k_pos=None, *, scale, q_seg=None, k_seg=N
     is visible.
     """
     if q_pos is None and q_seg is None and _cudnn_usable(q, k):
-        try:
-            return _cudnn_forward(q, k, v, scale=scale)
-        except (ValueError, NotImplementedError):  # a layout cuDNN rejects at trace time
-            pass
+        return _cudnn_forward(q, k, v, scale=scale)
     logits = _masked_logits(q, k, q_pos, k_pos, scale, q_seg, k_seg)
     row_max = logits.max(-1)
     row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
@@ -150,29 +151,29 @@ def _cudnn_usable(q, k) -> bool:
     return attention_kernel(q.dtype, q.shape[-1])[0] == "cudnn"
 
 
+def cudnn_unsuitable(dtype, head_dim: int) -> str | None:
+    """Why cuDNN flash attention cannot take inputs of this dtype and head size, or None."""
+    if jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+        return f"{jnp.dtype(dtype).name}: cuDNN flash attention takes bf16/fp16"
+    if head_dim % 8 or head_dim > 128:
+        return f"head size {head_dim}: cuDNN needs a multiple of 8, at most 128"
+    if not cudnn_compat.available():
+        return "this JAX has no cuDNN fused attention (jax._src.cudnn.fused_attention_stablehlo)"
+    return None
+
+
 def attention_kernel(dtype, head_dim: int) -> tuple[str, str]:
-    """("cudnn" or "jax", why) for unmasked blocks of this dtype and head size: the kernel
-    block_forward uses (masked blocks always run the pure-JAX kernel). The trainer reports it once
-    at start, so a silent fallback shows."""
+    """("cudnn" or "jax", why) for unmasked blocks of this dtype and head size on this backend: the
+    kernel block_forward and the ring's block kernel (ops/block_kernel.py) use. The trainer reports
+    it once at start, so a silent fallback shows."""
     if jax.default_backend() != "gpu":
         return "jax", f"backend {jax.default_backend()}: cuDNN needs a GPU"
-    if jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
-        return "jax", f"{jnp.dtype(dtype).name}: cuDNN flash attention takes bf16/fp16"
-    if head_dim % 8 or head_dim > 128:
-        return "jax", f"head size {head_dim}: cuDNN needs a multiple of 8, at most 128"
-    if _cudnn_kernel() is None:
-        return "jax", "this JAX has no cuDNN fused attention (jax._src.cudnn.fused_attention_stablehlo)"
+    why_not = cudnn_unsuitable(dtype, head_dim)
+    if why_not:
+        return "jax", why_not
     return "cudnn", "bf16/fp16 on GPU with a supported head size"
 
 
-def _cudnn_kernel():
-    try:  # the kernel behind jax.nn.dot_product_attention(implementation="cudnn")
-        from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention
-    except ImportError:
-        return None
-    return dot_product_attention
-
-
 def _cudnn_forward(q, k, v, *, scale):
-    out, stats = _cudnn_kernel()(q, k, v, scale=scale, return_residual=True)
-    return out.astype(F32), jnp.transpose(stats, (0, 2, 1)).astype(F32)  # stats: [b, heads, t]
+    out, lse = cudnn_compat.flash_forward(q, k, v, scale=scale, causal=False)
+    return out.astype(F32), lse

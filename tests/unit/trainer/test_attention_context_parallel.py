@@ -123,7 +123,12 @@ MUTANT_CASE = ("ring", (1, 4, 1), True, 2, "dual_chunk_swap")
 
 @pytest.mark.parametrize(
     "mutant",
-    [mutants.drop_causal_mask_on_first_block, mutants.skip_one_ring_rotation, mutants.lose_attention_scale],
+    [
+        mutants.drop_causal_mask_on_first_block,
+        mutants.skip_one_ring_rotation,
+        mutants.lose_attention_scale,
+        mutants.every_ring_step_from_an_earlier_member,
+    ],
     ids=lambda m: m.__name__,
 )
 def test_fp32_check_fails_on_mutant(mutant, monkeypatch):

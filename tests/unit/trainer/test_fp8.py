@@ -1,6 +1,7 @@
 """FP8 matmuls (trainer/fp8.py) against NumPy: the same scales, the same rounding (ml_dtypes'
 float8 casts), saturation instead of inf/nan, the delayed-scaling rule, and gradients through the
-quantisation as a straight-through reference computes them."""
+quantisation as a straight-through reference computes them; and the lowered program in the form
+XLA's GPU GEMM rewriter turns into FP8 GEMMs."""
 
 import jax
 import jax.numpy as jnp
@@ -9,8 +10,11 @@ import numpy as np
 import pytest
 
 from longctx_trainer import fp8
+from support import mutants
+from support.hlo import fp8_dots
 
 RNG = np.random.default_rng(0)
+E4, E5 = "f8e4m3fn", "f8e5m2"  # HLO's names of the FP8 types
 NP_TYPES = {fp8.E4M3: ml_dtypes.float8_e4m3fn, fp8.E5M2: ml_dtypes.float8_e5m2}
 
 
@@ -95,3 +99,27 @@ def test_the_reference_would_catch_a_missing_saturation():
     unclipped = np.asarray(x / 1.0).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
     assert not np.isfinite(unclipped).all()
     assert np.isfinite(np_qdq(x, fp8.E4M3, 1.0)).all()
+
+
+def _lowered_forward_and_backward(dtype) -> str:
+    x = jnp.ones((2, 8, 32), dtype)
+    w = jnp.ones((32, 4, 8), jnp.float32)  # the fp32 master weight
+
+    def loss(x, w, state):
+        return jnp.sum(fp8.fp8_einsum("bsh,hnd->bsnd", x, w, state).astype(jnp.float32))
+
+    lowered = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(x, w, fp8.einsum_state(history=4))
+    return lowered.as_text(dialect="hlo")
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_every_dot_has_the_fp8_gemm_pattern_forward_and_backward(dtype):
+    """Forward e4m3 x e4m3; backward dX = e5m2 dY x e4m3 W and dW = e4m3 X x e5m2 dY, each operand
+    dequantized straight into the dot's dtype (support.hlo.fp8_dots mirrors the rewriter's walk)."""
+    dots = fp8_dots(_lowered_forward_and_backward(dtype))
+    assert sorted(dots) == sorted([(E4, E4), (E5, E4), (E4, E5)])
+
+
+def test_an_fp32_detour_before_the_dot_fails_the_pattern_check(monkeypatch):
+    mutants.dequantize_through_fp32(monkeypatch)
+    assert fp8_dots(_lowered_forward_and_backward(jnp.bfloat16)) == []

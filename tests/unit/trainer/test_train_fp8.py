@@ -5,6 +5,7 @@ benchmarks/fp8_convergence.py; checkpoint resume with FP8 state is in test_train
 
 import dataclasses
 import json
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from longctx_trainer.config import DataConfig, Fp8Config, ModelConfig, Optimizer
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import StepFunctions, train
+from support.hlo import fp8_dots
 
 CORPUS = Path(json.__file__).parent  # byte-level Python sources, on every machine
 
@@ -74,16 +76,25 @@ def _lowered_step(precision: str, context: int = 2):
     return fns.step.lower(fns.abstract_state(), tokens, tokens, None)
 
 
-def test_the_step_program_quantizes_to_e4m3_and_e5m2():
-    fp8_text, bf16_text = _lowered_step("fp8").as_text(), _lowered_step("bf16").as_text()
-    assert "f8E4M3FN" in fp8_text and "f8E5M2" in fp8_text
-    assert "f8E4M3FN" not in bf16_text and "f8E5M2" not in bf16_text
+def test_the_step_program_has_every_layer_matmul_as_a_matchable_fp8_dot():
+    """Each of the layer matmuls (config.FP8_MATMULS) gives one forward and two backward dots in the
+    form the GPU GEMM rewriter matches (support.hlo.fp8_dots); bf16 has no FP8 at all."""
+    fp8_text, bf16_text = _lowered_step("fp8").as_text(dialect="hlo"), _lowered_step("bf16").as_text(dialect="hlo")
+    kinds = Counter(fp8_dots(fp8_text))
+    matmuls = len(model.FP8_MATMULS)
+    assert kinds[("f8e4m3fn", "f8e4m3fn")] >= matmuls, kinds  # forward (again under remat)
+    assert kinds[("f8e5m2", "f8e4m3fn")] == matmuls and kinds[("f8e4m3fn", "f8e5m2")] == matmuls, kinds  # dX, dW
+    assert "f8e4m3fn" not in bf16_text and "f8e5m2" not in bf16_text
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="FP8 GEMMs need a GPU with FP8 tensor cores")
 def test_a_gpu_runs_the_layer_matmuls_as_fp8_gemms():
+    """The compiled step calls cuBLASLt's FP8 GEMM forward (e4m3 only) and backward (an e5m2 operand)."""
     text = _lowered_step("fp8", context=1).compile().as_text()  # one GPU is enough
-    assert "__cublas$lt$matmul$f8" in text, "XLA did not rewrite the quantized dots into FP8 GEMMs"
+    gemms = [line for line in text.splitlines() if "__cublas$lt$matmul$f8" in line]
+    assert gemms, "XLA did not rewrite the quantized dots into FP8 GEMMs"
+    assert any("f8e5m2" in line for line in gemms), "the backward's e5m2 dots are not FP8 GEMMs"
+    assert any("f8e5m2" not in line for line in gemms), "the forward's e4m3 dots are not FP8 GEMMs"
 
 
 def test_an_fp8_lm_head_merges_its_loss_chunks_into_one_scaling_state():

@@ -1,0 +1,62 @@
+"""Reading XLA HLO text (`jax.jit(f).lower(...).as_text(dialect="hlo")`) in tests: instructions by
+name, and which dots XLA's GPU GEMM rewriter can turn into FP8 GEMMs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (\S+) ([\w\-]+)\((.*?)\)(?:, |$)")
+_TYPE = re.compile(r"[a-z]\w*\[[\d,]*\](?:\{[^}]*\})?\s*")
+LAYOUT_OPS = {"bitcast", "broadcast", "copy", "reshape", "transpose", "slice", "dynamic-slice", "pad"}
+"""Ops the rewriter lets stand between the dequantization and the dot (they commute with it)."""
+FP8_TYPES = ("f8e4m3fn", "f8e5m2")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    name: str
+    dtype: str  # element type, e.g. "bf16"; "" for a tuple
+    opcode: str
+    operands: tuple[str, ...]
+
+
+def instructions(text: str) -> dict[str, Instruction]:
+    """Every instruction of every computation, by name (HLO names are module-unique)."""
+    found = {}
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if match:
+            name, shape, opcode, args = match.groups()
+            operands = tuple(a.strip().lstrip("%") for a in _TYPE.sub("", args).split(",") if a.strip())
+            found[name] = Instruction(name, shape.split("[")[0] if "[" in shape else "", opcode, operands)
+    return found
+
+
+def fp8_dots(text: str) -> list[tuple[str, str]]:
+    """The FP8 element types (lhs, rhs) of each dot the GEMM rewriter matches: each operand, back
+    through layout-only ops, is multiply(convert(an FP8 value), broadcast(scale)) with the convert
+    going straight to the dot's operand type."""
+    program = instructions(text)
+
+    def fp8_source(name: str) -> str | None:
+        op = program[name]
+        while op.opcode in LAYOUT_OPS:
+            op = program[op.operands[0]]
+        if op.opcode != "multiply":
+            return None
+        first, second = (program[o] for o in op.operands)
+        for convert, scale in ((first, second), (second, first)):
+            if convert.opcode == "convert" and scale.opcode == "broadcast":
+                source = program[convert.operands[0]].dtype
+                if source in FP8_TYPES and convert.dtype == op.dtype:
+                    return source
+        return None
+
+    dots = []
+    for op in program.values():
+        if op.opcode == "dot":
+            lhs, rhs = (fp8_source(o) for o in op.operands)
+            if lhs and rhs:
+                dots.append((lhs, rhs))
+    return dots
