@@ -30,6 +30,7 @@ from .observe import KueueVerdict, WorkloadObservation, parse_time
 from .planner import Plan, PlanError
 from .reasons import Reason
 from .resolve import resolve_layout, unplanned_attention
+from .text import printable
 
 TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
@@ -120,10 +121,13 @@ class _Next:
     condition_events: list[Event] = field(default_factory=list)
 
     def set(self, **values) -> None:
+        if values.get("message"):  # may quote pods, Kueue or the API server (text.py)
+            values["message"] = printable(values["message"])
         self.status = self.status.model_copy(update=values)
 
     def condition(self, kind: ConditionType, status: bool, reason: Reason, message: str = "") -> None:
         value = "True" if status else "False"
+        message = printable(message)  # also the Event's message
         old = next((c for c in self.status.conditions if c.type == kind), None)
         if old and old.status == value and old.reason == reason and old.message == message:
             return
@@ -242,6 +246,7 @@ def _admit_next(
     admit: Callable[[], Admission],
     planned: bool,
     pod_annotations_error: str | None,
+    network_error: str | None,
 ) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
@@ -259,6 +264,10 @@ def _admit_next(
             reasons.POD_ANNOTATIONS_ACCEPTED,
             "the pod annotations are allowed",
         )
+    if network_error is not None:  # waits for the spec or the operator's networkAllowList to change
+        n.set(phase="Pending", reason=reasons.NETWORK_NOT_ALLOWED, message=network_error)
+        n.condition(conditions.ADMITTED, False, reasons.NETWORK_NOT_ALLOWED, network_error)
+        return n.decision()
     mode = spec.scheduling.admission
     if mode == "builtin":
         verdict = admit()
@@ -405,11 +414,13 @@ def decide(
     now: datetime,
     admit: Callable[[], Admission],
     pod_annotations_error: str | None = None,
+    network_error: str | None = None,
 ) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
-    the pod annotations the job asks for are refused (annotations.py); no generation is created
-    while it is set."""
+    the pod annotations the job asks for are refused (annotations.py), `network_error` why its
+    fabric or networks are (OperatorConfig.network_allow_list); no generation is created while
+    either is set."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
         return n.decision()
@@ -439,4 +450,4 @@ def decide(
         remaining = spec.restart_policy.backoff_seconds - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
-    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error)
+    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error, network_error)

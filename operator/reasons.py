@@ -16,6 +16,7 @@ Reason = Literal[
     "QueuedInKueue",
     "AdmittedByKueue",
     "EvictedByKueue",
+    "NetworkNotAllowed",
     "PodAnnotationsAccepted",
     "PodAnnotationsRejected",
     "Created",
@@ -44,6 +45,8 @@ ADMISSION_DISABLED: Reason = "AdmissionDisabled"
 QUEUED_IN_KUEUE: Reason = "QueuedInKueue"
 ADMITTED_BY_KUEUE: Reason = "AdmittedByKueue"
 EVICTED_BY_KUEUE: Reason = "EvictedByKueue"
+# Admitted False: the fabric or a secondary network is outside the operator's networkAllowList
+NETWORK_NOT_ALLOWED: Reason = "NetworkNotAllowed"
 # PodAnnotationsAccepted
 POD_ANNOTATIONS_ACCEPTED: Reason = "PodAnnotationsAccepted"
 POD_ANNOTATIONS_REJECTED: Reason = "PodAnnotationsRejected"

@@ -239,6 +239,7 @@ class Reconciler:
             now,
             lambda: self._admission(key, job),
             annotations.error,
+            self.config.network_allow_list.refusal(key[0], job.spec.network),
         )
         self._account(key, job, status, decision)
         await self._apply(key, obj, job, status, decision, annotations.values)
