@@ -8,16 +8,25 @@ reads it, and command-line flags override single values. Nothing is read from th
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-from .api.spec import IMAGE_PATTERN, LABEL_VALUE_PATTERN, QUANTITY_PATTERN, SchedulingSpec
+from .api.spec import (
+    DNS_SUBDOMAIN_PATTERN,
+    IMAGE_PATTERN,
+    LABEL_VALUE_PATTERN,
+    QUANTITY_PATTERN,
+    FabricName,
+    NetworkSpec,
+    SchedulingSpec,
+)
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/longctx/longctx-trainer:0.1.0"
 Image = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, max_length=512)]
@@ -30,12 +39,69 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # (escapes), so that this check and the HTTP client cannot read one URL as two different places.
 _PLAIN_URL = re.compile(r"^https?://[^@%\\\s\x00-\x1f\x7f-\uffff]+$")
 _DOT_SEGMENT = re.compile(r"(^|/)\.\.?(/|$)")
+NetworkPattern = Annotated[str, StringConstraints(pattern=r"^[a-z0-9*?.!\[\]-]+$", max_length=63)]
+_CONFIG = ConfigDict(
+    frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid", use_attribute_docstrings=True
+)
+
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+PRIVILEGED_FABRICS = ("gcp-tcpx",)
+"""Fabrics whose receive-datapath sidecar runs privileged (render/fabrics.py): a namespace gets
+them only where the administrator lists them."""
+DEFAULT_FABRICS = tuple(f for f in get_args(FabricName) if f not in PRIVILEGED_FABRICS)
+
+
+class NetworkAllowance(BaseModel):
+    """What jobs of a namespace may ask of the network (docs/security.md)."""
+
+    model_config = _CONFIG
+
+    fabrics: list[FabricName] = Field(default_factory=lambda: list(DEFAULT_FABRICS))
+    """Fabrics (spec.network.fabric) jobs may use."""
+    networks: list[NetworkPattern] = Field(default_factory=list, max_length=256)
+    """fnmatch patterns of the names jobs may list in spec.network.networks: Multus
+    NetworkAttachmentDefinitions of their namespace (infiniband, roce) or GKE networks, which are
+    cluster-scoped (gcp-*); empty: none."""
+
+
+class NetworkAllowList(BaseModel):
+    model_config = _CONFIG
+
+    default: NetworkAllowance = Field(default_factory=NetworkAllowance)
+    """The allowance of every namespace that `namespaces` does not list."""
+    namespaces: dict[Namespace, NetworkAllowance] = Field(default_factory=dict)
+    """Per namespace: its allowance, instead of `default`."""
+
+    def refusal(self, namespace: str, network: NetworkSpec) -> str | None:
+        """Why a job in `namespace` may not use `network`, naming the field; None when it may."""
+        allowed = self.namespaces.get(namespace, self.default)
+        where = f"in namespace {namespace} by the operator's networkAllowList"
+        if network.fabric not in allowed.fabrics:
+            fabrics = ", ".join(allowed.fabrics) or "none"
+            return f"spec.network.fabric: {network.fabric} is not allowed {where} (allowed: {fabrics})"
+        for i, name in enumerate(network.networks):
+            if not any(fnmatch.fnmatchcase(name, pattern) for pattern in allowed.networks):
+                return (
+                    f"spec.network.networks[{i}]: {json.dumps(name)} is not allowed {where} "
+                    f"(allowed: {', '.join(allowed.networks) or 'none'})"
+                )
+        return None
+
+
+class GangNetworkPolicy(BaseModel):
+    model_config = _CONFIG
+
+    enabled: bool = False
+    """Create a NetworkPolicy with each job: its pods accept connections from the gang's own pods
+    (any port: the collectives' ports are ephemeral) and, on the metrics ports only, from
+    `metricsReaders`; nothing else reaches them (the rendezvous port included)."""
+    metrics_readers: list[dict[str, Any]] = Field(default_factory=list)
+    """NetworkPolicy peers that may read the metrics ports: the operator's pod and Prometheus (the
+    chart fills both in)."""
 
 
 class OperatorConfig(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid", use_attribute_docstrings=True
-    )
+    model_config = _CONFIG
 
     trainer_image: Image = DEFAULT_TRAINER_IMAGE
     """Image of jobs that do not set spec.image."""
@@ -48,6 +114,17 @@ class OperatorConfig(BaseModel):
     """Non-root uid (and gid, fsGroup) the trainer containers run as; the trainer image's user."""
     watch_namespaces: list[Namespace] = Field(default_factory=list)
     """Namespaces whose LongContextJobs this operator serves; empty: every namespace."""
+    excluded_namespaces: list[Namespace] = Field(default_factory=lambda: list(SYSTEM_NAMESPACES))
+    """Namespaces whose LongContextJobs this operator never serves, even when it watches every
+    namespace (the chart also keeps its write rights out of them: docs/security.md)."""
+    cluster_domain: str = Field("cluster.local", max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """The cluster's DNS domain (the kubelets' clusterDomain): ranks meet at rank 0's fully
+    qualified name <pod>.<service>.<namespace>.svc.<clusterDomain>."""
+    network_allow_list: NetworkAllowList = Field(default_factory=NetworkAllowList)
+    """Fabrics and secondary networks jobs may use, per namespace; a job asking for others stays
+    Pending with reason NetworkNotAllowed."""
+    gang_network_policy: GangNetworkPolicy = Field(default_factory=GangNetworkPolicy)
+    """A NetworkPolicy per job that fences its gang's pods (render/workload.py)."""
     read_nodes: bool = True
     """Watch nodes (builtin gang admission counts free GPUs); false where RBAC cannot read them."""
     read_kueue_workloads: bool = False
@@ -93,6 +170,12 @@ class OperatorConfig(BaseModel):
     """Taint keys (fnmatch patterns) jobs may tolerate in spec.scheduling.tolerations; empty: none
     (the operator's own nvidia.com/gpu toleration of GPU jobs is always there). A job tolerating
     another is held Pending (reason SettingNotAllowed)."""
+
+    @model_validator(mode="after")
+    def _watched_namespaces_are_not_excluded(self) -> OperatorConfig:
+        if both := sorted(set(self.watch_namespaces) & set(self.excluded_namespaces)):
+            raise ValueError(f"watchNamespaces: {', '.join(both)} also in excludedNamespaces")
+        return self
 
     @classmethod
     def load(cls, path: str | Path | None) -> OperatorConfig:

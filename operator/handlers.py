@@ -75,8 +75,12 @@ def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if getattr(memo, "reconciler", None) is not None:
             await memo.reconciler.stop()
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def served(namespace: str, **_) -> bool:
+        return namespace not in config.excluded_namespaces
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, when=served, registry=registry)
     async def longcontextjob_event(event, memo: kopf.Memo, **_) -> None:
+        """LongContextJobs outside the excluded namespaces (kube-system, ...: never served)."""
         memo.reconciler.job_event(event["object"], _deleted(event))
 
     @kopf.on.event("batch/v1", "jobs", labels={JOB_NAME_LABEL: kopf.PRESENT}, registry=registry)

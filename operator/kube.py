@@ -94,6 +94,7 @@ class Kube:
     def __init__(self, api: kubernetes.client.ApiClient):
         self.core = kubernetes.client.CoreV1Api(api)
         self.batch = kubernetes.client.BatchV1Api(api)
+        self.networking = kubernetes.client.NetworkingV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
 
     def _calls(self, kind: str):
@@ -110,15 +111,20 @@ class Kube:
                 self.core.patch_namespaced_config_map,
             ),
             "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job, self.batch.patch_namespaced_job),
+            "NetworkPolicy": (  # only with the configuration's gangNetworkPolicy
+                self.networking.create_namespaced_network_policy,
+                self.networking.read_namespaced_network_policy,
+                self.networking.patch_namespaced_network_policy,
+            ),
         }
         if kind not in calls:
             raise ValueError(f"the operator does not create {kind!r} objects")
         return calls[kind]
 
     def create_owned(self, obj: dict, owner: dict) -> bool:
-        """Create-or-get a Service or Job, create-or-update a ConfigMap (the next generation reads
-        the current spec), in the owner's namespace and owned by `owner`. True when it was created
-        now; NotOwned when the name belongs to an object of someone else."""
+        """Create-or-get a Service or Job, create-or-update a ConfigMap or NetworkPolicy (the next
+        generation reads the current spec), in the owner's namespace and owned by `owner`. True when
+        it was created now; NotOwned when the name belongs to an object of someone else."""
         create, read, patch = self._calls(obj["kind"])
         namespace, name = owner["metadata"]["namespace"], obj["metadata"]["name"]
         obj["metadata"]["namespace"] = namespace
@@ -140,6 +146,8 @@ class Kube:
             )
         if obj["kind"] == "ConfigMap":
             patch(name, namespace, {"data": obj.get("data", {})}, _preload_content=False)
+        elif obj["kind"] == "NetworkPolicy":  # the metrics ports follow the spec
+            patch(name, namespace, {"spec": obj["spec"]}, _preload_content=False)
         return False
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:

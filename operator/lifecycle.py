@@ -30,6 +30,7 @@ from .observe import KueueVerdict, WorkloadObservation, parse_time
 from .planner import Plan, PlanError
 from .reasons import Reason
 from .resolve import resolve_layout, unplanned_attention
+from .text import printable
 
 TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
@@ -128,10 +129,13 @@ class _Next:
     condition_events: list[Event] = field(default_factory=list)
 
     def set(self, **values) -> None:
+        if values.get("message"):  # may quote pods, Kueue or the API server (text.py)
+            values["message"] = printable(values["message"])
         self.status = self.status.model_copy(update=values)
 
     def condition(self, kind: ConditionType, status: bool, reason: Reason, message: str = "") -> None:
         value = "True" if status else "False"
+        message = printable(message)  # also the Event's message
         old = next((c for c in self.status.conditions if c.type == kind), None)
         if old and old.status == value and old.reason == reason and old.message == message:
             return
@@ -264,6 +268,7 @@ def _admit_next(
     pod_annotations_error: str | None,
     admission_error: str | None,
     settings_error: str | None,
+    network_error: str | None,
 ) -> Decision:
     """Admission of the next generation; creates nothing unless the whole gang is admitted."""
     if not planned:
@@ -288,6 +293,10 @@ def _admit_next(
     if admission_error is not None:  # the operator's admission policy; waits for the spec to change
         n.set(phase="Pending", reason=reasons.ADMISSION_NOT_ALLOWED, message=admission_error)
         n.condition(conditions.ADMITTED, False, reasons.ADMISSION_NOT_ALLOWED, admission_error)
+        return n.decision()
+    if network_error is not None:  # waits for the spec or the operator's networkAllowList to change
+        n.set(phase="Pending", reason=reasons.NETWORK_NOT_ALLOWED, message=network_error)
+        n.condition(conditions.ADMITTED, False, reasons.NETWORK_NOT_ALLOWED, network_error)
         return n.decision()
     mode = spec.scheduling.admission
     if mode == "builtin":
@@ -455,12 +464,14 @@ def decide(
     pod_annotations_error: str | None = None,
     admission_error: str | None = None,
     settings_error: str | None = None,
+    network_error: str | None = None,
 ) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
     the pod annotations the job asks for are refused (annotations.py), `admission_error` why the
     operator's admission policy refuses the job (admission.scheduling_for; `spec` is the spec with
-    that policy applied), `settings_error` why its priority class or a toleration is (policy.py); no
+    that policy applied), `settings_error` why its priority class or a toleration is (policy.py),
+    `network_error` why its fabric or networks are (OperatorConfig.network_allow_list); no
     generation is created while one of them is set."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
@@ -491,4 +502,6 @@ def decide(
         remaining = restart_backoff(spec, status.restarts) - (now - since).total_seconds()
         if remaining > 0:
             return n.decision(requeue_after=remaining)
-    return _admit_next(n, spec, job_name, admit, planned, pod_annotations_error, admission_error, settings_error)
+    return _admit_next(
+        n, spec, job_name, admit, planned, pod_annotations_error, admission_error, settings_error, network_error
+    )

@@ -49,10 +49,13 @@ def config_map_name(job: str) -> str:
     return f"{job}-trainer"
 
 
-def rank0_host(job: str, generation: int) -> str:
-    """Rank 0's stable DNS name: <indexed-job>-0.<service> (pod hostname + subdomain)."""
-    return f"{workload_name(job, generation)}-0.{service_name(job)}"
+def rank0_host(job: str, generation: int, namespace: str, cluster_domain: str) -> str:
+    """Rank 0's DNS name, fully qualified: <indexed-job>-0.<service>.<namespace>.svc.<clusterDomain>.
+    (pod hostname + subdomain). The trailing dot keeps the resolver off its search path: a shorter
+    name would first be tried as `<indexed-job>-0.<service>.svc.<clusterDomain>`, a Service in a
+    namespace named like the job, and then on public DNS, until rank 0 has its record."""
+    return f"{workload_name(job, generation)}-0.{service_name(job)}.{namespace}.svc.{cluster_domain}."
 
 
-def coordinator_address(job: str, generation: int, port: int) -> str:
-    return f"{rank0_host(job, generation)}:{port}"
+def coordinator_address(rank0: str, port: int) -> str:
+    return f"{rank0}:{port}"

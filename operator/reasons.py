@@ -18,6 +18,7 @@ Reason = Literal[
     "AdmittedByKueue",
     "EvictedByKueue",
     "SettingNotAllowed",
+    "NetworkNotAllowed",
     "PodAnnotationsAccepted",
     "PodAnnotationsRejected",
     "Created",
@@ -50,6 +51,8 @@ ADMITTED_BY_KUEUE: Reason = "AdmittedByKueue"
 EVICTED_BY_KUEUE: Reason = "EvictedByKueue"
 SETTING_NOT_ALLOWED: Reason = "SettingNotAllowed"
 """A priority class or toleration outside the operator's allow-lists (policy.py)."""
+NETWORK_NOT_ALLOWED: Reason = "NetworkNotAllowed"
+"""The fabric or a secondary network outside the operator's networkAllowList (config.py)."""
 # PodAnnotationsAccepted
 POD_ANNOTATIONS_ACCEPTED: Reason = "PodAnnotationsAccepted"
 POD_ANNOTATIONS_REJECTED: Reason = "PodAnnotationsRejected"

@@ -288,6 +288,7 @@ class Reconciler:
         spec, admission_error = scheduling_for(job.spec, self.config)
         job = job.model_copy(update={"spec": spec})
         settings_error = policy.refusal(spec, self.config)
+        network_error = self.config.network_allow_list.refusal(key[0], spec.network)
         asked: list[bool] = []
 
         def next_step() -> Decision:
@@ -303,6 +304,7 @@ class Reconciler:
                 pod_annotations_error=annotations.error,
                 admission_error=admission_error,
                 settings_error=settings_error,
+                network_error=network_error,
             )
 
         try:

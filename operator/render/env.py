@@ -57,13 +57,13 @@ def torch_processes_per_pod(spec: LongContextJobSpec, layout: ResolvedLayout) ->
     return spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else layout.processes_per_node
 
 
-def torch_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int) -> list[dict]:
+def torch_env(rank0: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> list[dict]:
     """What torch.distributed.init_process_group(init_method="env://") and torchrun read. Rank 0's
-    stable name under the headless Service is the rendezvous; with one process per pod RANK is the
+    name under the headless Service (`rank0`, names.rank0_host) is the rendezvous; with one process per pod RANK is the
     pod's completion index (no torchrun needed), with several torchrun sets RANK and LOCAL_RANK."""
     per_pod = torch_processes_per_pod(spec, layout)
     values = {
-        podenv.MASTER_ADDR: names.rank0_host(job, generation),
+        podenv.MASTER_ADDR: rank0,
         podenv.MASTER_PORT: str(spec.network.coordinator_port),
         podenv.WORLD_SIZE: str(spec.resources.nodes * per_pod),
         podenv.NNODES: str(spec.resources.nodes),
@@ -83,9 +83,9 @@ def torch_env(job: str, spec: LongContextJobSpec, layout: ResolvedLayout, genera
 
 
 def worker_env(
-    job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
+    rank0: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
 ) -> list[dict]:
-    """Env of the trainer container, in a stable order.
+    """Env of the trainer container, in a stable order; `rank0` is rank 0's DNS name (names.rank0_host).
 
     With one process per pod, JAX_PROCESS_ID is the pod's completion index. With several, the
     in-pod launcher (longctx_trainer.launch) starts LONGCTX_PROCESSES_PER_POD processes and gives
@@ -94,11 +94,11 @@ def worker_env(
     the job's value in place. Names of the contract are reserved (an API rule refuses them).
     """
     if spec.trainer is not None and spec.trainer.framework == "pytorch":
-        env = torch_env(job, spec, layout, generation) + [_var(podenv.GENERATION, str(generation))]
+        env = torch_env(rank0, spec, layout) + [_var(podenv.GENERATION, str(generation))]
         if spec.resources.gpu_type != "cpu":
             env += [_var(k, v) for k, v in fabric.env.items()]
     else:
-        env = jax_env(job, spec, layout, generation, fabric)
+        env = jax_env(rank0, spec, layout, generation, fabric)
     env += layout_env(spec, layout)
     position = {var["name"]: i for i, var in enumerate(env)}  # the job's own env: below
     for user in spec.env:
@@ -113,12 +113,12 @@ def worker_env(
 
 
 def jax_env(
-    job: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
+    rank0: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
 ) -> list[dict]:
     """JAX distributed identity, XLA flags, the fabric's and NVSHMEM's settings."""
     ppn = layout.processes_per_node
     env: list[dict] = [
-        _var(podenv.COORDINATOR_ADDRESS, names.coordinator_address(job, generation, spec.network.coordinator_port)),
+        _var(podenv.COORDINATOR_ADDRESS, names.coordinator_address(rank0, spec.network.coordinator_port)),
         _var(podenv.NUM_PROCESSES, str(spec.resources.nodes * ppn)),
     ]
     if ppn == 1:

@@ -3,6 +3,9 @@
 Each fabric of the hardware catalogue (`longctx_trainer.hardware`, which says what the fabric is:
 RDMA or not, and so its capabilities) has exactly one function here; the pod template only places
 what the profile returns. NVSHMEM settings are derived from a profile's NCCL env in `nvshmem.py`.
+
+Host folders (hostPath) are mounted read-only, into the trainer and the sidecars alike, except
+those in WRITABLE_HOST_MOUNTS, each for its vendor's reason (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,18 @@ from ..config import OperatorConfig
 DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
 DEFAULT_ROCE_GID_INDEX = 3
 EFA_HUGEPAGES = "5120Mi"  # AWS guidance for EFA pods: 5 GiB of 2 MiB huge pages
+
+WRITABLE_HOST_MOUNTS: dict[tuple[str, str], str] = {
+    ("tcpx-daemon", "sys"): "the daemon's network tuning writes /sys/module/tcp_cubic/parameters/hystart_detect",
+    ("tcpx-daemon", "proc-sys"): "the daemon's network tuning writes TCP sysctls (tcp_rmem, tcp_wmem, "
+    "tcp_mtu_probing, tcp_slow_start_after_idle, somaxconn, ...) under /proc/sys",
+    ("tcpxo-daemon", "sys"): "the daemon's network tuning writes /sys/module/tcp_cubic/parameters/hystart_detect",
+    ("tcpxo-daemon", "proc-sys"): "the daemon's network tuning writes TCP sysctls and each GPU NIC's rp_filter "
+    "under /proc/sys",
+}
+"""(container, volume) of every hostPath mount that is writable, and why: Google's GPUDirect-TCPX(O)
+recipes mount the host's /sys and /proc/sys into the receive-datapath daemon (never into the
+trainer) for its start-up network tuning. Any other host folder is mounted read-only."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,17 @@ class FabricProfile:
 
 def _host_path(name: str, path: str) -> dict:
     return {"name": name, "hostPath": {"path": path}}
+
+
+def _read_only(volume: str, path: str) -> dict:
+    return {"name": volume, "mountPath": path, "readOnly": True}
+
+
+def _mount(sidecar: str, volume: str, path: str) -> dict:
+    """A sidecar's mount of a host folder: read-only unless WRITABLE_HOST_MOUNTS says why not."""
+    return (
+        {"name": volume, "mountPath": path} if (sidecar, volume) in WRITABLE_HOST_MOUNTS else _read_only(volume, path)
+    )
 
 
 def _gke_interfaces(networks: list[str]) -> str:
@@ -114,10 +140,10 @@ def gcp_tcpx(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
         "securityContext": {"privileged": True},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
         "volumeMounts": [
-            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"},
+            _mount("tcpx-daemon", "nvidia-libs", "/usr/local/nvidia/lib64"),
             {"name": "tcpx-socket", "mountPath": "/run/tcpx"},
-            {"name": "sys", "mountPath": "/hostsysfs"},
-            {"name": "proc-sys", "mountPath": "/hostprocsysfs"},
+            _mount("tcpx-daemon", "sys", "/hostsysfs"),
+            _mount("tcpx-daemon", "proc-sys", "/hostprocsysfs"),
         ],
     }
     return FabricProfile(
@@ -153,7 +179,7 @@ def gcp_tcpx(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
             _host_path("proc-sys", "/proc/sys"),
         ),
         trainer_mounts=(
-            {"name": "nvidia-libs", "mountPath": "/usr/local/nvidia/lib64"},
+            _read_only("nvidia-libs", "/usr/local/nvidia/lib64"),
             {"name": "tcpx-socket", "mountPath": "/run/tcpx"},
         ),
         sidecars=(daemon,),
@@ -175,9 +201,9 @@ def gcp_tcpxo(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile
         "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
         "volumeMounts": [
-            {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-            {"name": "sys", "mountPath": "/hostsysfs"},
-            {"name": "proc-sys", "mountPath": "/hostprocsysfs"},
+            _mount("tcpxo-daemon", "nvidia", "/usr/local/nvidia"),
+            _mount("tcpxo-daemon", "sys", "/hostsysfs"),
+            _mount("tcpxo-daemon", "proc-sys", "/hostprocsysfs"),
         ],
     }
     lib = "/usr/local/nvidia/lib64"
@@ -223,8 +249,9 @@ def gcp_tcpxo(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile
             _host_path("aperture-devices", "/dev/aperture_devices"),
         ),
         trainer_mounts=(
-            {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-            {"name": "aperture-devices", "mountPath": "/dev/aperture_devices"},
+            _read_only("nvidia", "/usr/local/nvidia"),
+            # Device nodes stay usable on a read-only mount: it only stops creating files there.
+            _read_only("aperture-devices", "/dev/aperture_devices"),
         ),
         sidecars=(daemon,),
     )
@@ -252,8 +279,8 @@ def gcp_rdma(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
         },
         volumes=(_host_path("nvidia", "/home/kubernetes/bin/nvidia"), _host_path("gib", "/home/kubernetes/bin/gib")),
         trainer_mounts=(
-            {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
-            {"name": "gib", "mountPath": "/usr/local/gib"},
+            _read_only("nvidia", "/usr/local/nvidia"),
+            _read_only("gib", "/usr/local/gib"),
         ),
     )
 

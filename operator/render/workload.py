@@ -35,10 +35,13 @@ class Workload:
     service: dict
     config_map: dict
     job: dict
+    network_policy: dict | None = None
+    """Only where the configuration's gangNetworkPolicy is enabled."""
 
     @property
     def objects(self) -> list[dict]:
-        return [self.service, self.config_map, self.job]
+        fence = [self.network_policy] if self.network_policy else []
+        return [self.service, self.config_map, *fence, self.job]
 
 
 def common_labels(job: str) -> dict[str, str]:
@@ -193,6 +196,30 @@ def _service(name: str, namespace: str, spec: LongContextJobSpec) -> dict:
     }
 
 
+def _network_policy(
+    name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout, config: OperatorConfig
+) -> dict:
+    """The gang's fence: its pods take connections from each other on any port (NCCL and gloo pick
+    theirs at random) and from the configured metrics readers (the operator, Prometheus) on the
+    metrics ports alone; nothing else reaches them, the rendezvous port included. Stable across
+    generations, like the Service."""
+    gang = {"matchLabels": {names.JOB_NAME_LABEL: name}}
+    metrics = {"protocol": "TCP", "port": spec.metrics.port}
+    if layout.processes_per_node > 1:
+        metrics["endPort"] = spec.metrics.port + layout.processes_per_node - 1
+    ingress = [{"from": [{"podSelector": gang}]}]
+    if config.gang_network_policy.metrics_readers:
+        ingress.append(
+            {"from": [dict(peer) for peer in config.gang_network_policy.metrics_readers], "ports": [metrics]}
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(names.service_name(name), namespace, common_labels(name)),
+        "spec": {"podSelector": gang, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
 def _config_map(name: str, namespace: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> dict:
     return {
         "apiVersion": "v1",
@@ -233,7 +260,9 @@ def _job(
         "image": (spec.trainer and spec.trainer.image) or spec.image or config.trainer_image,
         "imagePullPolicy": config.trainer_image_pull_policy,
         "command": (spec.trainer and spec.trainer.command) or BUNDLED_TRAINER_COMMAND,
-        "env": worker_env(name, spec, layout, generation, fabric),
+        "env": worker_env(
+            names.rank0_host(name, generation, namespace, config.cluster_domain), spec, layout, generation, fabric
+        ),
         "ports": _ports(spec, layout.processes_per_node),
         "resources": _resources(spec, fabric, config),
         "securityContext": container_security_context(FABRICS[spec.network.fabric]),
@@ -287,6 +316,9 @@ def render_workload(
         service=_service(name, namespace, spec),
         config_map=_config_map(name, namespace, spec, layout),
         job=_job(name, namespace, spec, layout, generation, config),
+        network_policy=(
+            _network_policy(name, namespace, spec, layout, config) if config.gang_network_policy.enabled else None
+        ),
     )
 
 

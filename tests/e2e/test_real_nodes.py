@@ -30,6 +30,7 @@ QUICKSTART = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
 NAME = QUICKSTART["metadata"]["name"]
 COORDINATOR_PORT = 8476  # spec.network.coordinatorPort's default (operator/api/spec.py)
 QUICKSTART_METRICS_PORT = 9400  # spec.metrics.port's default
+CLUSTER_DOMAIN = "cluster.local"  # hack/cluster/real-nodes's CLUSTER_DOMAIN, the chart's operator.clusterDomain
 TIMEOUT_SECONDS = 900
 
 
@@ -48,14 +49,16 @@ def pod_monitor(cluster) -> dict:
 
 def scrape_config(monitor: dict, targets_file: Path) -> dict:
     """What the Prometheus Operator generates from a PodMonitor, for the parts this one uses: its
-    relabelings, and the namespace, pod and container target labels. Debian's Prometheus is built
-    without Kubernetes service discovery, so the targets come from a file that `Targets` writes
-    from the API server's pod list with the same `__meta_kubernetes_*` labels."""
+    relabelings, metric relabelings and limits, and the namespace, pod and container target labels.
+    Debian's Prometheus is built without Kubernetes service discovery, so the targets come from a
+    file that `Targets` writes from the API server's pod list with the same `__meta_kubernetes_*`
+    labels."""
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    relabel = [
-        {"source_labels": r["sourceLabels"], "regex": r["regex"], "action": r["action"]}
-        for r in endpoint["relabelings"]
-    ]
+
+    def translated(rules: list[dict]) -> list[dict]:
+        return [{"source_labels": r["sourceLabels"], "regex": r["regex"], "action": r["action"]} for r in rules]
+
+    relabel = translated(endpoint["relabelings"])
     for label, meta in (("namespace", "namespace"), ("pod", "pod_name"), ("container", "pod_container_name")):
         relabel.append({"source_labels": [f"__meta_kubernetes_{meta}"], "target_label": label})
     return {
@@ -65,6 +68,11 @@ def scrape_config(monitor: dict, targets_file: Path) -> dict:
         "scrape_timeout": "1s",
         "file_sd_configs": [{"files": [str(targets_file)], "refresh_interval": "2s"}],
         "relabel_configs": relabel,
+        "metric_relabel_configs": translated(endpoint["metricRelabelings"]),
+        "sample_limit": monitor["spec"]["sampleLimit"],
+        "label_limit": monitor["spec"]["labelLimit"],
+        "label_name_length_limit": monitor["spec"]["labelNameLengthLimit"],
+        "label_value_length_limit": monitor["spec"]["labelValueLengthLimit"],
     }
 
 
@@ -217,11 +225,12 @@ def phase(job: dict) -> str | None:
 
 
 def check_joined(job: Job, generation: int) -> list[list[dict]]:
-    """Both pods' containers joined the same two-process job at rank 0's DNS name, on two nodes."""
+    """Both pods' containers joined the same two-process job at rank 0's fully qualified DNS name
+    (namespace, cluster domain and trailing dot: no search-path lookup), on two nodes."""
     pods = job.pods(generation)
     assert len(pods) == 2 and len({p["spec"]["nodeName"] for p in pods}) == 2, [p["spec"] for p in pods]
     logs = [job.logs(pod) for pod in pods]
-    coordinator = f"{NAME}-g{generation}-0.{NAME}:{COORDINATOR_PORT}"
+    coordinator = f"{NAME}-g{generation}-0.{NAME}.{job.namespace}.svc.{CLUSTER_DOMAIN}.:{COORDINATOR_PORT}"
     for rank, pod_events in enumerate(logs):
         joined = pod_events[0]
         assert joined["event"] == "joined" and joined["rank"] == rank, pod_events[:3]

@@ -222,6 +222,9 @@ def test_operator_reads_the_rendered_config_through_its_own_flags(request, tmp_p
     assert config.force_admission == rendered.get("forceAdmission")
     assert config.default_kueue_queue == rendered.get("defaultKueueQueue")
     assert (config.health_port, config.metrics_port) == (rendered["healthPort"], rendered["metricsPort"])
+    assert config.excluded_namespaces == rendered["excludedNamespaces"]
+    assert config.cluster_domain == rendered["clusterDomain"]
+    assert config.network_allow_list.model_dump(by_alias=True) == rendered["networkAllowList"]
     if fixture == "custom_objects":
         assert config.tcpxo_daemon_image == "registry.example.com/gcp/tcpgpudmarxd:v1.0.99"
     else:
@@ -231,10 +234,77 @@ def test_operator_reads_the_rendered_config_through_its_own_flags(request, tmp_p
 def test_cluster_scope_grants_the_rule_file_and_nothing_more(default_objects):
     rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
     role = one(default_objects, "ClusterRole")
+    # No Kueue rights unless readKueueWorkloads is on (NON_DEFAULT_VALUES turns it on).
     assert role["rules"] == rules["namespaced"] + rules["clusterScoped"]
     binding = one(default_objects, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "longctx", "namespace": "longctx-system"}]
     assert not by_kind(default_objects, "Role")
+
+
+def test_network_policy_value_turns_on_the_gang_fence_and_its_rights(helm, tmp_path, default_objects):
+    """Off by default (no NetworkPolicy rights); on, the operator fences each gang and admits its own
+    pod and the configured Prometheus to the metrics ports."""
+    rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
+    assert rendered_config(default_objects)["gangNetworkPolicy"]["enabled"] is False
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prom"}}}
+    objects = render(helm, tmp_path, {"networkPolicy": {"enabled": True, "prometheus": [prometheus]}})
+    fence = rendered_config(objects)["gangNetworkPolicy"]
+    operator_pod = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert fence["enabled"] is True
+    [own, prom] = fence["metricsReaders"]
+    assert own["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "longctx-system"}}
+    assert own["podSelector"]["matchLabels"].items() <= operator_pod.items() and prom == prometheus
+    assert one(objects, "ClusterRole")["rules"] == rules["namespaced"] + rules["networkPolicy"] + rules["clusterScoped"]
+
+
+def test_chart_defaults_for_the_operator_are_the_operators_own(default_objects):
+    """The security-relevant defaults the chart writes into operator.yaml are the code's defaults
+    (operator/config.py): one policy whether the operator runs from the chart or by hand."""
+    from longctx_operator.config import OperatorConfig
+
+    defaults = OperatorConfig().model_dump(by_alias=True, mode="json")
+    config = rendered_config(default_objects)
+    for key in ("excludedNamespaces", "clusterDomain", "networkAllowList"):
+        assert config[key] == defaults[key], key
+
+
+def test_excluded_namespaces_get_no_rights_in_any_mode(helm, tmp_path, default_objects):
+    """Watching every namespace, one ClusterRole grants them all (RBAC cannot subtract): an admission
+    policy refuses the operator's own writes in the excluded namespaces. Listing one of them to
+    watch is refused; listed namespaces need no policy (their Roles are the only grants)."""
+    [policy] = by_kind(default_objects, "ValidatingAdmissionPolicy")
+    [binding] = by_kind(default_objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    [selector] = spec["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert selector == {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "In",
+        "values": ["kube-system", "kube-public", "kube-node-lease"],
+    }
+    [rule] = spec["matchConstraints"]["resourceRules"]
+    assert set(rule["operations"]) >= {"CREATE", "UPDATE", "DELETE"} and "*/*" in rule["resources"]
+    [condition] = spec["matchConditions"]
+    assert condition["expression"] == "request.userInfo.username == 'system:serviceaccount:longctx-system:longctx'"
+    assert [v["expression"] for v in spec["validations"]] == ["false"]
+    listed = render(helm, tmp_path, {"watchNamespaces": ["ml-a"]})
+    assert not by_kind(listed, "ValidatingAdmissionPolicy")
+    assert not by_kind(render(helm, tmp_path, {"excludedNamespaces": []}), "ValidatingAdmissionPolicy")
+    for values in ({"watchNamespaces": ["ml-a", "kube-system"]}, {"rbac": {"scope": "namespace"}}):
+        result = run_helm(
+            helm,
+            "template",
+            "longctx",
+            str(CHART),
+            "--namespace",
+            "kube-system",
+            "--kube-version",
+            KUBERNETES_VERSION,
+            values=values,
+            tmp_path=tmp_path,
+        )
+        assert result.returncode != 0 and "watchNamespaces: kube-system is in excludedNamespaces" in result.stderr
 
 
 def test_cluster_scope_with_listed_namespaces_grants_writes_only_there(helm, tmp_path):
@@ -251,17 +321,19 @@ def test_cluster_scope_with_listed_namespaces_grants_writes_only_there(helm, tmp
 
 def test_namespace_scope_has_a_role_per_namespace_without_node_access(custom_objects):
     assert not by_kind(custom_objects, "ClusterRole") and not by_kind(custom_objects, "ClusterRoleBinding")
+    rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
     roles = by_kind(custom_objects, "Role")
     assert sorted(role["metadata"]["namespace"] for role in roles) == ["ml-a", "ml-b"]
     for role in roles:
         assert all("nodes" not in rule["resources"] for rule in role["rules"])
+        assert role["rules"] == rules["namespaced"] + rules["kueue"]  # readKueueWorkloads is on
     bindings = by_kind(custom_objects, "RoleBinding")
     assert {binding["subjects"][0]["name"] for binding in bindings} == {"longctx-op"}
 
 
 def test_rbac_never_touches_secrets_or_uses_wildcards():
     rules = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
-    for rule in rules["namespaced"] + rules["clusterScoped"]:
+    for rule in rules["namespaced"] + rules["kueue"] + rules["networkPolicy"] + rules["clusterScoped"]:
         assert "secrets" not in rule["resources"]
         assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
 
@@ -292,6 +364,10 @@ def test_monitors_select_the_operator_and_the_trainer_pods(custom_objects):
         "action": "keep",
     }
     assert pods["namespaceSelector"] == {"matchNames": ["ml-a", "ml-b"]}
+    # Trainer images are the authors': bounded scrapes, and only the trainer contract's series kept.
+    assert (pods["sampleLimit"], pods["labelLimit"]) == (10000, 30)
+    assert (pods["labelNameLengthLimit"], pods["labelValueLengthLimit"]) == (128, 1024)
+    assert endpoint["metricRelabelings"] == [{"sourceLabels": ["__name__"], "regex": "longctx_.*", "action": "keep"}]
 
 
 @pytest.mark.parametrize("example", ["quickstart.yaml", "llama3-8b-128k-infiniband-nvshmem.yaml"])
@@ -346,6 +422,13 @@ def test_chart_crd_is_the_generated_crd(default_objects):
         ({"replicas": 2}, ["replicas"]),
         ({"operator": {"admissionModes": ["sometimes"]}}, ["/operator/admissionModes/0"]),
         ({"operator": {"forceAdmission": "skip"}}, ["/operator/forceAdmission"]),
+        (
+            {"operator": {"networkAllowList": {"default": {"fabrics": ["carrier-pigeon"]}}}},
+            ["/operator/networkAllowList/default/fabrics/0"],
+        ),
+        ({"metrics": {"podMonitor": {"sampleLimit": 0}}}, ["/metrics/podMonitor/sampleLimit"]),
+        ({"excludedNamespaces": ["Kube_System"]}, ["/excludedNamespaces/0"]),
+        ({"operator": {"clusterDomain": "cluster.local;x"}}, ["/operator/clusterDomain"]),
     ],
     ids=[
         "scope",
@@ -358,6 +441,10 @@ def test_chart_crd_is_the_generated_crd(default_objects):
         "unknown-key",
         "admission-mode",
         "force-admission",
+        "fabric",
+        "sample-limit",
+        "excluded-namespace",
+        "cluster-domain",
     ],
 )
 def test_schema_rejects_bad_values_naming_the_field(helm, tmp_path, overrides, expected):

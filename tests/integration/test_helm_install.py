@@ -1,12 +1,14 @@
 """`helm install --wait` of charts/longctx on the local control plane, in cluster and namespace
 scope: the CRD is established, the operator Deployment becomes available (KWOK plays the kubelet),
-the operator's service account may do exactly what the operator does (`kubectl auth can-i --as`),
-and `helm uninstall` removes what the release created."""
+the operator's service account may do exactly what the operator does (asked of the authorizer),
+Kueue's Workloads only with readKueueWorkloads, its writes are refused in the excluded system
+namespaces, and `helm uninstall` removes what the release created."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -46,8 +48,15 @@ OPERATOR_CALLS_NAMESPACED = {
     ("list", "pods", ""),
     ("watch", "pods", ""),  # handlers: pod_event
     ("create", "events", ""),  # kube.post_event
+}
+OPERATOR_CALLS_NETWORK_POLICY = {  # only with networkPolicy.enabled: kube.create_owned
+    ("create", "networkpolicies.networking.k8s.io", ""),
+    ("get", "networkpolicies.networking.k8s.io", ""),
+    ("patch", "networkpolicies.networking.k8s.io", ""),
+}
+OPERATOR_CALLS_KUEUE = {  # only with operator.readKueueWorkloads
     ("list", "workloads.kueue.x-k8s.io", ""),
-    ("watch", "workloads.kueue.x-k8s.io", ""),  # handlers: kueue_workload_event (readKueueWorkloads)
+    ("watch", "workloads.kueue.x-k8s.io", ""),  # handlers: kueue_workload_event
 }
 OPERATOR_CALLS_CLUSTER = {("list", "nodes", ""), ("watch", "nodes", "")}  # handlers: node_event
 
@@ -65,6 +74,8 @@ def granted(rules: list[dict]) -> set[tuple[str, str, str]]:
 
 def test_rule_file_grants_exactly_the_operators_calls():
     assert granted(RULES["namespaced"]) == OPERATOR_CALLS_NAMESPACED
+    assert granted(RULES["kueue"]) == OPERATOR_CALLS_KUEUE
+    assert granted(RULES["networkPolicy"]) == OPERATOR_CALLS_NETWORK_POLICY
     assert granted(RULES["clusterScoped"]) == OPERATOR_CALLS_CLUSTER
 
 
@@ -119,7 +130,10 @@ class Access:
         return wrong
 
 
-NAMESPACED_RESOURCES = {(resource, sub) for _, resource, sub in OPERATOR_CALLS_NAMESPACED} | {("secrets", "")}
+NAMESPACED_RESOURCES = {
+    (resource, sub)
+    for _, resource, sub in OPERATOR_CALLS_NAMESPACED | OPERATOR_CALLS_KUEUE | OPERATOR_CALLS_NETWORK_POLICY
+} | {("secrets", "")}
 CLUSTER_RESOURCES = {("nodes", ""), ("namespaces", ""), ("customresourcedefinitions.apiextensions.k8s.io", "")}
 
 
@@ -167,7 +181,8 @@ def check_uninstall(helm: Helm, kubectl, admin_kubectl, release: str, namespaces
             ns,
         )["items"]
         assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
-    left = admin_kubectl.json("get", "clusterroles,clusterrolebindings", "-l", selector)["items"]
+    cluster_scoped = "clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings"
+    left = admin_kubectl.json("get", cluster_scoped, "-l", selector)["items"]
     assert not left, [f"{o['kind']}/{o['metadata']['name']}" for o in left]
     # Helm never deletes CRDs from crds/ (that would delete every LongContextJob): it stays.
     admin_kubectl.run("get", "crd", "longcontextjobs.longctx.io")
@@ -186,8 +201,34 @@ def test_cluster_scope_install_grants_the_operator_exactly_its_calls(
     wrong += access.mismatches(OPERATOR_CALLS_NAMESPACED, NAMESPACED_RESOURCES, elsewhere)
     wrong += access.mismatches(OPERATOR_CALLS_CLUSTER, CLUSTER_RESOURCES, None)
     assert not wrong, "\n".join(wrong)
+    # RBAC grants every namespace; the chart's admission policy refuses the writes in the excluded
+    # ones (kube-system, ...), and only those, and only the operator's.
+    operator = f"--as=system:serviceaccount:{namespace}:{release}"
+    for where in ("kube-system", "kube-node-lease"):
+        refused = refused_within(30, lambda where=where: dry_run_configmap(admin_kubectl, where, operator))
+        assert "does not write in namespace " + where in refused.stderr, refused.stderr
+        assert dry_run_configmap(admin_kubectl, where).returncode == 0  # others' writes are not touched
+    assert dry_run_configmap(admin_kubectl, namespace, operator).returncode == 0
     check_uninstall(helm, kubectl, admin_kubectl, release, [namespace])
     assert not access.can("list", "nodes") and not access.can("watch", "pods", namespace=elsewhere)
+
+
+def refused_within(seconds: float, attempt) -> subprocess.CompletedProcess:
+    """The first refused attempt: the API server starts enforcing a new admission policy within
+    about a second of its creation, not at once."""
+    deadline = time.monotonic() + seconds
+    while (result := attempt()).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert result.returncode != 0, f"still allowed after {seconds} s: {result.stdout}"
+    return result
+
+
+def dry_run_configmap(admin_kubectl, namespace: str, *impersonate: str) -> subprocess.CompletedProcess:
+    """A server-side dry-run create (authorization and admission, nothing stored)."""
+    name = f"longctx-probe-{uuid.uuid4().hex[:6]}"
+    return admin_kubectl.run(
+        "create", "configmap", name, "-n", namespace, "--dry-run=server", *impersonate, check=False
+    )
 
 
 @pytest.mark.slow
@@ -195,12 +236,17 @@ def test_namespace_scope_install_grants_only_the_watched_namespace(
     kubectl, admin_kubectl, namespace, release, other_namespace, tmp_path
 ):
     helm = Helm(kubectl)
-    install(helm, release, namespace, tmp_path, {"rbac": {"scope": "namespace"}, "watchNamespaces": [other_namespace]})
+    values = {
+        "rbac": {"scope": "namespace"},
+        "watchNamespaces": [other_namespace],
+        "operator": {"readKueueWorkloads": True},
+    }
+    install(helm, release, namespace, tmp_path, values)
     check_running_operator(kubectl, admin_kubectl, release)
     config = yaml.safe_load(kubectl.json("get", "configmap", f"{release}-config")["data"]["operator.yaml"])
     assert config["watchNamespaces"] == [other_namespace] and config["readNodes"] is False
     access = Access(admin_kubectl, namespace, release)
-    wrong = access.mismatches(OPERATOR_CALLS_NAMESPACED, NAMESPACED_RESOURCES, other_namespace)
+    wrong = access.mismatches(OPERATOR_CALLS_NAMESPACED | OPERATOR_CALLS_KUEUE, NAMESPACED_RESOURCES, other_namespace)
     # Not watched: neither the release's own namespace nor any other one.
     wrong += access.mismatches(set(), NAMESPACED_RESOURCES, namespace)
     wrong += access.mismatches(set(), NAMESPACED_RESOURCES, f"any-{uuid.uuid4().hex[:6]}")

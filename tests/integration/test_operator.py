@@ -25,6 +25,7 @@ FAST = {"longctx.io/complete-after": "4s"}
 
 
 POOL = "operator-tests"
+READER = {"app.kubernetes.io/name": "prometheus"}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,9 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, first=800, count=4)
     workdir = tmp_path_factory.mktemp("operator")
-    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log").start()
+    # Every job is fenced by its own NetworkPolicy (the chart's networkPolicy.enabled).
+    fence = {"gangNetworkPolicy": {"enabled": True, "metricsReaders": [{"podSelector": {"matchLabels": READER}}]}}
+    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log", fence).start()
     try:
         h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
         yield op
@@ -470,6 +473,35 @@ def test_a_toleration_outside_the_allow_list_holds_the_job_with_a_reason(operato
     remove = '[{"op": "remove", "path": "/spec/scheduling/tolerations"}]'
     kubectl.run("patch", "lcj", "greedy", "--type=json", "-p", remove)
     h.wait_phase(kubectl, wait_until, "greedy", "Succeeded")
+
+
+def test_a_network_outside_the_allow_list_holds_the_job_until_the_spec_changes(operator, kubectl, wait_until):
+    """The default networkAllowList allows no secondary network: the job is held Pending with
+    NetworkNotAllowed and nothing is created; dropping the network admits it. Its gang is fenced by
+    a NetworkPolicy the job owns, which the API server accepts as rendered."""
+    kubectl.apply(pool_job("far-net", network={"fabric": "infiniband", "networks": ["ib-0"]}, pod_annotations=FAST))
+    held = wait_until(
+        lambda: (
+            (obj := kubectl.json("get", "lcj", "far-net"))
+            and h.conditions(obj).get(cond.ADMITTED, (None,))[0] == "False"
+            and obj
+        ),
+        timeout=30,
+        what="Admitted False",
+    )
+    assert (held["status"]["phase"], held["status"]["reason"]) == ("Pending", reasons.NETWORK_NOT_ALLOWED)
+    assert held["status"]["message"].startswith('spec.network.networks[0]: "ib-0" is not allowed in namespace')
+    assert not h.children(kubectl, "far-net")["jobs"]
+    assert ("Warning", reasons.NETWORK_NOT_ALLOWED) in h.events(kubectl, "far-net")
+    kubectl.run("patch", "lcj", "far-net", "--type=merge", "-p", '{"spec":{"network":{"networks":null}}}')
+    h.wait_phase(kubectl, wait_until, "far-net", "Succeeded")
+    policy = kubectl.json("get", "networkpolicy", "far-net")
+    [owner] = policy["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("LongContextJob", "far-net", held["metadata"]["uid"])
+    gang = {"matchLabels": {"longctx.io/job-name": "far-net"}}
+    assert policy["spec"]["podSelector"] == gang
+    assert policy["spec"]["ingress"][0] == {"from": [{"podSelector": gang}]}
+    assert policy["spec"]["ingress"][1]["from"] == [{"podSelector": {"matchLabels": READER}}]
 
 
 INJECTIONS = [

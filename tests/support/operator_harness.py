@@ -187,8 +187,9 @@ OPERATOR_ACCOUNT = "longctx"
 
 def chart_kubeconfig(admin_kubectl, directory: Path) -> Path:
     """A kubeconfig for the chart's service account with exactly the chart's cluster-scope rights
-    (charts/longctx/files/rbac-rules.yaml as one ClusterRole), so the operator under test can do
-    no more than an installed one: a missing permission fails the test, not production."""
+    with every option on (charts/longctx/files/rbac-rules.yaml as one ClusterRole, Kueue's and
+    NetworkPolicy's groups included), so the operator under test can do no more than an installed
+    one: a missing permission fails the test, not production."""
     import yaml
 
     rules = yaml.safe_load(CHART_RULES.read_text())
@@ -204,7 +205,7 @@ def chart_kubeconfig(admin_kubectl, directory: Path) -> Path:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": role},
-            "rules": rules["namespaced"] + rules["clusterScoped"],
+            "rules": rules["namespaced"] + rules["kueue"] + rules["networkPolicy"] + rules["clusterScoped"],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

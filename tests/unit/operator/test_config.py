@@ -3,6 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
+from longctx_operator.api.spec import NetworkSpec
 from longctx_operator.config import OperatorConfig
 
 
@@ -78,3 +79,41 @@ def test_priority_class_and_toleration_allow_lists_are_empty_by_default():
     assert config.priority_class_allowed("training-high") and not config.priority_class_allowed("system-node-critical")
     assert config.toleration_allowed("example.com/pool")
     assert not config.toleration_allowed("node-role.kubernetes.io/control-plane")
+
+
+def network(fabric: str, networks=()) -> NetworkSpec:
+    return NetworkSpec.model_validate({"fabric": fabric, "networks": list(networks)})
+
+
+def test_fabrics_and_networks_are_the_administrators_per_namespace():
+    """Job authors pick only fabrics and secondary networks the operator's networkAllowList gives
+    their namespace: by default every fabric but gcp-tcpx (a privileged sidecar) and no network."""
+    default = OperatorConfig().network_allow_list
+    assert default.refusal("team", network("infiniband")) is None
+    refused = default.refusal("team", network("gcp-tcpx", [f"vpc{i}" for i in range(4)]))
+    assert refused.startswith("spec.network.fabric: gcp-tcpx is not allowed in namespace team")
+    assert "networkAllowList" in refused and "gcp-tcpxo" in refused
+    refused = default.refusal("team", network("gcp-tcpxo", [f"vpc{i}" for i in range(8)]))
+    assert refused == (
+        'spec.network.networks[0]: "vpc0" is not allowed in namespace team by the operator\'s networkAllowList '
+        "(allowed: none)"
+    )
+    allow = OperatorConfig.model_validate(
+        {"networkAllowList": {"namespaces": {"ml": {"fabrics": ["gcp-tcpx", "tcp"], "networks": ["vpc[0-3]", "ib-*"]}}}}
+    ).network_allow_list
+    assert allow.refusal("ml", network("gcp-tcpx", [f"vpc{i}" for i in range(4)])) is None
+    assert allow.refusal("ml", network("infiniband", ["ib-0"])).startswith("spec.network.fabric: infiniband")
+    assert allow.refusal("ml", network("tcp", ["ib-0", "other-net"])).startswith(
+        'spec.network.networks[1]: "other-net"'
+    )
+    # Other namespaces keep the default: the override is the listed namespace's alone.
+    assert allow.refusal("team", network("gcp-tcpx", [f"vpc{i}" for i in range(4)])) is not None
+    with pytest.raises(ValidationError, match="fabrics"):
+        OperatorConfig.model_validate({"networkAllowList": {"default": {"fabrics": ["carrier-pigeon"]}}})
+
+
+def test_system_namespaces_are_excluded_and_cannot_be_watched():
+    assert OperatorConfig().excluded_namespaces == ["kube-system", "kube-public", "kube-node-lease"]
+    with pytest.raises(ValidationError, match="watchNamespaces: kube-system also in excludedNamespaces"):
+        OperatorConfig(watch_namespaces=["ml", "kube-system"])
+    assert OperatorConfig(watch_namespaces=["kube-system"], excluded_namespaces=[]).watch_namespaces == ["kube-system"]

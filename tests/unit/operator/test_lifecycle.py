@@ -478,3 +478,45 @@ def test_spec_change_is_replanned_for_the_next_generation_only():
     changed, _ = step(spec(steps=20), run.status, running(), spec_generation=2)
     assert changed.actions == () and changed.status.observed_generation == 2
     assert changed.status.phase == "Running" and changed.status.workload_generation == 1
+
+
+def test_a_network_outside_the_allow_list_holds_the_job_and_creates_nothing():
+    s = spec()
+    why = 'spec.network.networks[0]: "vpc0" is not allowed in namespace team'
+    held = decide("job", s, 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, None, why)
+    assert held.actions == () and held.requeue_after is None  # waits for the spec or the allow-list
+    assert (held.status.phase, held.status.reason, held.status.message) == ("Pending", reasons.NETWORK_NOT_ALLOWED, why)
+    assert conditions(held.status)[cond.ADMITTED] == ("False", reasons.NETWORK_NOT_ALLOWED)
+    assert ("Warning", reasons.NETWORK_NOT_ALLOWED, why) in [(e.type, e.reason, e.message) for e in held.events]
+    again = decide("job", s, 1, held.status, MISSING, T0 + timedelta(seconds=5), lambda: FITS, None, why)
+    assert again.events == () and again.actions == ()  # no Event storm while it waits
+    allowed, asked = step(s, again.status, now=T0 + timedelta(seconds=9))
+    assert asked and allowed.actions and conditions(allowed.status)[cond.ADMITTED] == ("True", reasons.GANG_FITS)
+
+
+HOSTILE = "boom\x1b[2J\x1b[H\rFAKE: Succeeded\nnext\u202eesrever\x00\x7f\x85\u2028end\t!"
+
+
+def test_text_from_pods_and_kueue_reaches_status_and_events_without_control_characters():
+    """A trainer image picks its own termination reason, and Kueue and the API server quote names
+    and values: terminal escapes, carriage returns, line breaks or bidi overrides in them must not
+    reach what `kubectl describe` prints."""
+    s = spec(restartPolicy={"maxRestarts": 0})
+    admitted, _ = step(s, LongContextJobStatus())
+    hostile = WorkloadObservation(
+        exists=True, created=T0, total=2, running=1, failed=1, failure=RankFailure(1, "job-g1-1-x", HOSTILE)
+    )
+    failed, _ = step(s, admitted.status, hostile)
+    kueue = spec(scheduling={"admission": "kueue", "queueName": "q"})
+    queued, _ = step(kueue, LongContextJobStatus())
+    waiting = WorkloadObservation(
+        exists=True, suspended=True, created=T0, total=2, kueue=KueueVerdict(False, "Pending\x1b[31m", HOSTILE)
+    )
+    quoted, _ = step(kueue, queued.status, waiting)
+    refused = WorkloadObservation(exists=False, create_error=f"creating the workload failed: 422 {HOSTILE}")
+    create_failed, _ = step(s, admitted.status, refused)
+    for decision in (failed, quoted, create_failed):
+        texts = [decision.status.message] + [c.message or "" for c in decision.status.conditions]
+        texts += [e.message for e in decision.events]
+        assert "FAKE: Succeeded" in decision.status.message and "end !" in decision.status.message
+        assert all(text.isprintable() for text in texts), texts

@@ -65,6 +65,20 @@ def test_nodes_are_watched_only_when_the_configuration_can_read_them():
     assert "nodes" not in without and {"pods", "jobs"} <= without
 
 
+def test_jobs_in_excluded_namespaces_are_never_served():
+    from longctx_operator.handlers import make_registry
+
+    [handler] = [
+        h
+        for h in make_registry(
+            OperatorConfig(excluded_namespaces=["kube-system", "infra"])
+        )._watching.get_all_handlers()
+        if h.selector.any_name == "longcontextjobs"
+    ]
+    assert not handler.when(namespace="kube-system") and not handler.when(namespace="infra")
+    assert handler.when(namespace="ml-a")
+
+
 def test_the_explicit_registry_logs_in_with_the_kubernetes_client():
     """An explicit registry gets none of kopf's default login handlers: without its own, the
     operator would start and then fail every API call with 'Ran out of valid credentials'."""

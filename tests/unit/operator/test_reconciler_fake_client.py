@@ -336,3 +336,42 @@ def test_a_priority_class_outside_the_allow_list_holds_the_job_with_its_reason()
     assert (status["phase"], status["reason"]) == ("Pending", reasons.SETTING_NOT_ALLOWED)
     assert "spec.scheduling.priorityClassName system-node-critical" in status["message"]
     assert ("Warning", reasons.SETTING_NOT_ALLOWED) in [(t, r) for t, r, _ in kube.events]
+
+
+@pytest.mark.parametrize(
+    ("allow_list", "created"),
+    [({}, False), ({"namespaces": {"team": {"fabrics": ["infiniband"], "networks": ["ib-*"]}}}, True)],
+    ids=["default", "allowed-in-team"],
+)
+def test_fabric_and_networks_come_from_the_operators_allow_list(allow_list, created):
+    job = job_object()
+    job["spec"]["network"] = {"fabric": "infiniband", "networks": ["ib-0"]}
+    kube = FakeKube(job)
+    reconciler = Reconciler(kube, OperatorConfig.model_validate({"networkAllowList": allow_list}))
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert bool([c for c in kube.calls if c[0] == "create"]) is created
+    if not created:
+        assert kube.job["status"]["reason"] == reasons.NETWORK_NOT_ALLOWED
+        assert kube.job["status"]["message"].startswith('spec.network.networks[0]: "ib-0" is not allowed')
+        assert ("Warning", reasons.NETWORK_NOT_ALLOWED) in [(t, r) for t, r, _ in kube.events]
+
+
+def test_the_gang_network_policy_is_created_with_the_workload_when_configured():
+    kube = FakeKube(job_object())
+    reconciler = Reconciler(kube, OperatorConfig.model_validate({"gangNetworkPolicy": {"enabled": True}}))
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert ("create", "NetworkPolicy", "fake") in kube.calls
+    policy = kube.objects[("NetworkPolicy", "team", "fake")]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"longctx.io/job-name": "fake"}}

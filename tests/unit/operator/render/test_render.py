@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -11,12 +12,14 @@ from longctx_operator.api import parse_job
 from longctx_operator.cli import main
 from longctx_operator.config import OperatorConfig
 from longctx_operator.layout import ResolvedLayout
+from longctx_operator.render import fabrics as fabrics_module
 from longctx_operator.render import render_workload
 from longctx_operator.render import workload as workload_module
 from longctx_operator.resolve import resolve_layout
 from longctx_trainer.config import TrainerConfig
 from support.manifests import EXAMPLES, apply_case, load_example
 
+ROOT = Path(__file__).resolve().parents[4]
 K8S_VERSION = "1.36"
 BASE = {
     "apiVersion": "longctx.io/v1alpha1",
@@ -80,13 +83,49 @@ def test_indexed_job_and_headless_service_shape():
 def test_jax_distributed_env_one_process_per_pod():
     _, _, workload = render(generation=2)
     e = env(workload)
-    assert e["JAX_COORDINATOR_ADDRESS"] == "job-g2-0.job:8476"
+    # Fully qualified, with the trailing dot: no search-path lookup can reach another namespace.
+    assert e["JAX_COORDINATOR_ADDRESS"] == "job-g2-0.job.team.svc.cluster.local.:8476"
     assert e["JAX_NUM_PROCESSES"] == "4"
     assert e["JAX_PROCESS_ID"] == {
         "fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}
     }
     assert e["LONGCTX_PROCESSES_PER_POD"] == "1"
     assert e["XLA_FLAGS"] == "--xla_gpu_enable_latency_hiding_scheduler=true"
+
+
+def test_rank0_name_is_in_the_jobs_namespace_and_the_configured_cluster_domain():
+    """The rendezvous name is fully qualified: `<pod>.<service>` alone would go through the
+    resolver's search path (`<pod>.<service>.svc.<domain>`: a Service in a namespace named like the
+    job) and then to public DNS before rank 0 has its record."""
+    torch_trainer = {"framework": "pytorch", "image": "registry.example.com/t:1", "command": ["torchrun"]}
+    job = parse_job(apply_case(BASE, {"set": {"metadata.namespace": "ml-a", "spec.trainer": torch_trainer}}))
+    pytorch = render_workload(job, LAYOUT, 5, OperatorConfig(cluster_domain="corp.example")).job
+    assert env(pytorch)["MASTER_ADDR"] == "job-g5-0.job.ml-a.svc.corp.example."
+    assert pod(pytorch)["spec"]["subdomain"] == "job"  # the pod's own name under that Service
+    jax = render_workload(parse_job(BASE), LAYOUT, 5, OperatorConfig(cluster_domain="corp.example")).job
+    assert env(jax)["JAX_COORDINATOR_ADDRESS"] == "job-g5-0.job.team.svc.corp.example.:8476"
+    with pytest.raises(ValueError, match="cluster_domain|clusterDomain"):
+        OperatorConfig(cluster_domain="cluster.local;evil")
+
+
+def test_the_gang_network_policy_admits_the_gang_and_the_metrics_readers_only():
+    assert [o["kind"] for o in render()] == ["Service", "ConfigMap", "Job"]  # off by default
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    config = OperatorConfig.model_validate({"gangNetworkPolicy": {"enabled": True, "metricsReaders": [prometheus]}})
+    job = parse_job(apply_case(BASE, {"set": {"spec.metrics": {"port": 9400}}}))
+    workload = render_workload(job, dataclasses.replace(LAYOUT, processes_per_node=8), 2, config)
+    assert [o["kind"] for o in workload.objects] == ["Service", "ConfigMap", "NetworkPolicy", "Job"]
+    policy = workload.network_policy
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    gang = {"matchLabels": {"longctx.io/job-name": "job"}}
+    assert policy["metadata"]["name"] == "job" and policy["metadata"]["namespace"] == "team"
+    assert policy["spec"]["podSelector"] == gang and policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": gang}]},  # the gang itself, any port: the collectives pick theirs
+        {"from": [prometheus], "ports": [{"protocol": "TCP", "port": 9400, "endPort": 9407}]},
+    ]
+    # Every rank of the gang carries the label the policy admits.
+    assert pod(workload.job)["metadata"]["labels"]["longctx.io/job-name"] == "job"
 
 
 def test_gpu_pod_requests_selectors_tolerations_and_shm():
@@ -208,6 +247,53 @@ def test_gcp_rdma_profile():
     mounts = {m["mountPath"] for m in trainer(workload)["volumeMounts"]}
     assert {"/usr/local/gib", "/usr/local/nvidia"} <= mounts
     assert pod(workload)["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
+
+
+EVERY_FABRIC = {
+    "tcp": {"spec.network": {"fabric": "tcp"}},
+    "infiniband": {"spec.network": {"fabric": "infiniband", "networks": ["ib0"]}},
+    "roce": {"spec.network": {"fabric": "roce", "networks": ["roce-a"]}},
+    "efa": {"spec.network": {"fabric": "efa", "efaDevicesPerNode": 32}},
+    "gcp-tcpx": {"spec.network": {"fabric": "gcp-tcpx", "networks": [f"vpc{i}" for i in range(4)]}},
+    "gcp-tcpxo": {"spec.network": {"fabric": "gcp-tcpxo", "networks": [f"vpc{i}" for i in range(8)]}},
+    "gcp-rdma": {
+        "spec.resources.gpuType": "h200-141gb",
+        "spec.network": {"fabric": "gcp-rdma", "networks": [f"rdma-{i}" for i in range(8)]},
+    },
+}
+
+
+def containers(workload):
+    spec = pod(workload)["spec"]
+    return spec["containers"] + spec.get("initContainers", [])
+
+
+@pytest.mark.parametrize("fabric", sorted(EVERY_FABRIC))
+def test_host_folders_are_mounted_read_only_but_the_documented_daemon_exceptions(fabric):
+    """No host folder is writable from the author's container; a receive-datapath daemon writes only
+    where its vendor's recipe must (WRITABLE_HOST_MOUNTS), and docs/security.md says why."""
+    _, _, workload = render(EVERY_FABRIC[fabric])
+    host = {v["name"]: v["hostPath"]["path"] for v in pod(workload)["spec"]["volumes"] if "hostPath" in v}
+    security = (ROOT / "docs" / "security.md").read_text()
+    for container in containers(workload):
+        for mount in container.get("volumeMounts", []):
+            if mount["name"] not in host:
+                continue
+            key = (container["name"], mount["name"])
+            if key in fabrics_module.WRITABLE_HOST_MOUNTS:
+                assert container["name"] != "trainer" and "readOnly" not in mount
+                assert f"`{host[mount['name']]}`" in security and f"`{container['name']}`" in security, key
+            else:
+                assert mount.get("readOnly") is True, (fabric, key)
+
+
+def test_the_default_allow_list_has_every_fabric_without_a_privileged_container():
+    allowed = OperatorConfig().network_allow_list.default.fabrics
+    assert set(EVERY_FABRIC) == set(fabrics_module.PROFILES)
+    for fabric, changes in EVERY_FABRIC.items():
+        _, _, workload = render(changes)
+        privileged = any(c.get("securityContext", {}).get("privileged") for c in containers(workload))
+        assert (fabric in allowed) == (not privileged), fabric
 
 
 def test_nvshmem_on_infiniband_derives_from_nccl_settings():

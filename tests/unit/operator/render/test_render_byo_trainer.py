@@ -61,7 +61,7 @@ def test_pytorch_job_gets_torch_env_and_the_fabric_of_a_jax_job(fabric):
     jax = render_workload(parse_job(apply_case(jax_spec, {"set": {"spec.network": FABRICS[fabric]}})), LAYOUT, 3)
     e = env(torch)
     assert {k: e[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NNODES", "LOCAL_WORLD_SIZE")} == {
-        "MASTER_ADDR": "job-g3-0.job",
+        "MASTER_ADDR": "job-g3-0.job.team.svc.cluster.local.",
         "MASTER_PORT": "8476",
         "WORLD_SIZE": "32",
         "NNODES": "4",
@@ -71,7 +71,7 @@ def test_pytorch_job_gets_torch_env_and_the_fabric_of_a_jax_job(fabric):
     assert (e["PET_NNODES"], e["PET_NPROC_PER_NODE"], e["PET_MASTER_ADDR"], e["PET_MASTER_PORT"]) == (
         "4",
         "8",
-        "job-g3-0.job",
+        "job-g3-0.job.team.svc.cluster.local.",
         "8476",
     )
     assert "RANK" not in e  # eight processes per pod: torchrun sets RANK and LOCAL_RANK
@@ -131,7 +131,7 @@ def test_custom_jax_image_keeps_the_jax_env_with_its_own_command():
         }
     )
     e = env(workload)
-    assert e["JAX_COORDINATOR_ADDRESS"] == "job-g3-0.job:8476" and e["JAX_NUM_PROCESSES"] == "4"
+    assert e["JAX_COORDINATOR_ADDRESS"] == "job-g3-0.job.team.svc.cluster.local.:8476" and e["JAX_NUM_PROCESSES"] == "4"
     assert "MASTER_ADDR" not in e
     assert container(workload)["command"] == ["python", "-m", "mytrainer"]
     assert container(workload)["args"] == ["--steps=10"]
