@@ -454,7 +454,7 @@ def test_a_name_owned_by_someone_else_fails_the_job_and_deletes_nothing():
 
 def test_an_admission_mode_the_operator_refuses_holds_the_job_with_its_reason():
     why = "scheduling.admission none is not allowed by this operator's configuration (admissionModes: kueue)"
-    d = decide("job", spec(), 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, None, why)
+    d = decide("job", spec(), 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, admission_error=why)
     assert d.actions == () and (d.status.phase, d.status.reason, d.status.message) == (
         "Pending",
         reasons.ADMISSION_NOT_ALLOWED,
@@ -483,12 +483,12 @@ def test_spec_change_is_replanned_for_the_next_generation_only():
 def test_a_network_outside_the_allow_list_holds_the_job_and_creates_nothing():
     s = spec()
     why = 'spec.network.networks[0]: "vpc0" is not allowed in namespace team'
-    held = decide("job", s, 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, None, why)
+    held = decide("job", s, 1, LongContextJobStatus(), MISSING, T0, lambda: FITS, network_error=why)
     assert held.actions == () and held.requeue_after is None  # waits for the spec or the allow-list
     assert (held.status.phase, held.status.reason, held.status.message) == ("Pending", reasons.NETWORK_NOT_ALLOWED, why)
     assert conditions(held.status)[cond.ADMITTED] == ("False", reasons.NETWORK_NOT_ALLOWED)
     assert ("Warning", reasons.NETWORK_NOT_ALLOWED, why) in [(e.type, e.reason, e.message) for e in held.events]
-    again = decide("job", s, 1, held.status, MISSING, T0 + timedelta(seconds=5), lambda: FITS, None, why)
+    again = decide("job", s, 1, held.status, MISSING, T0 + timedelta(seconds=5), lambda: FITS, network_error=why)
     assert again.events == () and again.actions == ()  # no Event storm while it waits
     allowed, asked = step(s, again.status, now=T0 + timedelta(seconds=9))
     assert asked and allowed.actions and conditions(allowed.status)[cond.ADMITTED] == ("True", reasons.GANG_FITS)
