@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from longctx_operator.localrun import free_port, parse_event
+from longctx_operator.localrun import parse_event
+from support.ports import free_port
 
 pytestmark = pytest.mark.integration
 

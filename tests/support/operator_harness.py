@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from longctx_operator.localrun import free_port
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"

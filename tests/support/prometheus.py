@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from longctx_operator.localrun import free_port
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

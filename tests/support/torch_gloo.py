@@ -6,18 +6,13 @@ and the arguments, and what it returns is pickled back to the caller, in rank or
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.ports import free_port
 
 
 def _entry(rank: int, world: int, port: int, out: str, fn, args) -> None:
@@ -31,5 +26,5 @@ def _entry(rank: int, world: int, port: int, out: str, fn, args) -> None:
 
 def run_gloo(world: int, fn, *args, tmp: Path) -> list:
     """fn(rank, *args) in `world` processes of one gloo group; their results by rank."""
-    mp.spawn(_entry, args=(world, _free_port(), str(tmp), fn, args), nprocs=world, join=True)
+    mp.spawn(_entry, args=(world, free_port(), str(tmp), fn, args), nprocs=world, join=True)
     return [torch.load(tmp / f"rank-{rank}.pt") for rank in range(world)]

@@ -14,12 +14,7 @@ from longctx_trainer.mesh import make_mesh
 from longctx_trainer.metrics import TrainMetrics, package_version
 from longctx_trainer.presets import preset
 from longctx_trainer.train import train
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.ports import free_port
 
 
 def _scrape(port: int) -> dict:
@@ -43,7 +38,7 @@ def test_exporter_serves_training_metrics(tmp_path):
         checkpoint=CheckpointConfig(path=str(tmp_path), interval_steps=2),
     )
     metrics = TrainMetrics("demo", rank=0)
-    port = _free_port()
+    port = free_port()
     metrics.serve(port)
     metrics.describe(config, jax.default_backend())
     checkpoints = Checkpoints(config.checkpoint)
