@@ -163,6 +163,13 @@ def duration_text(seconds: float) -> str:
     return f"{secs}s"
 
 
+def progress_patch(progress: ProgressStatus) -> dict:
+    """The status merge patch of one read: every field, None included, so that what this read left
+    out (an ETA at the last step or after a restart, a value out of range) is deleted instead of
+    keeping the value of an earlier read."""
+    return {"progress": progress.model_dump(by_alias=True)}
+
+
 class ProgressPoller:
     """The operator's progress timer: one task per Running job reads rank 0's metrics every
     progress interval and patches status.progress. Each task waits only for its own job's reads
@@ -175,10 +182,12 @@ class ProgressPoller:
         self.cache, self.kube, self.call, self.config = cache, kube, call, config
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exposition")
         self._reads: dict = {}  # job key -> [(monotonic time, step)] of the rate window
+        self._refusals: dict = {}  # job key -> the metrics-url refusal last logged
         self._tasks: dict = {}  # job key -> the task reading it
 
     def forget(self, key) -> None:
         self._reads.pop(key, None)
+        self._refusals.pop(key, None)
         if (task := self._tasks.pop(key, None)) is not None:
             task.cancel()
 
@@ -211,7 +220,8 @@ class ProgressPoller:
         source = metrics_source(
             obj["metadata"].get("annotations") or {}, rank0["status"].get("podIP") if rank0 else None, port, self.config
         )
-        if source.refused:
+        if source.refused and self._refusals.get(key) != source.refused:  # once, not every read
+            self._refusals[key] = source.refused
             log.warning("%s/%s: %s", *key, source.refused)
         return source.url
 
@@ -229,11 +239,9 @@ class ProgressPoller:
         response = await fetch_metrics(url)
         loop = asyncio.get_running_loop()
         progress = await loop.run_in_executor(self._threads, _parse_response, response, timestamp(datetime.now(UTC)))
-        if progress is not None:
+        if progress is not None and (obj := self._running(key)) is not None:  # still Running after the read
             progress = self._with_completion(key, obj, progress)
-            updated = await self.call(
-                self.kube.patch_status, *key, {"progress": progress.model_dump(by_alias=True, exclude_none=True)}
-            )
+            updated = await self.call(self.kube.patch_status, *key, progress_patch(progress))
             self.cache.put_job(updated, deleted=False)
 
     def next_read_delay(self, failures: int) -> float:

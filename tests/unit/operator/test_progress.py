@@ -7,10 +7,11 @@ import asyncio
 import pytest
 from prometheus_client import generate_latest
 
+from longctx_operator.api.status import ProgressStatus
 from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
 from longctx_operator.exposition import MetricsUnreadable
-from longctx_operator.progress import ProgressPoller, metrics_source, parse_progress
+from longctx_operator.progress import ProgressPoller, metrics_source, parse_progress, progress_patch
 from longctx_trainer.metrics import TrainMetrics
 from support.hostile_metrics import Handler, serve, slow_answer
 
@@ -246,3 +247,11 @@ def test_duration_text(seconds, text):
     from longctx_operator.progress import duration_text
 
     assert duration_text(seconds) == text
+
+
+def test_a_read_deletes_what_it_leaves_out_of_the_status():
+    """Merge-patch semantics: an ETA (or loss) of an earlier read is removed by a read without one."""
+    old = {"step": 99, "eta": "10s", "estimatedCompletionTime": "2026-01-01T00:00:10Z", "loss": 2.0}
+    patch = progress_patch(ProgressStatus(step=100, percent_complete=99.9))["progress"]
+    merged = {k: v for k, v in {**old, **patch}.items() if v is not None}
+    assert merged == {"step": 100, "percentComplete": 99.9}

@@ -21,6 +21,20 @@ from longctx_operator.reconciler import Reconciler
 KEY = ("team", "fake")
 
 
+def merge_patch(target: dict, patch: dict) -> dict:
+    """RFC 7386 JSON merge patch, as the API server applies a status patch: None deletes a key,
+    objects merge key by key."""
+    merged = dict(target)
+    for field, value in patch.items():
+        if value is None:
+            merged.pop(field, None)
+        elif isinstance(value, dict) and isinstance(merged.get(field), dict):
+            merged[field] = merge_patch(merged[field], value)
+        else:
+            merged[field] = {k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+    return merged
+
+
 class FakeKube:
     """The Kube interface (kube.py) over dicts: objects by (kind, namespace, name), every call
     recorded; `refuse` makes creates of one kind fail as the API server would."""
@@ -49,13 +63,7 @@ class FakeKube:
 
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         self.calls.append(("patch-status", namespace, name))
-        merged = dict(self.job.get("status") or {})
-        for field, value in status.items():
-            if value is None:
-                merged.pop(field, None)
-            else:
-                merged[field] = value
-        self.job["status"] = merged
+        self.job["status"] = merge_patch(self.job.get("status") or {}, status)
         return copy.deepcopy(self.job)
 
     def post_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
