@@ -133,9 +133,10 @@ class Cache:
         """A batch Job; kept only when a LongContextJob is its controller (a Job merely labelled
         with a job's name is someone else's). Returns that LongContextJob."""
         owner = controller_of(obj)
-        if owner is None or owner.get("kind") != LONGCONTEXTJOB_KIND:
-            return None
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if owner is None or owner.get("kind") != LONGCONTEXTJOB_KIND:
+            self.workloads.pop(key, None)  # no longer one of ours (its owner reference was removed)
+            return None
         if deleted:
             self.workloads.pop(key, None)
         else:

@@ -29,6 +29,8 @@ from kubernetes.client.exceptions import ApiException
 from . import jobview
 from .cli import UsageError
 from .kube import GROUP, PLURAL, VERSION
+from .names import workload_name
+from .observe import controller_of
 from .render.workload import TRAINER_CONTAINER
 
 REQUEST_TIMEOUT = (10, 60)
@@ -48,6 +50,10 @@ class Cluster:
     @property
     def core(self) -> kubernetes.client.CoreV1Api:
         return kubernetes.client.CoreV1Api(self.api)
+
+    @property
+    def batch(self) -> kubernetes.client.BatchV1Api:
+        return kubernetes.client.BatchV1Api(self.api)
 
     @property
     def custom(self) -> kubernetes.client.CustomObjectsApi:
@@ -133,12 +139,34 @@ def read_job(cluster: Cluster, name: str) -> dict:
     )
 
 
-def _pods(cluster: Cluster, selector: str) -> list[dict]:
-    return _json(
+def _gang_pods(cluster: Cluster, job: dict, generation: int) -> list[dict]:
+    """The pods of the job's generation: those its own Job controls (the Job's controller being this
+    LongContextJob, by uid), never pods that merely carry the job's labels."""
+    name = job["metadata"]["name"]
+    try:
+        batch = _json(
+            cluster.batch.read_namespaced_job(
+                workload_name(name, generation),
+                cluster.namespace,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return []
+        raise
+    if (controller_of(batch) or {}).get("uid") != job["metadata"].get("uid"):
+        return []
+    pods = _json(
         cluster.core.list_namespaced_pod(
-            cluster.namespace, label_selector=selector, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            cluster.namespace,
+            label_selector=jobview.pod_selector(name, generation),
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT,
         )
     )["items"]
+    return [p for p in pods if (controller_of(p) or {}).get("uid") == batch["metadata"]["uid"]]
 
 
 def _say(message: str) -> None:
@@ -308,7 +336,7 @@ def _print_logs(args, cluster: Cluster, job: dict) -> int:
         if args.previous:
             raise UsageError(f"{args.job} has no previous generation")
         raise UsageError(f"{args.job} has no pods yet (phase {phase})")
-    chosen = jobview.select_pods(_pods(cluster, jobview.pod_selector(args.job, generation)), _ranks(args, job))
+    chosen = jobview.select_pods(_gang_pods(cluster, job, generation), _ranks(args, job))
     if not chosen:
         raise UsageError(
             f"{args.job} has no pods of generation {generation}"
@@ -348,9 +376,7 @@ def _follow(args, cluster: Cluster, job: dict) -> int:
                 _say(f"{args.job}: generation {current} started (gang restart or resume); following its pods")
             generation = current
         phase = jobview.phase_of(job)
-        chosen = (
-            jobview.select_pods(_pods(cluster, jobview.pod_selector(args.job, generation)), ranks) if generation else []
-        )
+        chosen = jobview.select_pods(_gang_pods(cluster, job, generation), ranks) if generation else []
         waiting = []
         for rank, pod in chosen:
             uid = pod["metadata"]["uid"]

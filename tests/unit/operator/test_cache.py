@@ -59,6 +59,8 @@ def test_a_job_merely_labelled_or_named_like_a_generation_is_not_the_jobs():
     assert cache.owned_workload(("n", "j"), 1) is None
     cache.put_workload(batch_job(owner=ref("LongContextJob", "j", LCJ_UID)), deleted=False)
     assert cache.owned_workload(("n", "j"), 1)["metadata"]["uid"] == JOB_UID
+    cache.put_workload(batch_job(), deleted=False)  # its owner reference removed: no longer ours
+    assert cache.owned_workload(("n", "j"), 1) is None and not cache.workloads
 
 
 def test_a_generations_pods_are_only_those_its_own_job_controls():
