@@ -204,7 +204,7 @@ class OperatorConfig(BaseModel):
 
 def _split(url: str) -> tuple[str, str, int | None, str] | None:
     """(scheme, host, port or None for any, path) of a plain http(s) URL; None for anything else."""
-    if not _PLAIN_URL.match(url):
+    if not url.isascii() or not _PLAIN_URL.match(url):
         return None
     parts = urlsplit(url)
     try:

@@ -59,6 +59,7 @@ def test_pod_annotation_and_metrics_url_allow_lists():
         ("https://prom.example.com:8444/scrape/job-a", False),
         ("http://127.0.0.1:9400/metrics\nX: y", False),
         ("file:///var/run/secrets/kubernetes.io/serviceaccount/token", False),
+        ("http://metrics.example.com/metrics/\U0001f600", False),  # beyond U+FFFF: not plain ASCII
     ],
 )
 def test_metrics_urls_are_compared_by_scheme_host_port_and_path(url, allowed):
