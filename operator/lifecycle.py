@@ -279,6 +279,10 @@ def _admit_next(
         n.set(phase="Pending", reason=reasons.SETTING_NOT_ALLOWED, message=settings_error)
         n.condition(conditions.ADMITTED, False, reasons.SETTING_NOT_ALLOWED, settings_error)
         return n.decision()
+    if network_error is not None:  # waits for the spec or the operator's networkAllowList to change
+        n.set(phase="Pending", reason=reasons.NETWORK_NOT_ALLOWED, message=network_error)
+        n.condition(conditions.ADMITTED, False, reasons.NETWORK_NOT_ALLOWED, network_error)
+        return n.decision()
     if pod_annotations_error is not None:  # waits for the job's annotation to change
         n.set(phase="Pending", reason=reasons.POD_ANNOTATIONS_REJECTED, message=pod_annotations_error)
         n.condition(conditions.POD_ANNOTATIONS_ACCEPTED, False, reasons.POD_ANNOTATIONS_REJECTED, pod_annotations_error)
@@ -293,10 +297,6 @@ def _admit_next(
     if admission_error is not None:  # the operator's admission policy; waits for the spec to change
         n.set(phase="Pending", reason=reasons.ADMISSION_NOT_ALLOWED, message=admission_error)
         n.condition(conditions.ADMITTED, False, reasons.ADMISSION_NOT_ALLOWED, admission_error)
-        return n.decision()
-    if network_error is not None:  # waits for the spec or the operator's networkAllowList to change
-        n.set(phase="Pending", reason=reasons.NETWORK_NOT_ALLOWED, message=network_error)
-        n.condition(conditions.ADMITTED, False, reasons.NETWORK_NOT_ALLOWED, network_error)
         return n.decision()
     mode = spec.scheduling.admission
     if mode == "builtin":
