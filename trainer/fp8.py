@@ -65,9 +65,14 @@ def next_scale(amax_history: jax.Array, dtype) -> jax.Array:
     return jnp.where(amax > 0, amax / fp8_max(dtype), 1.0).astype(F32)
 
 
-def observed(state: dict, x: jax.Array, dtype) -> dict:
-    """The state after using x: its amax pushed into the history, the scale for the next use."""
-    history = jnp.roll(state["amax_history"], 1).at[0].set(jnp.max(jnp.abs(x)).astype(F32))
+def amax(x: jax.Array) -> jax.Array:
+    return jnp.max(jnp.abs(x)).astype(F32)
+
+
+def observed(state: dict, x_amax: jax.Array, dtype) -> dict:
+    """The state after using a tensor whose amax is x_amax: pushed into the history, the scale for
+    the next use."""
+    history = jnp.roll(state["amax_history"], 1).at[0].set(x_amax)
     return {"scale": next_scale(history, dtype), "amax_history": history}
 
 
@@ -97,21 +102,23 @@ def _forward(spec, x, w, state):
 
 
 def _fwd(spec, x, w, state):
+    """Saves the FP8 operands, the amaxes of x and w (scalars) and two empty arrays that carry the
+    gradients' dtypes: no full-precision copy of x or w outlives the forward."""
     out, (xq, wq) = _forward(spec, x, w, state)
-    return out, (xq, wq, x, w, state)
+    return out, (xq, wq, amax(x), amax(w), jnp.empty((0,), x.dtype), jnp.empty((0,), w.dtype), state)
 
 
 def _bwd(spec, residuals, g):
-    xq, wq, x, w, state = residuals
+    xq, wq, x_amax, w_amax, x, w, state = residuals
     deq = partial(dequantize, out_dtype=g.dtype)
     gd = deq(quantize(g, E5M2, state["grad"]["scale"]), state["grad"]["scale"])
     dx_spec, dw_spec = _gradient_specs(spec)
     dx = _dot(dx_spec, gd, deq(wq, state["w"]["scale"]), x.dtype)
     dw = _dot(dw_spec, deq(xq, state["x"]["scale"]), gd, w.dtype)
     updated = {
-        "x": observed(state["x"], x, E4M3),
-        "w": observed(state["w"], w, E4M3),
-        "grad": observed(state["grad"], g, E5M2),
+        "x": observed(state["x"], x_amax, E4M3),
+        "w": observed(state["w"], w_amax, E4M3),
+        "grad": observed(state["grad"], amax(g), E5M2),
     }
     return dx, dw, updated
 

@@ -46,7 +46,7 @@ def test_scale_follows_the_largest_amax_of_the_history():
     assert float(state["scale"]) == 1.0
     amaxes = [4.0, 896.0, 2.0, 1.0, 0.5]
     for step, amax in enumerate(amaxes):
-        state = fp8.observed(state, jnp.asarray([amax, -amax / 2]), fp8.E4M3)
+        state = fp8.observed(state, fp8.amax(jnp.asarray([amax, -amax / 2])), fp8.E4M3)
         window = amaxes[max(0, step - 2) : step + 1]  # the last three uses
         assert float(state["scale"]) == pytest.approx(max(window) / 448.0, rel=1e-7)
         np.testing.assert_allclose(np.asarray(state["amax_history"])[: len(window)], window[::-1])
@@ -123,3 +123,15 @@ def test_every_dot_has_the_fp8_gemm_pattern_forward_and_backward(dtype):
 def test_an_fp32_detour_before_the_dot_fails_the_pattern_check(monkeypatch):
     mutants.dequantize_through_fp32(monkeypatch)
     assert fp8_dots(_lowered_forward_and_backward(jnp.bfloat16)) == []
+
+
+def test_the_backward_keeps_fp8_operands_and_no_full_precision_copy():
+    """What fp8_einsum saves for the backward: x and w in e4m3 plus scalars, never x or w in bf16
+    (their amaxes are taken in the forward)."""
+    from jax._src.ad_checkpoint import saved_residuals  # JAX's own listing of a function's residuals
+
+    x, w = jnp.ones((4, 8), jnp.bfloat16), jnp.ones((8, 16), jnp.bfloat16)
+    state = fp8.einsum_state(history=4)
+    saved = [aval for aval, _ in saved_residuals(lambda x, w: fp8.fp8_einsum("td,df->tf", x, w, state).sum(), x, w)]
+    large = sorted((str(a.dtype), a.shape) for a in saved if a.size > 4)
+    assert large == [("float8_e4m3fn", (4, 8)), ("float8_e4m3fn", (8, 16))]
