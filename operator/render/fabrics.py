@@ -61,6 +61,12 @@ def _mount(sidecar: str, volume: str, path: str) -> dict:
     )
 
 
+# The receive-datapath daemons tune the host's network (sysctls, rp_filter) as root, as in the
+# vendor's recipes: the pod's non-root user (trainerUser) would leave a privileged or NET_ADMIN
+# container with no effective capabilities. Only these sidecars run as root; the trainer never does.
+ROOT_SIDECAR = {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}
+
+
 def _gke_interfaces(networks: list[str]) -> str:
     nics = [{"interfaceName": "eth0", "network": "default"}]
     nics += [{"interfaceName": f"eth{i + 1}", "network": n} for i, n in enumerate(networks)]
@@ -137,7 +143,7 @@ def gcp_tcpx(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile:
             "--setup_param",
             "--verbose 128 2 0",
         ],
-        "securityContext": {"privileged": True},
+        "securityContext": {"privileged": True, **ROOT_SIDECAR},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
         "volumeMounts": [
             _mount("tcpx-daemon", "nvidia-libs", "/usr/local/nvidia/lib64"),
@@ -198,7 +204,7 @@ def gcp_tcpxo(spec: LongContextJobSpec, config: OperatorConfig) -> FabricProfile
             "-c",
             f"/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics={len(nets)} --uid= --alsologtostderr",
         ],
-        "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
+        "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}, **ROOT_SIDECAR},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
         "volumeMounts": [
             _mount("tcpxo-daemon", "nvidia", "/usr/local/nvidia"),

@@ -218,6 +218,8 @@ def test_gcp_tcpx_profile():
     assert e["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] == "/run/tcpx"
     sidecar = pod(workload)["spec"]["initContainers"][0]
     assert sidecar["name"] == "tcpx-daemon" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}
+    assert pod(workload)["spec"]["containers"][0]["securityContext"].get("runAsUser") != 0  # the trainer never
     annotations = pod(workload)["metadata"]["annotations"]
     assert "/dev/nvidia7" in annotations["devices.gke.io/container.tcpx-daemon"]
 
@@ -231,6 +233,7 @@ def test_gcp_tcpxo_profile():
     assert e["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"] == "/dev/aperture_devices"
     sidecar = pod(workload)["spec"]["initContainers"][0]
     assert sidecar["name"] == "tcpxo-daemon" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["securityContext"]["runAsUser"] == 0  # NET_ADMIN needs an effective root user
     assert "--num_nics=8" in sidecar["command"][-1]
     assert (
         "/dev/dmabuf_import_helper" in pod(workload)["metadata"]["annotations"]["devices.gke.io/container.tcpxo-daemon"]
