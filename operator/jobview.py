@@ -71,7 +71,7 @@ def format_list(jobs: list[dict], now: datetime, all_namespaces: bool = False) -
             meta.get("name", "?"),
             phase_of(job),
             status.get("reason") or "-",
-            "x".join(str(layout[a]) for a in ("data", "context", "tensor")) if layout else "-",
+            "x".join(str(layout.get(a, "?")) for a in ("data", "context", "tensor")) if layout else "-",
             layout.get("attention") or "-",
             str(progress["step"]) if progress.get("step") is not None else "-",
             _rate(progress.get("tokensPerSecond")),

@@ -152,3 +152,8 @@ def test_a_container_has_logs_once_it_runs_or_ran():
     assert not jobview.container_started(pod("p", 0, state={"waiting": {"reason": "ContainerCreating"}}), "trainer")
     assert jobview.container_started(pod("p", 0, state={"running": {}}), "trainer")
     assert jobview.container_started(pod("p", 0, state={"terminated": {"exitCode": 1}}), "trainer")
+
+
+def test_list_reads_a_partial_layout_leniently():
+    table = jobview.format_list([job(layout={"data": 2, "attention": "ring"})], NOW)
+    assert "2x?x?" in table
