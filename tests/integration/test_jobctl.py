@@ -55,35 +55,15 @@ def operator(cluster, admin_kubectl, logs_server, tmp_path_factory):
     """The operator, and four GPU nodes of this module's pool whose logs the test server serves."""
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, first=840, count=4, status=logs_server.node_status())
-    workdir = tmp_path_factory.mktemp("operator")
-    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log").start()
-    try:
-        h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+    with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
-    finally:
-        op.stop()
-        h.delete_nodes(admin_kubectl, nodes)
-        print(op.log())
 
 
 @pytest.fixture(autouse=True)
 def suspend_leftovers(operator, kubectl, wait_until):
     """Suspends each test's unfinished jobs and waits for their pods to go (test_operator.py says why)."""
     yield
-    for obj in kubectl.json("get", "lcj")["items"]:
-        if (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            kubectl.run("patch", "lcj", obj["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_until(
-        lambda: (
-            not [
-                p
-                for p in kubectl.json("get", "pods")["items"]
-                if p["status"].get("phase") not in ("Succeeded", "Failed")
-            ]
-        ),
-        timeout=60,
-        what="the test's running pods gone",
-    )
+    h.suspend_unfinished(kubectl, wait_until)
 
 
 def job(name: str, **kwargs) -> dict:

@@ -29,17 +29,10 @@ def operator(cluster, kueue, admin_kubectl, tmp_path_factory):
     nodes = h.add_pool_nodes(admin_kubectl, POOL, first=1024, count=2) + h.add_pool_nodes(
         admin_kubectl, POOL, first=1056, count=2
     )
-    workdir = tmp_path_factory.mktemp("operator")
-    op = h.OperatorProcess(
-        h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log", {"readKueueWorkloads": True}
-    ).start()
-    try:
-        h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+    with h.running_operator(
+        admin_kubectl, tmp_path_factory.mktemp("operator"), nodes, {"readKueueWorkloads": True}
+    ) as op:
         yield op
-    finally:
-        op.stop()
-        h.delete_nodes(admin_kubectl, nodes)
-        print(op.log())
 
 
 @pytest.fixture
@@ -105,20 +98,7 @@ def suspend_leftovers(operator, kubectl, wait_until):
     """As in test_operator.py: unfinished jobs are suspended and their pods gone before the
     namespace is deleted, so no KWOK pod keeps holding the pool's GPUs."""
     yield
-    for obj in kubectl.json("get", "lcj")["items"]:
-        if (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            kubectl.run("patch", "lcj", obj["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_until(
-        lambda: (
-            not [
-                p
-                for p in kubectl.json("get", "pods")["items"]
-                if p["status"].get("phase") not in ("Succeeded", "Failed")
-            ]
-        ),
-        timeout=60,
-        what="the test's running pods gone",
-    )
+    h.suspend_unfinished(kubectl, wait_until)
 
 
 def kueue_job(name: str, queue: str, pod_annotations: dict, **scheduling) -> dict:

@@ -33,17 +33,10 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator, and four GPU nodes of this module's own pool (other tests' pods cannot take them)."""
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, first=800, count=4)
-    workdir = tmp_path_factory.mktemp("operator")
     # Every job is fenced by its own NetworkPolicy (the chart's networkPolicy.enabled).
     fence = {"gangNetworkPolicy": {"enabled": True, "metricsReaders": [{"podSelector": {"matchLabels": READER}}]}}
-    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log", fence).start()
-    try:
-        h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+    with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes, fence) as op:
         yield op
-    finally:
-        op.stop()
-        h.delete_nodes(admin_kubectl, nodes)
-        print(op.log())
 
 
 def pool_job(name: str, **kwargs) -> dict:
@@ -57,20 +50,7 @@ def suspend_leftovers(operator, kubectl, wait_until):
     them stuck: nothing moves them to a terminal phase, so the Job controller keeps its
     batch.kubernetes.io/job-tracking finalizer on them, and they would hold GPUs for later tests)."""
     yield
-    for obj in kubectl.json("get", "lcj")["items"]:
-        if (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            kubectl.run("patch", "lcj", obj["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_until(
-        lambda: (
-            not [
-                p
-                for p in kubectl.json("get", "pods")["items"]
-                if p["status"].get("phase") not in ("Succeeded", "Failed")
-            ]
-        ),
-        timeout=60,
-        what="the test's running pods gone",
-    )
+    h.suspend_unfinished(kubectl, wait_until)
 
 
 def test_create_admitted_running_succeeded(operator, kubectl, wait_until):

@@ -71,15 +71,8 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator (reading progress every second), and two GPU nodes of this module's own pool."""
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, first=860, count=2)
-    workdir = tmp_path_factory.mktemp("operator")
-    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log").start()
-    try:
-        h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+    with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
-    finally:
-        op.stop()
-        h.delete_nodes(admin_kubectl, nodes)
-        print(op.log())
 
 
 def healthy(operator) -> str | None:

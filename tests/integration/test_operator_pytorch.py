@@ -26,15 +26,8 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator, and four nodes of this module's own pool."""
     h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, first=820, count=4)
-    workdir = tmp_path_factory.mktemp("operator")
-    op = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log").start()
-    try:
-        h.wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+    with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
-    finally:
-        op.stop()
-        h.delete_nodes(admin_kubectl, nodes)
-        print(op.log())
 
 
 def test_pytorch_quickstart_succeeds_with_the_trainers_throughput(operator, kubectl, wait_until, tmp_path):

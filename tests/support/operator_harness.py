@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from support.ports import free_port
@@ -268,3 +270,40 @@ def wait_ready(url: str, timeout: float = 60) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+
+
+@contextmanager
+def running_operator(
+    admin_kubectl, workdir: Path, nodes: list[str], config: dict | None = None
+) -> Iterator[OperatorProcess]:
+    """The operator as a process with the chart's rights (`config` over TEST_CONFIG), yielded once
+    its /healthz answers; afterwards it is stopped, the module's `nodes` deleted and its log printed."""
+    op = OperatorProcess(chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log", config).start()
+    try:
+        wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")
+        yield op
+    finally:
+        op.stop()
+        delete_nodes(admin_kubectl, nodes)
+        print(op.log())
+
+
+def suspend_unfinished(kubectl, wait_until) -> None:
+    """Suspends the namespace's unfinished jobs and waits for their pods to go while the operator
+    and the Job controller still run (a namespace deleted under Running KWOK pods leaves them stuck:
+    nothing moves them to a terminal phase, so the Job controller keeps its
+    batch.kubernetes.io/job-tracking finalizer on them, and they would hold GPUs for later tests)."""
+    for obj in kubectl.json("get", "lcj")["items"]:
+        if (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            kubectl.run("patch", "lcj", obj["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_until(
+        lambda: (
+            not [
+                p
+                for p in kubectl.json("get", "pods")["items"]
+                if p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+        ),
+        timeout=60,
+        what="the test's running pods gone",
+    )
