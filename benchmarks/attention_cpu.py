@@ -17,7 +17,8 @@ A document-masked ring row ("ring+docsN") packs documents of random lengths (mea
 `--document-tokens`) into the sequence: chunk pairs of different documents are skipped, so it must
 cost less than the plain ring. Beside it, the load balance under the mask: the causal pairs within
 documents that each device's queries need, max/mean over the devices (1.00 = even; the
-dual-chunk-swap layout balances one document, not many short ones).
+dual-chunk-swap layout balances one document, not many short ones), and the same in the documents
+layout (`loadBalance: documents`, trainer/doc_balance.py), whose row "ring+docsN bal" times it.
 
 The reference computes every logit and masks half of them; the ring skips fully masked blocks.
 The "one-device" row runs the ring's own chunked kernel on a single device with the same chunk
@@ -51,6 +52,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 
+from longctx_trainer.doc_balance import device_work, document_permutation  # noqa: E402
 from longctx_trainer.ops import context_parallel_attention, permutation, reference_attention  # noqa: E402
 from longctx_trainer.ops.attention import ACTIVATION_SPEC, SEGMENT_SPEC  # noqa: E402
 
@@ -77,14 +79,10 @@ def document_segments(seq: int, mean_tokens: int, seed: int = 0) -> np.ndarray:
     return np.repeat(np.arange(len(lengths)), lengths)[None].astype(np.int32)
 
 
-def device_imbalance(segments: np.ndarray, context: int) -> float:
+def device_imbalance(segments: np.ndarray, context: int, perm: np.ndarray) -> float:
     """max/mean over devices of the causal pairs within documents that each device's queries
-    need, in the dual-chunk-swap layout (natural-order `segments` [1, seq])."""
-    seq = segments.shape[1]
-    ids = segments[0]
-    starts = np.searchsorted(ids, ids)  # first token of each token's document
-    keys_seen = np.arange(seq) - starts + 1  # causal keys within its document
-    per_device = keys_seen[permutation(seq, context, "dual_chunk_swap")].reshape(context, -1).sum(1)
+    need, in the layout `perm` (natural-order `segments` [1, seq])."""
+    per_device = device_work(segments[0], perm, context)
     return float(per_device.max() / per_device.mean())
 
 
@@ -287,6 +285,17 @@ def main():
                 )
 
             rows.append((f"ring+docs{args.document_tokens}", *_measure(_grad_fn(masked), sharded, args.reps, True)))
+            balanced = document_permutation(segments[0], CONTEXT)
+            balanced_segments = jax.device_put(segments[:, balanced], NamedSharding(mesh, SEGMENT_SPEC))
+
+            def balanced_masked(q, k, v, segments=balanced_segments):
+                return context_parallel_attention(
+                    q, k, v, mesh=mesh, causal=True, load_balance="documents", segments=segments
+                )
+
+            laid_out = [jax.device_put(x[:, balanced], sharding) for x in (q, k, v, do)]
+            timed = _measure(_grad_fn(balanced_masked), laid_out, args.reps, True)
+            rows.append((f"ring+docs{args.document_tokens} bal", *timed))
         for name, seconds, temp in rows:
             time_text = "not run" if seconds is None else f"{seconds:.3f}"
 
@@ -303,10 +312,12 @@ def main():
             print(f"{seq:>6} peer vs {name}: max abs error of dq, dk, dv {error:.2e}", flush=True)
         if "docs" in rows_wanted:
             documents = int(segments.max()) + 1
-            imbalance, one_document = device_imbalance(segments, CONTEXT), device_imbalance(segments * 0, CONTEXT)
+            imbalance = device_imbalance(segments, CONTEXT, layout)
+            one_document = device_imbalance(segments * 0, CONTEXT, layout)
+            balanced = device_imbalance(segments, CONTEXT, document_permutation(segments[0], CONTEXT))
             print(
                 f"{seq:>6} ring+docs{args.document_tokens}: {documents} documents; per-device work under the mask "
-                f"max/mean {imbalance:.2f} (one document: {one_document:.2f})",
+                f"max/mean {imbalance:.2f} (one document: {one_document:.2f}; documents layout: {balanced:.2f})",
                 flush=True,
             )
 

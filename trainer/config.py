@@ -20,7 +20,7 @@ from .presets import PRESETS, ModelDims, RopeScaling
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
 Attention = Literal["ring", "all_gather", "ulysses", "hybrid"]
-LoadBalance = Literal["dual_chunk_swap", "striped", "none"]
+LoadBalance = Literal["dual_chunk_swap", "striped", "none", "documents"]
 Precision = Literal["bf16", "fp32", "fp8"]
 Schedule = Literal["cosine", "constant"]
 DataKind = Literal["synthetic", "tokens", "text"]
@@ -28,8 +28,9 @@ CollectivePermute = Literal["nccl", "nvshmem"]
 
 
 def sequence_split(load_balance: LoadBalance, context: int) -> int:
-    """Pieces a sequence is cut into: dual-chunk-swap gives every device two chunks."""
-    return 2 * context if load_balance == "dual_chunk_swap" else context
+    """Pieces a sequence is cut into: dual-chunk-swap gives every device two chunks (and so does
+    the documents layout, which deals every document the same way, doc_balance.py)."""
+    return 2 * context if load_balance in ("dual_chunk_swap", "documents") else context
 
 
 def ulysses_kv_repeat(heads: int, kv_heads: int, ulysses: int) -> int:
@@ -278,6 +279,8 @@ class TrainerConfig(_Strict):
             ulysses_kv_repeat(self.model.heads // p.tensor, self.model.kv_heads // p.tensor, degree)
         elif p.ulysses != 1:
             raise ValueError("parallelism.ulysses applies to attention hybrid only")
+        if p.load_balance == "documents" and not self.data.packing.document_mask:
+            raise ValueError("parallelism.load_balance documents needs data.packing.document_mask")
         split = sequence_split(p.load_balance, p.context)
         if self.sequence_length % split:
             raise ValueError(f"sequence_length must be divisible by {split}")

@@ -11,6 +11,11 @@ token files, NUL between the files of a text directory). Each window then also y
 token, its document's index within the window, its position within its document and whether its
 target lies in the same document (`Documents`), all derived from the window alone, so a shard
 needs no other shard's tokens.
+
+With the documents layout (`parallelism.loadBalance: documents`, doc_balance.py) each row is
+reordered here, on the host, when its first shard is read: inputs, targets and every document
+field by the row's permutation, plus `Documents.order`, the true positions. The training loop
+reads the next step's batch while the current step runs, so the reordering overlaps it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from .config import PackingConfig, TrainerConfig
+from .doc_balance import document_permutation
+from .mesh import CONTEXT
 from .model import TOKENS
 from .sources import TokenSource, document_layout, document_separator, make_source
 
@@ -33,6 +40,7 @@ class Documents(NamedTuple):
     segments: jax.Array  # document index of each input token within its window (int32)
     positions: jax.Array  # its position within its document, from 0 (int32)
     loss_mask: jax.Array  # False where the target starts the next document (the input is a separator)
+    order: jax.Array | None = None  # documents layout: each slot's true position; then all in layout order
 
 
 class Batches:
@@ -45,6 +53,7 @@ class Batches:
         self.sharding = NamedSharding(mesh, TOKENS)
         packing: PackingConfig = config.data.packing
         self.separator = document_separator(config.data) if packing.enabled else None
+        self.context = mesh.shape[CONTEXT] if config.parallelism.load_balance == "documents" else None
 
     def for_step(self, step: int) -> tuple[jax.Array, jax.Array, Documents | None]:
         rows: dict[int, dict[str, np.ndarray]] = {}  # shared by the callbacks of this step's shards
@@ -57,7 +66,8 @@ class Batches:
 
         if self.separator is None:
             return array("inputs"), array("targets"), None
-        return array("inputs"), array("targets"), Documents(*(array(f) for f in Documents._fields))
+        fields = Documents._fields if self.context else Documents._fields[:-1]
+        return array("inputs"), array("targets"), Documents(*(array(f) for f in fields))
 
     def piece(self, step: int, index: tuple[slice, slice], field: str, rows: dict[int, dict]) -> np.ndarray:
         """Rows and columns `index` of one of step's arrays: "inputs", "targets" or a field of
@@ -75,6 +85,9 @@ class Batches:
         fields = {"inputs": window[:-1], "targets": window[1:]}
         if self.separator is not None:
             fields |= document_layout(window, self.separator)
+        if self.context:
+            perm = document_permutation(fields["segments"], self.context)
+            fields = {name: x[perm] for name, x in fields.items()} | {"order": perm.astype(np.int32)}
         return fields
 
     def position(self, step: int) -> int:

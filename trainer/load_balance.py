@@ -8,6 +8,7 @@ the work of device 0. A layout is a permutation of token positions applied once 
 - "dual_chunk_swap": 2C chunks; device i holds chunks i and 2C-1-i (an early and a late one).
 - "striped": device i holds tokens i, i+C, i+2C, ... (round-robin).
 - "none": identity (device i holds chunk i).
+- "documents": per batch, from the documents' boundaries (doc_balance.py); not a fixed permutation.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import numpy as np
 
 from .config import LoadBalance, sequence_split
 
-SCHEMES = get_args(LoadBalance)
+SCHEMES = tuple(s for s in get_args(LoadBalance) if s != "documents")  # the fixed ones
 
 
 def permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
     """Positions of the tokens in layout order: `perm[j]` is the true position of slot j."""
     if scheme not in SCHEMES:
-        raise ValueError(f"unknown load-balance scheme {scheme!r}; expected one of {SCHEMES}")
+        raise ValueError(f"unknown fixed load-balance scheme {scheme!r}; expected one of {SCHEMES}")
     pieces = sequence_split(scheme, context)  # the config's own rule, also at context 1
     if seq_len % pieces:
         raise ValueError(f"seq_len {seq_len} is not divisible by {pieces} ({scheme} over context {context})")

@@ -287,19 +287,27 @@ def final_hidden(
     options: ModelOptions,
 ) -> tuple[jax.Array, jax.Array]:
     """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order
-    (`documents`: data.Documents of packed documents, or None)."""
-    perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
+    (`documents`: data.Documents of packed documents, or None). With the documents layout the
+    data path has already laid the batch out (`documents.order`: the true positions)."""
+    if options.load_balance == "documents":
+        if documents is None or documents.order is None:
+            raise ValueError("load_balance documents needs the batch in the documents layout (data.Batches)")
+        positions = documents.positions if options.reset_positions else documents.order
+        segments = _constrain(documents.segments, mesh, TOKENS)
+        tokens, targets, positions = (_constrain(x, mesh, TOKENS) for x in (tokens, targets, positions))
+    else:
+        perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
 
-    def reorder(x):
-        return _constrain(x[:, perm], mesh, TOKENS)
+        def reorder(x):
+            return _constrain(x[:, perm], mesh, TOKENS)
 
-    tokens, targets = reorder(tokens), reorder(targets)
-    positions = jnp.asarray(perm, jnp.int32)
-    segments = None
-    if documents is not None and options.reset_positions:
-        positions = reorder(documents.positions)
-    if documents is not None and options.document_mask:
-        segments = reorder(documents.segments)
+        tokens, targets = reorder(tokens), reorder(targets)
+        positions = jnp.asarray(perm, jnp.int32)
+        segments = None
+        if documents is not None and options.reset_positions:
+            positions = reorder(documents.positions)
+        if documents is not None and options.document_mask:
+            segments = reorder(documents.segments)
 
     table = _constrain(params["embed"].astype(options.compute_dtype), mesh, P())  # for the lookup
     x = _constrain(table[tokens], mesh, ACTIVATION)
@@ -375,8 +383,10 @@ def loss_fn(
     x, targets = final_hidden(params, tokens, targets, documents, dims=dims, mesh=mesh, options=options)
     weights = None
     if documents is not None and options.document_mask:
-        perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
-        weights = _constrain(documents.loss_mask[:, perm].astype(jnp.float32), mesh, TOKENS)
+        mask = documents.loss_mask
+        if options.load_balance != "documents":  # else laid out by the data path already
+            mask = mask[:, permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)]
+        weights = _constrain(mask.astype(jnp.float32), mesh, TOKENS)
     head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
     head_scaling = params[FP8_STATE].get("lm_head") if options.fp8 is not None else None
     return chunked_cross_entropy(

@@ -204,10 +204,13 @@ def train(
     if fp8_peak_flops_per_device is not None:
         peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
     emit({"event": "compiling"})
-    step_fn = fns.compiled_step(state, *batches.for_step(start))
+    batch = batches.for_step(start)
+    step_fn = fns.compiled_step(state, *batch)
     for step in range(start, config.steps):
         begin = time.perf_counter()
-        state, stats = step_fn(state, *batches.for_step(step))
+        state, stats = step_fn(state, *batch)
+        if step + 1 < config.steps:  # read (and lay out) the next batch while this step runs
+            batch = batches.for_step(step + 1)
         loss = float(stats["loss"])
         seconds = time.perf_counter() - begin
         if "attention_pairs" in stats:  # the attention FLOPs this batch's documents need

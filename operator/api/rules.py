@@ -434,11 +434,18 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "spec",
-        "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance == "
-        "'dualChunkSwap' ? 2 : 1) * self.parallelism.context) == 0",
-        "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap)",
+        "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance in "
+        "['dualChunkSwap', 'documents'] ? 2 : 1) * self.parallelism.context) == 0",
+        "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap or documents)",
         _sequence_divisible,
         ".sequenceLength",
+    ),
+    Rule(
+        "spec",
+        "self.parallelism.loadBalance != 'documents' || self.data.packing.documentMask",
+        "parallelism.loadBalance documents needs data.packing.documentMask (it balances the masked documents)",
+        lambda s: s.parallelism.load_balance != "documents" or s.data.packing.document_mask,
+        ".parallelism.loadBalance",
     ),
     Rule(
         "spec",

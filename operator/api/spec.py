@@ -162,7 +162,9 @@ class ParallelismSpec(ApiModel):
     """Ulysses group size of attention hybrid: divides context, below it; heads / tensor must divide
     by it. Omitted: the planner picks it (GPU jobs; CPU jobs must set it)."""
     load_balance: ApiLoadBalance = "dualChunkSwap"
-    """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves tokens."""
+    """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves
+    tokens; documents deals every packed document that way, per batch, so the work under the
+    document mask is even (needs data.packing.documentMask; see docs/attention.md for its cost)."""
 
 
 class OffloadSpec(ApiModel):

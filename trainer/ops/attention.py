@@ -9,6 +9,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from ..config import Attention, hybrid_split
+from ..doc_balance import MASK_LAYOUT
 from ..load_balance import permutation
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
@@ -46,8 +47,14 @@ def context_parallel_attention(
     `segments` [batch, seq] (int32, same order and sharding as the tokens): document ids of packed
     documents; a token then attends only within
     its document, and chunk pairs of different documents are skipped. None: one document.
+    `load_balance` "documents" (doc_balance.py, needs `segments`): the tokens are in a per-batch
+    layout whose causal order within each document is that of the MASK_LAYOUT positions.
     """
     context = mesh.shape[CONTEXT]
+    if load_balance == "documents":
+        if segments is None:
+            raise ValueError("load_balance documents needs segments (the document mask)")
+        load_balance = MASK_LAYOUT
     seq = q.shape[1]
     positions = permutation(seq, context, load_balance).astype(np.int32) if causal else None
     if causal and load_balance == "dual_chunk_swap" and context > 1:

@@ -62,7 +62,7 @@ def _windows() -> np.ndarray:
 
 def _batch(windows):
     fields = [document_layout(w, SEPARATOR) for w in windows]
-    documents = Documents(*(np.stack([f[name] for f in fields]) for name in Documents._fields))
+    documents = Documents(**{name: np.stack([f[name] for f in fields]) for name in fields[0]})
     return windows[:, :-1], windows[:, 1:], documents
 
 
