@@ -133,6 +133,11 @@ class ParallelConfig(_Strict):
     attention: Attention = "ring"
     ulysses: int = Field(1, gt=0, description="Ulysses group size inside the context axis (attention hybrid).")
     load_balance: LoadBalance = "dual_chunk_swap"
+    adaptive: bool = Field(
+        False,
+        description="Per-batch adaptive context parallelism (adaptive_cp.py): documents up to half a shard "
+        "are attended on one device, only longer ones over the ring.",
+    )
 
     @property
     def devices(self) -> int:
@@ -281,6 +286,12 @@ class TrainerConfig(_Strict):
             raise ValueError("parallelism.ulysses applies to attention hybrid only")
         if p.load_balance == "documents" and not self.data.packing.document_mask:
             raise ValueError("parallelism.load_balance documents needs data.packing.document_mask")
+        if p.adaptive and not (
+            self.data.packing.document_mask and p.attention == "ring" and p.load_balance == "dual_chunk_swap"
+        ):
+            raise ValueError("parallelism.adaptive needs data.packing.document_mask, attention ring, dual_chunk_swap")
+        if p.adaptive and (self.offload.enabled or (self.sequence_length // p.context) % 32):
+            raise ValueError("parallelism.adaptive needs no offload and sequence_length / context divisible by 32")
         split = sequence_split(p.load_balance, p.context)
         if self.sequence_length % split:
             raise ValueError(f"sequence_length must be divisible by {split}")

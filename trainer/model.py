@@ -28,6 +28,7 @@ from . import fp8
 from .config import FP8_MATMULS, TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
+from .ops.adaptive import adaptive_attention
 from .ops.offload import host_offload_available
 from .presets import RMS_NORM_EPS, ModelDims, RopeScaling
 
@@ -81,8 +82,14 @@ class ModelOptions:
     ulysses: int = 1  # the Ulysses group size of attention "hybrid"
     document_mask: bool = False  # packed documents: attention and loss stay within each document
     reset_positions: bool = False  # packed documents: RoPE positions restart in each document
+    adaptive_ring: int | None = None  # adaptive context parallelism: this batch's ring part (adaptive_cp.py)
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
     fp8: Fp8Layout | None = None  # None: no FP8
+
+    @property
+    def laid_out_by_data(self) -> bool:
+        """Whether the data path lays the batch out (per-batch layouts, `Documents.order`)."""
+        return self.load_balance == "documents" or self.adaptive_ring is not None
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> ModelOptions:
@@ -236,19 +243,23 @@ def _layer(x, layer, *, positions, segments, dims: ModelDims, mesh: Mesh, option
     k = _constrain(matmul("bsh,hnd->bsnd", h, "wk"), mesh, HEADS)
     v = _constrain(matmul("bsh,hnd->bsnd", h, "wv"), mesh, HEADS)
     q, k = (rope(t, positions, dims.rope_theta, dims.rope_scaling) for t in (q, k))
-    a = context_parallel_attention(
-        q,
-        k,
-        v,
-        mesh=mesh,
-        causal=True,
-        impl=options.attention,
-        load_balance=options.load_balance,
-        chunk_tokens=options.chunk_tokens,
-        offload=options.offload,
-        ulysses=options.ulysses,
-        segments=segments,
-    )
+    if options.adaptive_ring is not None:
+        ring, shard = options.adaptive_ring, q.shape[1] // mesh.shape[CONTEXT]
+        a = adaptive_attention(q, k, v, segments, mesh=mesh, ring=ring, local=shard - ring)
+    else:
+        a = context_parallel_attention(
+            q,
+            k,
+            v,
+            mesh=mesh,
+            causal=True,
+            impl=options.attention,
+            load_balance=options.load_balance,
+            chunk_tokens=options.chunk_tokens,
+            offload=options.offload,
+            ulysses=options.ulysses,
+            segments=segments,
+        )
     a = _constrain(a, mesh, HEADS)
     x = _constrain(x + matmul("bsnd,ndh->bsh", a, "wo"), mesh, ACTIVATION)
     h = rms_norm(x, p["mlp_norm"])
@@ -289,9 +300,9 @@ def final_hidden(
     """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order
     (`documents`: data.Documents of packed documents, or None). With the documents layout the
     data path has already laid the batch out (`documents.order`: the true positions)."""
-    if options.load_balance == "documents":
+    if options.laid_out_by_data:
         if documents is None or documents.order is None:
-            raise ValueError("load_balance documents needs the batch in the documents layout (data.Batches)")
+            raise ValueError("documents and adaptive layouts need the batch laid out by data.Batches")
         positions = documents.positions if options.reset_positions else documents.order
         segments = _constrain(documents.segments, mesh, TOKENS)
         tokens, targets, positions = (_constrain(x, mesh, TOKENS) for x in (tokens, targets, positions))
@@ -384,7 +395,7 @@ def loss_fn(
     weights = None
     if documents is not None and options.document_mask:
         mask = documents.loss_mask
-        if options.load_balance != "documents":  # else laid out by the data path already
+        if not options.laid_out_by_data:
             mask = mask[:, permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)]
         weights = _constrain(mask.astype(jnp.float32), mesh, TOKENS)
     head = params["embed"].T if dims.tie_embeddings else params["lm_head"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import jax
@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import model
+from .adaptive_cp import PAD_SEGMENT
 from .checkpoint import Checkpoints
 from .config import OptimizerConfig, TrainerConfig
 from .data import Batches
@@ -81,6 +82,7 @@ class StepFunctions:
         options = model.ModelOptions.from_config(self.config)
         self.fp8_layout = options.fp8
         self.optimizer = make_optimizer(self.config.optimizer, self.config.steps)
+        self.options = options
         self.loss = partial(model.loss_fn, dims=dims, mesh=mesh, options=options)
         params = model.param_shardings(dims, mesh, self.fp8_layout)
         self.weight_shardings = model.param_shardings(dims, mesh)  # the optimizer's, and a checkpoint's to fill
@@ -95,7 +97,7 @@ class StepFunctions:
         )
         self.state_shardings = {"params": params, "opt_state": opt_state, "step": replicated}
         tokens = NamedSharding(mesh, model.TOKENS)
-        self._compiled = None
+        self._compiled = {}
         self.init = jax.jit(self._init, out_shardings=self.state_shardings)
         self.init_with = jax.jit(self._init_with, out_shardings=self.state_shardings, donate_argnums=0)
         self.step = jax.jit(
@@ -103,6 +105,7 @@ class StepFunctions:
             in_shardings=(self.state_shardings, tokens, tokens, tokens),
             out_shardings=(self.state_shardings, replicated),
             donate_argnums=0,
+            static_argnums=4,  # ring, passed by position (jit takes no keywords with in_shardings)
         )
         self.loss_and_grads = jax.jit(
             jax.value_and_grad(self.loss),
@@ -117,11 +120,12 @@ class StepFunctions:
             lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes, self.state_shardings
         )
 
-    def compiled_step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None):
-        """The step compiled ahead of time (so no step's timing includes compilation), once."""
-        if self._compiled is None:
-            self._compiled = self.step.lower(state, inputs, targets, documents).compile()
-        return self._compiled
+    def compiled_step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None, ring=None):
+        """The step compiled ahead of time (so no step's timing includes compilation), once per
+        adaptive variant (`ring`: its ring part; None without adaptive context parallelism)."""
+        if ring not in self._compiled:
+            self._compiled[ring] = self.step.lower(state, inputs, targets, documents, ring).compile()
+        return self._compiled[ring]
 
     def _initial_params(self, key: jax.Array) -> dict:
         dims = self.config.model.dims()
@@ -135,12 +139,16 @@ class StepFunctions:
         params = model.with_fp8_state(params, self.config.model.dims(), self.fp8_layout)
         return {"params": params, "opt_state": self.optimizer.init(weights), "step": jnp.zeros((), jnp.int32)}
 
-    def _step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None) -> tuple[dict, dict]:
+    def _step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None, ring=None) -> tuple[dict, dict]:
         """One AdamW step of the weights; returns the new state and {"loss"} (with a document mask,
         also "attention_pairs": the causal query-key pairs within documents, see flops.py). With
         FP8, the "gradient" of the scaling state is its updated value (fp8_einsum's backward
-        returns it there) and replaces it as it is."""
-        loss, grads = jax.value_and_grad(self.loss)(state["params"], inputs, targets, documents)
+        returns it there) and replaces it as it is. `ring`: the adaptive variant's ring part."""
+        loss_fn = self.loss
+        if ring is not None:
+            options = replace(self.options, adaptive_ring=ring)
+            loss_fn = partial(model.loss_fn, dims=self.config.model.dims(), mesh=self.mesh, options=options)
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"], inputs, targets, documents)
         weights, _ = model.split_fp8_state(state["params"])
         weight_grads, scaling = model.split_fp8_state(grads)
         updates, opt_state = self.optimizer.update(weight_grads, state["opt_state"], weights)
@@ -149,7 +157,8 @@ class StepFunctions:
             params = {**params, model.FP8_STATE: scaling}
         stats = {"loss": loss}
         if documents is not None and self.config.data.packing.document_mask:
-            stats["attention_pairs"] = causal_pairs_within_documents(documents.positions)
+            real = documents.segments != PAD_SEGMENT  # adaptive layouts' padding adds no pairs
+            stats["attention_pairs"] = causal_pairs_within_documents(jnp.where(real, documents.positions, -0.5))
         return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, stats
 
 
@@ -204,13 +213,13 @@ def train(
     if fp8_peak_flops_per_device is not None:
         peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
     emit({"event": "compiling"})
-    batch = batches.for_step(start)
-    step_fn = fns.compiled_step(state, *batch)
+    batch, ring = batches.for_step(start), batches.ring(start)
+    fns.compiled_step(state, *batch, ring=ring)
     for step in range(start, config.steps):
-        begin = time.perf_counter()
-        state, stats = step_fn(state, *batch)
+        begin = time.perf_counter()  # a new adaptive variant's first step includes its compilation
+        state, stats = fns.compiled_step(state, *batch, ring=ring)(state, *batch)
         if step + 1 < config.steps:  # read (and lay out) the next batch while this step runs
-            batch = batches.for_step(step + 1)
+            batch, ring = batches.for_step(step + 1), batches.ring(step + 1)
         loss = float(stats["loss"])
         seconds = time.perf_counter() - begin
         if "attention_pairs" in stats:  # the attention FLOPs this batch's documents need

@@ -449,6 +449,22 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "spec",
+        "!self.parallelism.adaptive || (self.data.packing.documentMask && self.parallelism.attention == 'ring' "
+        "&& self.parallelism.loadBalance == 'dualChunkSwap' && !(has(self.offload.enabled) && self.offload.enabled))",
+        "parallelism.adaptive needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap, no offload",
+        lambda s: (
+            not s.parallelism.adaptive
+            or (
+                s.data.packing.document_mask
+                and s.parallelism.attention == "ring"
+                and s.parallelism.load_balance == "dualChunkSwap"
+                and not s.offload.enabled
+            )
+        ),
+        ".parallelism.adaptive",
+    ),
+    Rule(
+        "spec",
         "!has(self.globalBatchTokens) || self.globalBatchTokens % self.sequenceLength == 0",
         "globalBatchTokens must be a multiple of sequenceLength",
         lambda s: s.global_batch_tokens is None or s.global_batch_tokens % s.sequence_length == 0,

@@ -165,6 +165,11 @@ class ParallelismSpec(ApiModel):
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves
     tokens; documents deals every packed document that way, per batch, so the work under the
     document mask is even (needs data.packing.documentMask; see docs/attention.md for its cost)."""
+    adaptive: bool = False
+    """Per-batch adaptive context parallelism: documents up to half a device's shard are attended
+    on one device, only longer ones over the ring, whose size per batch is one of a few compiled
+    variants (needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap, no
+    offload, and sequenceLength / context divisible by 32; docs/attention.md)."""
 
 
 class OffloadSpec(ApiModel):

@@ -36,6 +36,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
             attention=layout.attention,
             ulysses=layout.ulysses,
             load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance],
+            adaptive=spec.parallelism.adaptive,
         ),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),
         communication=spec.communication.collective_permute,

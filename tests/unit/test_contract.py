@@ -105,6 +105,12 @@ MAPPING = [
         2,
     ),
     ({"spec.parallelism.loadBalance": "striped"}, LAYOUT, "parallelism.load_balance", "striped"),
+    (
+        {"spec.parallelism.adaptive": True, "spec.data.packing": {"documentMask": True, "separator": 7}},
+        LAYOUT,
+        "parallelism.adaptive",
+        True,
+    ),
     ({}, ResolvedLayout(1, 2, 2, 1, offload=True), "offload.enabled", True),
     ({}, ResolvedLayout(1, 2, 2, 1, True, 256), "offload.chunk_tokens", 256),
     ({"spec.optimizer.learningRate": 0.01}, LAYOUT, "optimizer.learning_rate", 0.01),
