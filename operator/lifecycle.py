@@ -18,7 +18,7 @@ next generation, which resumes from the last checkpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from . import conditions, names, reasons
@@ -72,8 +72,8 @@ class DeleteWorkload:
     generation: int
     uid: str
     lost_pods: tuple[str, ...] = ()
-    """Its pods on a lost node (observe.lost_node), deleted at once (no grace period): no kubelet
-    will confirm their end, and the foreground delete would wait for them forever."""
+    """Its pods on a lost node whose graceful deletion is overdue (observe.LostPod), deleted with no
+    grace period: no kubelet will confirm their end, and the foreground delete would wait forever."""
 
 
 @dataclass(frozen=True)
@@ -291,6 +291,23 @@ def _running_health(
     return None
 
 
+def _overdue(n: _Next, observed: WorkloadObservation) -> tuple[str, ...]:
+    """The lost pods whose graceful deletion is overdue at `n.now` (or not yet asked for)."""
+    return tuple(p.name for p in observed.lost_pods if p.overdue is None or p.overdue <= n.now)
+
+
+def _next_overdue(n: _Next, observed: WorkloadObservation) -> float | None:
+    """Seconds until the next lost pod's graceful deletion is overdue, if one is still due."""
+    due = [(p.overdue - n.now).total_seconds() for p in observed.lost_pods if p.overdue and p.overdue > n.now]
+    return min(due) + 0.5 if due else None
+
+
+def _sooner(decision: Decision, seconds: float | None) -> Decision:
+    if seconds is None or (decision.requeue_after is not None and decision.requeue_after <= seconds):
+        return decision
+    return replace(decision, requeue_after=seconds)
+
+
 def _evicted(n: _Next, generation: int, uid: str, kueue: KueueVerdict | None) -> Decision:
     """Kueue suspended an admitted Job (preemption by a higher-priority workload, or eviction):
     JAX cannot run a partial gang, so the whole generation is deleted and the next one is queued
@@ -452,8 +469,9 @@ def _watch_workload(
         n.condition(conditions.SUCCEEDED, True, reasons.COMPLETED, f"all {observed.total} ranks completed")
         return n.decision()
     if observed.failure is not None and observed.failure.node_lost:
-        n.actions.append(DeleteWorkload(generation, observed.uid, observed.lost_pods))
-        return _gang_failed(n, spec, generation, None, reasons.NODE_NOT_READY, observed.failure.describe())
+        n.actions.append(DeleteWorkload(generation, observed.uid, _overdue(n, observed)))
+        decision = _gang_failed(n, spec, generation, None, reasons.NODE_NOT_READY, observed.failure.describe())
+        return _sooner(decision, _next_overdue(n, observed))
     if observed.failure is not None:
         return _gang_failed(n, spec, generation, observed.uid, reasons.RANK_FAILED, observed.failure.describe())
     if observed.suspended:
@@ -552,9 +570,9 @@ def decide(
     if status.current_workload:  # a generation was admitted and not deleted since
         return _watch_workload(n, spec, job_name, observed, health)
     if observed.exists:  # the previous generation is (still being) deleted
-        if not observed.deleting or observed.lost_pods:
-            n.actions.append(DeleteWorkload(current, observed.uid, observed.lost_pods))
-        return n.decision(requeue_after=DELETE_WAIT_SECONDS)
+        if not observed.deleting or _overdue(n, observed):
+            n.actions.append(DeleteWorkload(current, observed.uid, _overdue(n, observed)))
+        return _sooner(n.decision(requeue_after=DELETE_WAIT_SECONDS), _next_overdue(n, observed))
     if status.phase == "Restarting":
         since = n.condition_since(conditions.RESTARTING) or now
         remaining = restart_backoff(spec, status.restarts) - (now - since).total_seconds()

@@ -75,6 +75,16 @@ def kueue_verdict(workload: dict | None) -> KueueVerdict | None:
 
 
 @dataclass(frozen=True)
+class LostPod:
+    """A pod on a lost node: deleted with no grace period once `overdue` has passed (its graceful
+    deletion's deadline, metadata.deletionTimestamp), since no kubelet will confirm its end; a live
+    kubelet (a NoExecute taint of another kind) has until then to stop it gracefully."""
+
+    name: str
+    overdue: datetime | None
+
+
+@dataclass(frozen=True)
 class WorkloadObservation:
     """The ranks of one generation. `exists` is False when its Job is not (or no longer) there;
     `create_error` then says why the API server refused to create it the last time, and
@@ -96,9 +106,8 @@ class WorkloadObservation:
     complete: bool = False
     failure: RankFailure | None = None
     kueue: KueueVerdict | None = None
-    lost_pods: tuple[str, ...] = ()
-    """Pods on a lost node (lost_node): deleted at once with the generation, since no kubelet
-    will confirm their end."""
+    lost_pods: tuple[LostPod, ...] = ()
+    """Pods on a lost node (lost_node)."""
 
     @property
     def all_running(self) -> bool:
@@ -136,15 +145,15 @@ NODE_LOST = "NodeLost"
 
 
 def lost_node(pod: dict) -> str | None:
-    """Why the node of `pod` is lost, or None: the control plane marked the pod for disruption by
-    the taint manager while it is no longer Ready (its node went NotReady: the node lifecycle
-    controller marks the node's pods not Ready), or gave it the NodeLost reason."""
+    """Why the node of `pod` is lost, or None: the taint manager marked the pod for disruption
+    (its node's NoExecute taint, not-ready or unreachable, outlasted the pod's toleration; the pod
+    may still read Ready, as nothing updates it), or the node lifecycle controller gave it the
+    NodeLost reason."""
     status = pod.get("status", {})
     if status.get("reason") == NODE_LOST:
         return status.get("message") or "its node is unreachable"
     target = _condition(pod, "DisruptionTarget")
-    ready = _condition(pod, "Ready")
-    if target is not None and target.get("reason") == TAINT_EVICTION and ready is None:
+    if target is not None and target.get("reason") == TAINT_EVICTION:
         node = pod.get("spec", {}).get("nodeName")
         return f"node {node} is NotReady or unreachable ({target.get('message') or TAINT_EVICTION})"
     return None
@@ -208,5 +217,7 @@ def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | 
         complete=_condition(job, "Complete") is not None,
         failure=failure,
         kueue=kueue_verdict(kueue_workload),
-        lost_pods=tuple(p["metadata"]["name"] for p, _ in lost),
+        lost_pods=tuple(
+            LostPod(p["metadata"]["name"], parse_time(p["metadata"].get("deletionTimestamp"))) for p, _ in lost
+        ),
     )

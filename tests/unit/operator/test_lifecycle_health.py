@@ -5,13 +5,15 @@ gang at once and deletes the lost pods."""
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.admission import Admission
 from longctx_operator.api.spec import LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus
 from longctx_operator.lifecycle import DeleteWorkload, decide
-from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation
+from longctx_operator.observe import MISSING, LostPod, RankFailure, WorkloadObservation
 from longctx_operator.stall import GangHealth, RankTrack, Stall
 from longctx_operator.straggler import Straggler
 
@@ -105,8 +107,11 @@ def test_on_straggler_restarts_the_gang_when_asked():
     assert restarted.actions == (DeleteWorkload(1, UID),) and restarted.status.stall_restarts == 1
 
 
-def test_a_lost_node_restarts_the_gang_at_once_and_deletes_the_lost_pods():
+def test_a_lost_node_restarts_the_gang_at_once_and_deletes_the_lost_pod_once_its_grace_is_over():
+    """The gang restarts at once; the lost pod is deleted with no grace period only when its
+    graceful deletion is overdue (a live kubelet would have ended it by then)."""
     s = spec()
+    overdue = T0 + timedelta(seconds=30)
     lost = WorkloadObservation(
         exists=True,
         uid=UID,
@@ -114,13 +119,17 @@ def test_a_lost_node_restarts_the_gang_at_once_and_deletes_the_lost_pods():
         total=2,
         running=2,
         failure=RankFailure(1, "job-g1-1-x", "node node-b is NotReady or unreachable", node_lost=True),
-        lost_pods=("job-g1-1-x",),
+        lost_pods=(LostPod("job-g1-1-x", overdue),),
     )
     restarted = decide_with(s, running_status(s), None, lost)
-    assert restarted.actions == (DeleteWorkload(1, UID, ("job-g1-1-x",)),)
+    assert restarted.actions == (DeleteWorkload(1, UID),)
     assert (restarted.status.phase, restarted.status.reason) == ("Restarting", reasons.NODE_NOT_READY)
     assert restarted.status.restarts == 1 and "node node-b" in restarted.status.message
-    # the Job is deleting but the lost pod is still there (an operator restart): deleted again
-    deleting = WorkloadObservation(exists=True, uid=UID, deleting=True, lost_pods=("job-g1-1-x",))
-    again = decide_with(s, restarted.status, None, deleting)
-    assert again.actions == (DeleteWorkload(1, UID, ("job-g1-1-x",)),)
+    assert restarted.requeue_after == pytest.approx(10)  # the backoff comes first
+    deleting = WorkloadObservation(exists=True, uid=UID, deleting=True, lost_pods=lost.lost_pods)
+    waiting = decide_with(s, restarted.status, None, deleting, now=T0 + timedelta(seconds=20))
+    assert waiting.actions == () and waiting.requeue_after == pytest.approx(1.0)
+    late = decide_with(s, restarted.status, None, deleting, now=T0 + timedelta(seconds=29.8))
+    assert late.requeue_after == pytest.approx(0.7)
+    due = decide_with(s, restarted.status, None, deleting, now=overdue)
+    assert due.actions == (DeleteWorkload(1, UID, ("job-g1-1-x",)),)

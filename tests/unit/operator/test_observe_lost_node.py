@@ -1,9 +1,11 @@
 """observe.lost_node and observe_workload on a gang whose node is lost: the pod the taint manager
-marks for disruption once its NotReady node's toleration ran out: Ready False (the node lifecycle
-controller's MarkPodsNotReady), DisruptionTarget True with reason DeletionByTaintManager, being
-deleted."""
+marks for disruption once its NotReady node's toleration ran out, as the local control plane
+showed it (tests/integration/test_operator_lost_node.py): DisruptionTarget True with reason
+DeletionByTaintManager, being deleted, and still Ready (nothing updates a dead kubelet's pods)."""
 
-from longctx_operator.observe import lost_node, observe_workload
+from datetime import UTC, datetime
+
+from longctx_operator.observe import LostPod, lost_node, observe_workload
 
 JOB = {
     "metadata": {"name": "j-g1", "uid": "u1", "creationTimestamp": "2026-01-02T03:04:05Z"},
@@ -28,11 +30,11 @@ def pod(rank, ready=True, disruption=None, deleting=False, reason=None):
 
 
 def test_a_pod_evicted_by_the_taint_manager_from_a_not_ready_node_is_lost():
-    evicted = pod(1, ready=False, disruption="DeletionByTaintManager", deleting=True)
+    evicted = pod(1, ready=True, disruption="DeletionByTaintManager", deleting=True)
     assert "node node-1 is NotReady or unreachable" in lost_node(evicted)
     seen = observe_workload(JOB, [pod(0), evicted])
     assert seen.failure.node_lost and (seen.failure.rank, seen.failure.pod) == (1, "j-g1-1-abc")
-    assert seen.lost_pods == ("j-g1-1-abc",)
+    assert seen.lost_pods == (LostPod("j-g1-1-abc", datetime(2026, 1, 2, 3, 5, tzinfo=UTC)),)
 
 
 def test_the_node_lifecycle_controllers_node_lost_reason_is_lost():
@@ -40,9 +42,9 @@ def test_the_node_lifecycle_controllers_node_lost_reason_is_lost():
 
 
 def test_other_disruptions_are_not_a_lost_node():
-    """A drain (the eviction API), a preemption or a taint on a node whose kubelet still reports
-    the pod Ready end the pod normally: the ordinary failure path handles them."""
+    """A drain (the eviction API) or a preemption ends the pod through its kubelet: the ordinary
+    failure path handles them; a pod merely not Ready is not lost."""
     assert lost_node(pod(0, ready=False, disruption="EvictionByEvictionAPI", deleting=True)) is None
-    assert lost_node(pod(0, ready=True, disruption="DeletionByTaintManager", deleting=True)) is None
+    assert lost_node(pod(0, ready=False, disruption="PreemptionByScheduler", deleting=True)) is None
     assert lost_node(pod(0, ready=False)) is None
     assert observe_workload(JOB, [pod(0), pod(1, ready=False)]).lost_pods == ()
