@@ -63,9 +63,11 @@ def test_a_lost_node_restarts_the_gang_on_the_spare_node(operator, kubectl, admi
     lost = next(e for e in events if e["reason"] == reasons.NODE_NOT_READY and e["type"] == "Warning")
     assert f"rank 1 (pod {rank1['metadata']['name']})" in lost["message"] and node in lost["message"]
     second = wait_until(
-        lambda: (o := kubectl.json("get", "lcj", "lost"))["status"].get("workloadGeneration") == 2
-        and o["status"]["phase"] == "Running"
-        and o,
+        lambda: (
+            (o := kubectl.json("get", "lcj", "lost"))["status"].get("workloadGeneration") == 2
+            and o["status"]["phase"] == "Running"
+            and o
+        ),
         timeout=60,
         what="generation 2 Running",
     )
