@@ -93,6 +93,27 @@ TRAINING = (
         (Query(step_quantile(0.95, "namespace, job_name, rank"), "{{job_name}} rank {{rank}}"),),
     ),
     PanelSpec(
+        "Last step time / gang median, per rank",
+        "Each rank's last step time over its gang's median (longctx_train_last_step_seconds): the "
+        "operator flags a rank above 1 + stragglerDetection.slowerPercent for the window (the "
+        "Straggler condition, the LongctxStraggler alert at 1.5).",
+        "none",
+        (
+            Query(
+                f"longctx_train_last_step_seconds{{{JOB}}} / on (namespace, job_name) group_left () "
+                f"quantile by (namespace, job_name) (0.5, longctx_train_last_step_seconds{{{JOB}}})",
+                "{{job_name}} rank {{rank}}",
+            ),
+        ),
+    ),
+    PanelSpec(
+        "Seconds since each rank's heartbeat",
+        "How long each rank has not changed phase or finished a step (hang detection reads the same "
+        "heartbeat; a stopped process stops being scraped, so its line ends).",
+        "s",
+        (Query(f"time() - longctx_train_heartbeat_timestamp_seconds{{{JOB}}}", "{{job_name}} rank {{rank}}"),),
+    ),
+    PanelSpec(
         "Loss",
         "Training loss (the same value on every rank; averaged over ranks).",
         "none",

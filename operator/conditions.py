@@ -12,6 +12,8 @@ ConditionType = Literal[
     "Running",
     "Rendezvous",
     "Restarting",
+    "Stalled",
+    "Straggler",
     "Suspended",
     "Succeeded",
     "Failed",
@@ -27,6 +29,10 @@ RUNNING: ConditionType = "Running"
 RENDEZVOUS: ConditionType = "Rendezvous"
 """All ranks Ready."""
 RESTARTING: ConditionType = "Restarting"
+STALLED: ConditionType = "Stalled"
+"""No rank advanced within the hang bound (its message names the ranks that stopped)."""
+STRAGGLER: ConditionType = "Straggler"
+"""A rank's step time stays above the gang's median (its message names rank, pod and node)."""
 SUSPENDED: ConditionType = "Suspended"
 SUCCEEDED: ConditionType = "Succeeded"
 FAILED: ConditionType = "Failed"

@@ -1,4 +1,5 @@
-"""The progress metrics in rank 0's Prometheus exposition: a bounded, linear scanner.
+"""The progress metrics in rank 0's Prometheus exposition, and the health metrics in every rank's
+(longctx_trainer.health): a bounded, linear scanner.
 
 The text comes from whatever the job's image serves on `metrics.port`, so it is read as hostile
 input. A general parser (prometheus_client's) spends time growing with the square of some lines
@@ -14,6 +15,9 @@ holds; the rest is one linear pass of the regular expression engine.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+
+from longctx_trainer.health import HEALTH_METRICS, PHASE, PHASES
 
 STEP = "longctx_train_step"
 TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
@@ -27,7 +31,7 @@ PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT)
 MAX_LINE_BYTES = 4096
 """A sample line of the contract is about 150 bytes; longer lines are skipped."""
 MAX_SAMPLES = 1000
-"""Samples of the progress metrics read from one body (the trainer exports about ten)."""
+"""Samples of the progress and health metrics read from one body (the trainer exports about twenty)."""
 
 
 class MetricsUnreadable(Exception):
@@ -36,9 +40,8 @@ class MetricsUnreadable(Exception):
 
 # A line that starts with a progress metric's name followed by its labels or a blank. `[^\n]*`
 # has nothing after it to backtrack for, so each line start costs at most one pass over its line.
-_SAMPLE = re.compile(
-    rb"^(" + b"|".join(re.escape(n.encode()) for n in PROGRESS_METRICS) + rb")(?=[{ \t])([^\n]*)", re.MULTILINE
-)
+_NAMES = b"|".join(re.escape(n.encode()) for n in PROGRESS_METRICS + HEALTH_METRICS)
+_SAMPLE = re.compile(rb"^(" + _NAMES + rb")(?=[{ \t])([^\n]*)", re.MULTILINE)
 # One label: the value's two alternatives start with different bytes, so a failed match backtracks
 # once per character, never more.
 _LABEL = re.compile(rb'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,?)[ \t]*')
@@ -63,15 +66,13 @@ def _labels(line: bytes) -> tuple[dict[bytes, bytes], int]:
             raise ValueError
 
 
-def rank0_values(body: bytes) -> dict[str, float]:
-    """Metric name -> value of rank 0's samples of the progress metrics (those labelled rank="0"
-    or with no rank label); MFU only in the causal convention against the bf16 peak. A later
-    sample of the same name wins. Raises MetricsUnreadable (naming the metric, never quoting the
-    body) for a malformed sample of a progress metric or more than MAX_SAMPLES of them."""
-    values: dict[str, float] = {}
+def _samples(body: bytes) -> Iterator[tuple[str, dict[bytes, bytes], float]]:
+    """(name, raw labels, value) of each sample of a progress or health metric, in order. Raises
+    MetricsUnreadable (naming the metric, never quoting the body) for a malformed sample or more
+    than MAX_SAMPLES of them."""
     for count, sample in enumerate(_SAMPLE.finditer(body)):
         if count == MAX_SAMPLES:
-            raise MetricsUnreadable(f"more than {MAX_SAMPLES} samples of the progress metrics")
+            raise MetricsUnreadable(f"more than {MAX_SAMPLES} samples of the progress and health metrics")
         if sample.end() - sample.start() > MAX_LINE_BYTES:
             continue
         name, line = sample[1].decode(), sample[2]
@@ -82,12 +83,39 @@ def rank0_values(body: bytes) -> dict[str, float]:
                 raise ValueError
         except ValueError:
             raise MetricsUnreadable(f"malformed {name} sample") from None
-        if labels.get(b"rank", b"0") != b"0":
+        yield name, labels, float(value[1])
+
+
+def rank0_values(body: bytes) -> dict[str, float]:
+    """Metric name -> value of rank 0's samples of the progress metrics (those labelled rank="0"
+    or with no rank label); MFU only in the causal convention against the bf16 peak. A later
+    sample of the same name wins. Raises MetricsUnreadable as _samples does."""
+    values: dict[str, float] = {}
+    for name, labels, value in _samples(body):
+        if name not in PROGRESS_METRICS or labels.get(b"rank", b"0") != b"0":
             continue
         if name == MFU and (
             labels.get(b"convention") != MFU_CONVENTION.encode()
             or labels.get(b"peak", MFU_PEAK.encode()) != MFU_PEAK.encode()
         ):
             continue
-        values[name] = float(value[1])
+        values[name] = value
+    return values
+
+
+_PHASE_LABELS = {phase.encode(): phase for phase in PHASES}
+
+
+def health_values(body: bytes) -> dict[str, float | str]:
+    """Metric name -> value of the health metrics in one process's exposition (an endpoint serves
+    one process: its rank is known from where it was read), and PHASE -> the phase whose gauge is
+    1 (a phase the contract does not name is ignored). A later sample wins. Raises
+    MetricsUnreadable as _samples does."""
+    values: dict[str, float | str] = {}
+    for name, labels, value in _samples(body):
+        if name == PHASE:
+            if value == 1 and (phase := _PHASE_LABELS.get(labels.get(b"phase", b""))) is not None:
+                values[PHASE] = phase
+        elif name in HEALTH_METRICS:
+            values[name] = value
     return values

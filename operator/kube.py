@@ -165,6 +165,15 @@ class Kube:
             if e.status not in (404, 409):  # 409: the uid precondition failed, the name is another Job's
                 raise
 
+    def force_delete_pod(self, namespace: str, name: str) -> None:
+        """Deletes a pod on a lost node at once (no grace period: no kubelet will confirm its end)."""
+        options = kubernetes.client.V1DeleteOptions(grace_period_seconds=0)
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=options, _preload_content=False)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         """Merge-patches status fields (None removes one); returns the updated object."""
         return _json(

@@ -9,14 +9,16 @@ generation it meant to create (or delete) in the status and does it again with c
 Phases: Pending (not admitted; the reason says why) -> Admitted (workload created) -> Starting
 (some ranks Running) -> Running (all ranks Running) -> Succeeded. A failed rank or a startup
 timeout -> Restarting (generation deleted, backoff) -> generation + 1, or Failed after
-restartPolicy.maxRestarts. spec.suspend -> Suspended (workload deleted); unsuspending creates the
+restartPolicy.maxRestarts. A Running gang that stops advancing (the watchdog's reads of every
+rank, stall.py) -> Stalled and Restarting, counted in stallRestarts against
+restartPolicy.maxStallRestarts. spec.suspend -> Suspended (workload deleted); unsuspending creates the
 next generation, which resumes from the last checkpoint.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from . import conditions, names, reasons
@@ -30,6 +32,7 @@ from .observe import KueueVerdict, WorkloadObservation, parse_time
 from .planner import Plan, PlanError
 from .reasons import Reason
 from .resolve import resolve_layout, unplanned_attention
+from .stall import GangHealth
 from .text import printable
 
 TERMINAL = ("Succeeded", "Failed")
@@ -68,6 +71,9 @@ class DeleteWorkload:
 
     generation: int
     uid: str
+    lost_pods: tuple[str, ...] = ()
+    """Its pods on a lost node whose graceful deletion is overdue (observe.LostPod), deleted with no
+    grace period: no kubelet will confirm their end, and the foreground delete would wait forever."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +247,67 @@ def _gang_failed(
     return n.decision(requeue_after=restart_backoff(spec, n.status.restarts))
 
 
+def _gang_stalled(
+    n: _Next, spec: LongContextJobSpec, generation: int, uid: str, reason: Reason, message: str
+) -> Decision:
+    """A hung gang (or a straggler, with restartPolicy.onStraggler): delete the generation and start
+    the next from the last checkpoint, counted in stallRestarts against maxStallRestarts, apart from
+    failures."""
+    n.actions.append(DeleteWorkload(generation, uid))
+    n.set(current_workload=None)
+    n.condition(conditions.STALLED, True, reason, message)
+    n.clear(conditions.RENDEZVOUS, reason, message)
+    n.clear(conditions.RUNNING, reason, message)
+    limit = spec.restart_policy.max_stall_restarts
+    if n.status.stall_restarts >= limit:
+        return _fail(
+            n,
+            reason,
+            f"{message} (after {n.status.stall_restarts} stall restarts, restartPolicy.maxStallRestarts is {limit})",
+        )
+    n.set(phase="Restarting", reason=reason, message=message, stall_restarts=n.status.stall_restarts + 1)
+    n.restart_clock(conditions.RESTARTING)
+    n.condition(conditions.RESTARTING, True, reason, f"stall restart {n.status.stall_restarts}: {message}")
+    return n.decision(requeue_after=restart_backoff(spec, n.status.restarts + n.status.stall_restarts))
+
+
+def _running_health(
+    n: _Next, spec: LongContextJobSpec, generation: int, uid: str, health: GangHealth | None
+) -> Decision | None:
+    """The watchdog's verdict on a Running generation: a stall restarts the gang (when
+    hangDetection.enabled); stragglers set the Straggler condition and restart it only when
+    restartPolicy.onStraggler asks. None: carry on."""
+    if health is None or health.generation != generation:
+        return None
+    if health.stall is not None and spec.hang_detection.enabled:
+        return _gang_stalled(n, spec, generation, uid, reasons.STALLED, health.stall.describe())
+    if health.stragglers:
+        message = "; ".join(s.describe() for s in health.stragglers)
+        n.condition(conditions.STRAGGLER, True, reasons.STRAGGLER_DETECTED, message)
+        if spec.restart_policy.on_straggler:
+            return _gang_stalled(n, spec, generation, uid, reasons.STRAGGLER_DETECTED, f"straggler: {message}")
+    else:
+        n.clear(conditions.STRAGGLER, reasons.NO_STRAGGLER, "every rank's step time is near the gang's median")
+    return None
+
+
+def _overdue(n: _Next, observed: WorkloadObservation) -> tuple[str, ...]:
+    """The lost pods whose graceful deletion is overdue at `n.now` (or not yet asked for)."""
+    return tuple(p.name for p in observed.lost_pods if p.overdue is None or p.overdue <= n.now)
+
+
+def _next_overdue(n: _Next, observed: WorkloadObservation) -> float | None:
+    """Seconds until the next lost pod's graceful deletion is overdue, if one is still due."""
+    due = [(p.overdue - n.now).total_seconds() for p in observed.lost_pods if p.overdue and p.overdue > n.now]
+    return min(due) + 0.5 if due else None
+
+
+def _sooner(decision: Decision, seconds: float | None) -> Decision:
+    if seconds is None or (decision.requeue_after is not None and decision.requeue_after <= seconds):
+        return decision
+    return replace(decision, requeue_after=seconds)
+
+
 def _evicted(n: _Next, generation: int, uid: str, kueue: KueueVerdict | None) -> Decision:
     """Kueue suspended an admitted Job (preemption by a higher-priority workload, or eviction):
     JAX cannot run a partial gang, so the whole generation is deleted and the next one is queued
@@ -365,7 +432,9 @@ def _name_taken(n: _Next, error: str) -> Decision:
     return _fail(n, reasons.NAME_TAKEN, error)
 
 
-def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed: WorkloadObservation) -> Decision:
+def _watch_workload(
+    n: _Next, spec: LongContextJobSpec, job_name: str, observed: WorkloadObservation, health: GangHealth | None
+) -> Decision:
     generation = n.status.workload_generation
     if not observed.exists or observed.deleting:
         if observed.name_taken and observed.create_error is not None:
@@ -399,6 +468,10 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         n.clear(conditions.RENDEZVOUS, reasons.COMPLETED, f"generation {generation} completed")
         n.condition(conditions.SUCCEEDED, True, reasons.COMPLETED, f"all {observed.total} ranks completed")
         return n.decision()
+    if observed.failure is not None and observed.failure.node_lost:
+        n.actions.append(DeleteWorkload(generation, observed.uid, _overdue(n, observed)))
+        decision = _gang_failed(n, spec, generation, None, reasons.NODE_NOT_READY, observed.failure.describe())
+        return _sooner(decision, _next_overdue(n, observed))
     if observed.failure is not None:
         return _gang_failed(n, spec, generation, observed.uid, reasons.RANK_FAILED, observed.failure.describe())
     if observed.suspended:
@@ -426,9 +499,10 @@ def _watch_workload(n: _Next, spec: LongContextJobSpec, job_name: str, observed:
         n.condition(conditions.RUNNING, True, reasons.ALL_RANKS_RUNNING, f"{observed.total} ranks Running")
         if observed.all_ready:
             n.condition(conditions.RENDEZVOUS, True, reasons.ALL_RANKS_READY, f"all {observed.total} ranks Ready")
-        if n.status.restarts:
+        if n.status.restarts or n.status.stall_restarts:
             n.condition(conditions.RESTARTING, False, reasons.RECOVERED, f"generation {generation} is Running")
-        return n.decision()
+        n.clear(conditions.STALLED, reasons.RECOVERED, f"generation {generation} is Running")
+        return _running_health(n, spec, generation, observed.uid, health) or n.decision()
     if n.status.phase == "Running":
         return n.decision()
     # Kueue unsuspends a Job later than it was created: the clock starts at the later of both.
@@ -465,6 +539,7 @@ def decide(
     admission_error: str | None = None,
     settings_error: str | None = None,
     network_error: str | None = None,
+    health: GangHealth | None = None,
 ) -> Decision:
     """The next step of job `job_name` (metadata.generation `spec_generation`) whose last workload
     generation (status.workloadGeneration) looks like `observed`. `pod_annotations_error` says why
@@ -472,7 +547,8 @@ def decide(
     operator's admission policy refuses the job (admission.scheduling_for; `spec` is the spec with
     that policy applied), `settings_error` why its priority class or a toleration is (policy.py),
     `network_error` why its fabric or networks are (OperatorConfig.network_allow_list); no
-    generation is created while one of them is set."""
+    generation is created while one of them is set. `health` is the watchdog's verdict on the
+    ranks of a Running generation (stall.py, straggler.py)."""
     n = _Next(status, now, spec_generation)
     if status.phase in TERMINAL:
         return n.decision()
@@ -492,11 +568,11 @@ def decide(
             conditions.SUSPENDED, False, reasons.RESUMED, "the next generation resumes from the last checkpoint"
         )
     if status.current_workload:  # a generation was admitted and not deleted since
-        return _watch_workload(n, spec, job_name, observed)
+        return _watch_workload(n, spec, job_name, observed, health)
     if observed.exists:  # the previous generation is (still being) deleted
-        if not observed.deleting:
-            n.actions.append(DeleteWorkload(current, observed.uid))
-        return n.decision(requeue_after=DELETE_WAIT_SECONDS)
+        if not observed.deleting or _overdue(n, observed):
+            n.actions.append(DeleteWorkload(current, observed.uid, _overdue(n, observed)))
+        return _sooner(n.decision(requeue_after=DELETE_WAIT_SECONDS), _next_overdue(n, observed))
     if status.phase == "Restarting":
         since = n.condition_since(conditions.RESTARTING) or now
         remaining = restart_backoff(spec, status.restarts) - (now - since).total_seconds()

@@ -32,6 +32,8 @@ class RankFailure:
     rank: int | None
     pod: str | None
     reason: str
+    node_lost: bool = False
+    """Its node is lost (lost_node): the gang restarts at once, on other nodes."""
 
     def describe(self) -> str:
         who = f"rank {self.rank} (pod {self.pod})" if self.rank is not None else "the workload"
@@ -73,6 +75,16 @@ def kueue_verdict(workload: dict | None) -> KueueVerdict | None:
 
 
 @dataclass(frozen=True)
+class LostPod:
+    """A pod on a lost node: deleted with no grace period once `overdue` has passed (its graceful
+    deletion's deadline, metadata.deletionTimestamp), since no kubelet will confirm its end; a live
+    kubelet (a NoExecute taint of another kind) has until then to stop it gracefully."""
+
+    name: str
+    overdue: datetime | None
+
+
+@dataclass(frozen=True)
 class WorkloadObservation:
     """The ranks of one generation. `exists` is False when its Job is not (or no longer) there;
     `create_error` then says why the API server refused to create it the last time, and
@@ -94,6 +106,8 @@ class WorkloadObservation:
     complete: bool = False
     failure: RankFailure | None = None
     kueue: KueueVerdict | None = None
+    lost_pods: tuple[LostPod, ...] = ()
+    """Pods on a lost node (lost_node)."""
 
     @property
     def all_running(self) -> bool:
@@ -119,6 +133,29 @@ def _condition(obj: dict, kind: str) -> dict | None:
     for c in obj.get("status", {}).get("conditions") or []:
         if c.get("type") == kind and c.get("status") == "True":
             return c
+    return None
+
+
+TAINT_EVICTION = "DeletionByTaintManager"
+"""The DisruptionTarget reason of a pod the taint manager evicts: its node became NotReady or
+unreachable (the node.kubernetes.io/not-ready and unreachable NoExecute taints) and the pod's
+toleration of it ran out."""
+NODE_LOST = "NodeLost"
+"""The status reason the node lifecycle controller gives a pod deleted on an unreachable node."""
+
+
+def lost_node(pod: dict) -> str | None:
+    """Why the node of `pod` is lost, or None: the taint manager marked the pod for disruption
+    (its node's NoExecute taint, not-ready or unreachable, outlasted the pod's toleration; the pod
+    may still read Ready, as nothing updates it), or the node lifecycle controller gave it the
+    NodeLost reason."""
+    status = pod.get("status", {})
+    if status.get("reason") == NODE_LOST:
+        return status.get("message") or "its node is unreachable"
+    target = _condition(pod, "DisruptionTarget")
+    if target is not None and target.get("reason") == TAINT_EVICTION:
+        node = pod.get("spec", {}).get("nodeName")
+        return f"node {node} is NotReady or unreachable ({target.get('message') or TAINT_EVICTION})"
     return None
 
 
@@ -153,7 +190,14 @@ def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | 
         key=lambda p: (pod_rank(p) is None, pod_rank(p) or 0),
     )
     failure = None
-    if failed:
+    lost = sorted(
+        ((p, why) for p in pods if (why := lost_node(p)) is not None),
+        key=lambda pw: (pod_rank(pw[0]) is None, pod_rank(pw[0]) or 0),
+    )
+    if lost:
+        first, why = lost[0]
+        failure = RankFailure(pod_rank(first), first["metadata"].get("name"), why, node_lost=True)
+    elif failed:
         first = failed[0]
         failure = RankFailure(pod_rank(first), first["metadata"].get("name"), exit_reason(first))
     elif (cond := _condition(job, "Failed")) is not None:
@@ -173,4 +217,7 @@ def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | 
         complete=_condition(job, "Complete") is not None,
         failure=failure,
         kueue=kueue_verdict(kueue_workload),
+        lost_pods=tuple(
+            LostPod(p["metadata"]["name"], parse_time(p["metadata"].get("deletionTimestamp"))) for p, _ in lost
+        ),
     )

@@ -34,6 +34,10 @@ Reason = Literal[
     "Suspended",
     "Resumed",
     "CheckpointNotPersistent",
+    "Stalled",
+    "StragglerDetected",
+    "NoStraggler",
+    "NodeNotReady",
 ]
 
 # LayoutPlanned
@@ -68,6 +72,12 @@ ALL_RANKS_READY: Reason = "AllRanksReady"
 RANK_FAILED: Reason = "RankFailed"
 STARTUP_TIMEOUT: Reason = "StartupTimeout"
 RECOVERED: Reason = "Recovered"
+# Stalled (and Restarting, Failed): hang detection (stall.py); Straggler (straggler.py)
+STALLED: Reason = "Stalled"
+STRAGGLER_DETECTED: Reason = "StragglerDetected"
+NO_STRAGGLER: Reason = "NoStraggler"
+# Restarting, Failed: a rank's node is lost (NotReady, or the pod marked for disruption)
+NODE_NOT_READY: Reason = "NodeNotReady"
 # Succeeded
 COMPLETED: Reason = "Completed"
 # Suspended

@@ -3,8 +3,8 @@
 Watch events (handlers.py) fill the cache and enqueue the job they concern; a worker takes a key
 (one worker per key at a time), asks lifecycle.decide what to do, writes the status first and
 posts its Events, then creates or deletes the workload. Blocking API calls run in threads. Gang
-reservations live in admission.Reservations, the progress timer in progress.ProgressPoller, and
-what is remembered of each job in one JobState.
+reservations live in admission.Reservations, the progress timer in progress.ProgressPoller, the
+reads of every rank's health in watchdog.Watchdog, and what is remembered of each job in one JobState.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .observe import MISSING, WorkloadObservation, observe_workload
 from .progress import ProgressPoller
 from .render import render_workload
 from .render.workload import node_selector, tolerations
+from .watchdog import Watchdog
 from .workqueue import WorkQueue
 
 log = logging.getLogger("longctx.operator")
@@ -124,6 +125,7 @@ class Reconciler:
         # thread, off the event loop, one count at a time.
         self._admission_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="admission")
         self.progress = ProgressPoller(self.cache, kube, self._call, config)
+        self.watchdog = Watchdog(self.cache, config, self.queue.add)
 
     # -- events from the watch streams -------------------------------------------------------
     def job_event(self, obj: dict, deleted: bool) -> None:
@@ -135,6 +137,7 @@ class Reconciler:
         if deleted:
             self.reservations.forget(key)
             self.progress.forget(key)
+            self.watchdog.forget(key)
             self.jobs.pop(key, None)
             metrics.forget_job(*key)
         else:
@@ -182,6 +185,7 @@ class Reconciler:
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
         self._tasks.append(asyncio.create_task(self.progress.run()))
+        self._tasks.append(asyncio.create_task(self.watchdog.run()))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -190,6 +194,7 @@ class Reconciler:
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._admission_thread.shutdown(wait=False, cancel_futures=True)
         self.progress.stop()
+        self.watchdog.stop()
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
@@ -305,6 +310,7 @@ class Reconciler:
                 admission_error=admission_error,
                 settings_error=settings_error,
                 network_error=network_error,
+                health=self.watchdog.verdict(key),
             )
 
         try:
@@ -358,6 +364,8 @@ class Reconciler:
                     await self._call(
                         self.kube.delete_job, namespace, workload_name(name, action.generation), action.uid
                     )
+                    for pod in action.lost_pods:
+                        await self._call(self.kube.force_delete_pod, namespace, pod)
         finally:
             # Posted after the actions, so they never delay a create; they tell the status just
             # written, even if an action failed.

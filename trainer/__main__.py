@@ -78,6 +78,17 @@ def main(argv: list[str] | None = None) -> None:
     try:  # a bad config, env or layout ends with its message, not a traceback
         config = load_config(args.config)
         process_env = ProcessEnv.from_environ()
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"longctx_trainer: {error}") from None
+    # Served from the start, before the rendezvous, so the operator sees a rank that never joins.
+    metrics = TrainMetrics(config.metrics.job, process_env.process_id)
+    if config.metrics.port:
+        try:
+            metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
+        except OSError as error:  # e.g. the port is taken
+            raise SystemExit(f"longctx_trainer: {error}") from None
+    metrics.enter("rendezvous")
+    try:
         initialize(process_env, config.communication)
         mesh = make_mesh(config.parallelism)
     except (OSError, ValueError) as error:
@@ -92,13 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(stop, signal.SIG_DFL)
     _print_json(joined_event(process_env, rank))
 
-    metrics = TrainMetrics(config.metrics.job, rank)
-    if config.metrics.port:
-        try:
-            metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
-        except OSError as error:  # e.g. the port is taken; exit at once, like a stop signal (above)
-            print(f"longctx_trainer: {error}", file=sys.stderr, flush=True)
-            os._exit(1)
+    metrics.enter("compiling")  # rendezvous done: tracing, restoring and compiling the step
     metrics.describe(config, jax.default_backend())
 
     fns = StepFunctions(config, mesh)

@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from .config import TrainerConfig
+from .health import HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, STEP_SECONDS, Phase
 
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -62,7 +63,18 @@ class TrainMetrics:
             "Trainer build and layout.",
             ("version", "model", "data", "context", "tensor", "attention", "sequence_length", "backend"),
         )
+        self.phase = make(
+            Gauge,
+            PHASE,
+            "1 for the phase this process is in (starting to checkpointing), 0 for the others.",
+            ("phase",),
+        )
+        self.heartbeat = make(Gauge, HEARTBEAT, "Unix time of this process's last phase change or finished step.")
+        self.heartbeat_step = make(Gauge, HEARTBEAT_STEP, "Absolute step at this process's last heartbeat.")
+        self.last_step_seconds = make(Gauge, STEP_SECONDS, "Wall time of this process's last training step.")
         self._labels = {"job_name": job, "rank": str(rank)}
+        self._step = 0
+        self.enter("starting")
 
     def serve(self, port: int) -> None:
         """Serves the metrics on `port`; a port in use raises OSError naming it."""
@@ -85,6 +97,16 @@ class TrainMetrics:
             backend=backend,
         ).set(1)
 
+    def enter(self, phase: Phase) -> None:
+        """This process is now in `phase` (a heartbeat)."""
+        for name in PHASES:
+            self.phase.labels(**self._labels, phase=name).set(1 if name == phase else 0)
+        self._beat()
+
+    def _beat(self) -> None:
+        self.heartbeat_step.labels(**self._labels).set(self._step)
+        self.heartbeat.labels(**self._labels).set(time.time())
+
     def observe_step(
         self, step: int, tokens: int, seconds: float, loss: float, mfu: dict[tuple[str, str], float]
     ) -> None:
@@ -98,8 +120,12 @@ class TrainMetrics:
         self.loss.labels(**self._labels).set(loss)
         for (convention, peak), value in mfu.items():
             self.mfu.labels(**self._labels, convention=convention, peak=peak).set(value)
+        self.last_step_seconds.labels(**self._labels).set(seconds)
+        self._step = step
+        self._beat()
 
     def observe_resume(self, step: int) -> None:
+        self._step = step
         self.step.labels(**self._labels).set(step)
         self.last_checkpoint_step.labels(**self._labels).set(step)
 

@@ -213,8 +213,10 @@ def train(
     if fp8_peak_flops_per_device is not None:
         peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
     emit({"event": "compiling"})
+    metrics.enter("compiling")
     batch, ring = batches.for_step(start), batches.ring(start)
     fns.compiled_step(state, *batch, ring=ring)
+    metrics.enter("training")
     for step in range(start, config.steps):
         begin = time.perf_counter()  # a new adaptive variant's first step includes its compilation
         state, stats = fns.compiled_step(state, *batch, ring=ring)(state, *batch)
@@ -241,12 +243,14 @@ def train(
                 }
             )
         if checkpoints is not None and checkpoints.due(done, config.steps):
+            metrics.enter("checkpointing")
             begin = time.perf_counter()
             checkpoints.save(
                 done, state, {"step": done, "data_position": batches.position(done), "data_seed": config.data.seed}
             )
             seconds = time.perf_counter() - begin
             metrics.observe_checkpoint(done, seconds)
+            metrics.enter("training")
             emit({"event": "checkpoint", "step": done, "seconds": seconds})
     emit({"event": "done", "step": config.steps})
     return state

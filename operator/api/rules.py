@@ -293,6 +293,14 @@ _PYTORCH_EXAMPLE_RULES = (
 
 RULES: tuple[Rule, ...] = (
     Rule(
+        "spec",
+        "self.hangDetection.floorSeconds <= self.hangDetection.startupSeconds",
+        "hangDetection.floorSeconds must be at most startupSeconds: the first step comes after "
+        "rendezvous and compiling",
+        lambda s: s.hang_detection.floor_seconds <= s.hang_detection.startup_seconds,
+        ".hangDetection.floorSeconds",
+    ),
+    Rule(
         "",
         f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
         f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod hostnames are derived from it",

@@ -313,6 +313,40 @@ class RestartPolicySpec(ApiModel):
     backoff_seconds: int = Field(30, ge=0, le=3600)
     """Wait before creating the next generation: at least 1 s, doubling with each gang restart up to
     10 minutes (or this value, if longer)."""
+    max_stall_restarts: int = Field(3, ge=0, le=1000)
+    """Gang restarts for a stall (hangDetection) before the job is Failed; counted apart from
+    maxRestarts."""
+    node_lost_seconds: int = Field(10, ge=0, le=3600)
+    """Seconds a rank's pod stays on a NotReady or unreachable node before it is evicted and the
+    gang restarts on other nodes (Kubernetes' default is 300 s); the node is first noticed after the
+    control plane's node-monitor grace period (about 40 s)."""
+    on_straggler: bool = False
+    """Also restart the gang (counted as a stall restart) when a rank is a straggler."""
+
+
+class HangDetectionSpec(ApiModel):
+    """Hang detection: the operator reads every rank's phase and step (the trainer's health
+    metrics) and restarts a gang that stops advancing from its last checkpoint."""
+
+    enabled: bool = True
+    """Restart a stalled gang (off: the operator still reads and reports the ranks)."""
+    step_factor: int = Field(10, ge=2, le=1000)
+    """k: a gang none of whose ranks makes a step for k times the expected step time (the ranks'
+    median, else the planner's estimate), or floorSeconds if longer, is Stalled."""
+    floor_seconds: int = Field(300, ge=10, le=86400)
+    """The shortest time without a step that counts as a stall."""
+    startup_seconds: int = Field(1800, ge=10, le=86400)
+    """Rendezvous and compiling together, from all ranks Running to the first step, may last this
+    long (or k planned step times, if longer) before the gang is Stalled."""
+
+
+class StragglerSpec(ApiModel):
+    """Straggler attribution from every rank's step time."""
+
+    slower_percent: int = Field(50, ge=5, le=1000)
+    """A rank whose step time is above the gang's median by more than this percentage is slow."""
+    window_seconds: int = Field(300, ge=10, le=86400)
+    """A rank slow at every read for this long is a straggler (the Straggler condition)."""
 
 
 class MetricsSpec(ApiModel):
@@ -411,6 +445,8 @@ class LongContextJobSpec(ApiModel):
     scheduling: SchedulingSpec = SchedulingSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
     restart_policy: RestartPolicySpec = RestartPolicySpec()
+    hang_detection: HangDetectionSpec = HangDetectionSpec()
+    straggler_detection: StragglerSpec = StragglerSpec()
     metrics: MetricsSpec = MetricsSpec()
     data: DataSpec = DataSpec()
     init_from: InitFromSpec | None = None

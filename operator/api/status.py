@@ -87,6 +87,9 @@ class LongContextJobStatus(ApiModel):
     workers: WorkersStatus | None = None
     restarts: int = 0
     """Gang restarts so far."""
+    stall_restarts: int = 0
+    """Gang restarts for a stall (or a straggler, with restartPolicy.onStraggler) so far, counted
+    apart from restarts."""
     workload_generation: int | None = None
     """Generation of the workload (incremented on every gang restart)."""
     current_workload: str | None = None

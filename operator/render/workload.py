@@ -99,6 +99,27 @@ def tolerations(spec: LongContextJobSpec) -> list[dict]:
     return ([GPU_TOLERATION] if spec.resources.gpu_type != "cpu" else []) + user
 
 
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+"""The NoExecute taints the node lifecycle controller puts on a NotReady or unreachable node."""
+
+
+def node_lost_tolerations(spec: LongContextJobSpec) -> list[dict]:
+    """Tolerate a lost node for restartPolicy.nodeLostSeconds only (Kubernetes' default is 300 s):
+    the taint manager then marks the rank's pod for disruption and the operator restarts the gang
+    on other nodes (observe.lost_node). A key the job tolerates itself keeps the job's toleration."""
+    own = {t.key for t in spec.scheduling.tolerations}
+    return [
+        {
+            "key": key,
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": spec.restart_policy.node_lost_seconds,
+        }
+        for key in NODE_LOST_TAINTS
+        if key not in own
+    ]
+
+
 def _affinity(workload: str, spec: LongContextJobSpec) -> dict:
     """One rank per node; prefer packing the gang inside one topology domain (NVLink clique, block)."""
     same_gang = {"labelSelector": {"matchLabels": {"batch.kubernetes.io/job-name": workload}}}
@@ -277,7 +298,7 @@ def _job(
         "automountServiceAccountToken": False,
         "securityContext": pod_security_context(config),
         "nodeSelector": node_selector(spec),
-        "tolerations": tolerations(spec),
+        "tolerations": tolerations(spec) + node_lost_tolerations(spec),
         "affinity": _affinity(workload, spec),
         "containers": [trainer],
         "volumes": volumes,

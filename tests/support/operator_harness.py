@@ -248,7 +248,7 @@ def install_crd(admin_kubectl) -> None:
         crd = admin_kubectl.json("get", "crd", "longcontextjobs.longctx.io")
         return any(
             c["type"] == "Established" and c["status"] == "True"
-            for c in (crd.get("status") or {}).get("conditions", [])
+            for c in (crd.get("status") or {}).get("conditions") or []
         )
 
     deadline = time.monotonic() + 60

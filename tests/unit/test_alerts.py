@@ -10,7 +10,13 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "longctx.rules.yaml"
 RULE_TESTS = ROOT / "alerts" / "tests" / "longctx.test.yaml"
 CHART_RULES = ROOT / "charts" / "longctx" / "files" / "longctx.rules.yaml"
-REQUIRED_ALERTS = {"LongctxJobStalled", "LongctxJobRestartsRising", "LongctxMFUDrop", "LongctxCheckpointTooOld"}
+REQUIRED_ALERTS = {
+    "LongctxJobStalled",
+    "LongctxJobRestartsRising",
+    "LongctxMFUDrop",
+    "LongctxCheckpointTooOld",
+    "LongctxStraggler",
+}
 
 
 def alert_rules() -> list[dict]:

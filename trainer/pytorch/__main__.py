@@ -89,15 +89,17 @@ def main(argv: list[str] | None = None) -> None:
         check_agrees(config, layout)
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer.pytorch: {error}") from None
-    dist.init_process_group(BACKEND, init_method="env://", rank=layout.rank, world_size=layout.world_size)
-    groups = Groups.create(layout)
-    _print_json({"event": "joined", "rank": layout.rank, "processes": layout.world_size, "backend": BACKEND})
+    # Served from the start, before the rendezvous, so the operator sees a rank that never joins.
     metrics = TrainMetrics(config.metrics.job, layout.rank)
     if config.metrics.port:
         try:
             metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
         except OSError as error:  # e.g. the port is taken
             raise SystemExit(f"longctx_trainer.pytorch: {error}") from None
+    metrics.enter("rendezvous")
+    dist.init_process_group(BACKEND, init_method="env://", rank=layout.rank, world_size=layout.world_size)
+    groups = Groups.create(layout)
+    _print_json({"event": "joined", "rank": layout.rank, "processes": layout.world_size, "backend": BACKEND})
     metrics.describe(config, BACKEND)
     checkpoints = Checkpoints(config.checkpoint, layout.rank) if config.checkpoint.path else None
     emit = _print_json if layout.rank == 0 else (lambda event: None)

@@ -159,6 +159,7 @@ def train(
     flops = flops_per_token(config.model.dims(), config.sequence_length).by_convention()
     peak = peak_flops_per_process * layout.world_size if peak_flops_per_process else None
     losses = []
+    metrics.enter("training")  # eager: no compiling phase
     for step in range(start, config.steps):
         begin = time.perf_counter()
         inputs, targets = local_batch(source, step, config, layout, ring.positions_CxT[ring.index])
@@ -191,6 +192,7 @@ def train(
                 }
             )
         if checkpoints is not None and checkpoints.due(done, config.steps):
+            metrics.enter("checkpointing")
             begin = time.perf_counter()
             state = {
                 "model": model.state_dict(),
@@ -201,6 +203,7 @@ def train(
             checkpoints.save(done, state)
             seconds = time.perf_counter() - begin
             metrics.observe_checkpoint(done, seconds)
+            metrics.enter("training")
             emit({"event": "checkpoint", "step": done, "seconds": seconds})
     emit({"event": "done", "step": config.steps})
     return losses

@@ -17,6 +17,7 @@ from longctx_operator.exposition import (
     PROGRESS_METRICS,
     STEP,
     MetricsUnreadable,
+    health_values,
     rank0_values,
 )
 from longctx_operator.scrape import MAX_BODY_BYTES
@@ -109,6 +110,29 @@ def test_the_scanner_is_linear_on_the_worst_expositions_at_the_cap(shape):
     body = WORST_SHAPES[shape]
     assert MAX_BODY_BYTES - MAX_LINE_BYTES < len(body) <= MAX_BODY_BYTES
     assert interpreter_lines(rank0_values, body, budget=LINES_PER_BODY) <= LINES_PER_BODY
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape", ["samples past the count cap", "a progress metric's escaped quotes"])
+def test_the_health_read_of_every_rank_has_the_same_bound(shape):
+    assert interpreter_lines(health_values, WORST_SHAPES[shape], budget=LINES_PER_BODY) <= LINES_PER_BODY
+    phases = filled(b'longctx_train_phase{phase="training"} 1\n')
+    with pytest.raises(MetricsUnreadable, match=f"more than {MAX_SAMPLES}"):
+        health_values(phases)
+
+
+def test_the_health_metrics_of_the_trainers_own_output():
+    m = TrainMetrics("job", 2)
+    m.enter("rendezvous")
+    assert health_values(generate_latest(m.registry))["longctx_train_phase"] == "rendezvous"
+    m.enter("training")
+    m.observe_step(12, tokens=8, seconds=0.25, loss=3.5, mfu={})
+    values = health_values(generate_latest(m.registry))
+    assert (values["longctx_train_phase"], values["longctx_train_heartbeat_step"]) == ("training", 12)
+    assert values["longctx_train_last_step_seconds"] == 0.25
+    assert values["longctx_train_heartbeat_timestamp_seconds"] > 1.7e9
+    # a phase the contract does not name is ignored
+    assert health_values(b'longctx_train_phase{phase="lunch"} 1\n') == {}
 
 
 def test_more_samples_than_the_cap_are_unreadable_and_long_lines_are_skipped():

@@ -37,7 +37,15 @@ def test_exporter_serves_training_metrics(tmp_path):
         parallelism=ParallelConfig(context=2),
         checkpoint=CheckpointConfig(path=str(tmp_path), interval_steps=2),
     )
-    metrics = TrainMetrics("demo", rank=0)
+
+    class Recorded(TrainMetrics):
+        phases: list = []
+
+        def enter(self, phase):
+            self.phases.append(phase)
+            super().enter(phase)
+
+    metrics = Recorded("demo", rank=0)
     port = free_port()
     metrics.serve(port)
     metrics.describe(config, jax.default_backend())
@@ -64,6 +72,23 @@ def test_exporter_serves_training_metrics(tmp_path):
         return samples[(name, tuple(sorted(dict(rank, **extra).items())))]
 
     assert value("longctx_train_steps_total") == 3
+    # health: the phases in order (checkpoints at steps 2 and 3), the heartbeat at the last step
+    assert metrics.phases == [
+        "starting",
+        "compiling",
+        "training",
+        "checkpointing",
+        "training",
+        "checkpointing",
+        "training",
+    ]
+    assert value("longctx_train_phase", phase="training") == 1
+    assert value("longctx_train_phase", phase="compiling") == 0
+    assert value("longctx_train_heartbeat_step") == 3
+    assert value("longctx_train_heartbeat_timestamp_seconds") >= value(
+        "longctx_train_last_checkpoint_timestamp_seconds"
+    )
+    assert 0 < value("longctx_train_last_step_seconds") < 600
     assert value("longctx_train_tokens_total") == 3 * 32
     assert value("longctx_train_step") == 3
     assert value("longctx_train_step_duration_seconds_count") == 3

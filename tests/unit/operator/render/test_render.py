@@ -128,6 +128,23 @@ def test_the_gang_network_policy_admits_the_gang_and_the_metrics_readers_only():
     assert pod(workload.job)["metadata"]["labels"]["longctx.io/job-name"] == "job"
 
 
+def test_a_lost_node_is_tolerated_for_node_lost_seconds_unless_the_job_tolerates_it_itself():
+    """Kubernetes tolerates a NotReady or unreachable node for 300 s: the gang's pods for
+    restartPolicy.nodeLostSeconds only, so the taint manager marks them for disruption soon and
+    the operator restarts the gang elsewhere (observe.lost_node)."""
+    _, _, workload = render({"spec.restartPolicy": {"nodeLostSeconds": 20}})
+    spec = pod(workload)["spec"]
+    lost = {t["key"]: t for t in spec["tolerations"] if t.get("effect") == "NoExecute"}
+    assert lost == {
+        key: {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 20}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    }
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    _, _, workload = render({"spec.scheduling": {"tolerations": [own]}})
+    spec = pod(workload)["spec"]
+    assert [t for t in spec["tolerations"] if t["key"] == "node.kubernetes.io/unreachable"] == [own]
+
+
 def test_gpu_pod_requests_selectors_tolerations_and_shm():
     _, _, workload = render({"spec.resources.sharedMemory": "32Gi", "spec.resources.cpu": "96"})
     assert limits(workload) == {"nvidia.com/gpu": "8", "cpu": "96"}
@@ -425,7 +442,7 @@ def test_cpu_job_has_no_gpu_settings():
     assert e["JAX_PLATFORMS"] == "cpu"
     assert e["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
     spec = pod(workload)["spec"]
-    assert spec["tolerations"] == [] and spec["nodeSelector"] == {}
+    assert not any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"]) and spec["nodeSelector"] == {}
     # No GPU count bounds a CPU job: it always gets cpu and memory, the operator's defaults here.
     config = OperatorConfig()
     assert limits(workload) == {"cpu": config.cpu_job_cpu, "memory": config.cpu_job_memory}

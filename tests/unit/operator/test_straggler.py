@@ -1,0 +1,35 @@
+"""operator/straggler.py: straggler attribution from recorded per-rank step times."""
+
+from longctx_operator.stall import RankRead, track
+from longctx_operator.straggler import StragglerBounds, mark_slow, stragglers
+
+BOUNDS = StragglerBounds(slower_percent=50, window_seconds=60)
+
+
+def replay(step_seconds_per_round, every=10.0):
+    tracks, now = {}, 0.0
+    for i, times in enumerate(step_seconds_per_round):
+        now = i * every
+        round_ = [RankRead(r, f"job-g1-{r}", f"node-{r}", "training", i, s) for r, s in enumerate(times)]
+        tracks = mark_slow(track(tracks, round_, now), now, BOUNDS)
+    return tracks, now
+
+
+def test_a_rank_slower_than_the_median_for_the_window_is_named_with_pod_and_node():
+    tracks, now = replay([[1.0, 1.0, 1.6, 1.0]] * 7)  # 60 % above the median 1.0, from t=0 to t=60
+    [slow] = stragglers(tracks, now, BOUNDS)
+    assert (slow.rank, slow.pod, slow.node) == (2, "job-g1-2", "node-2")
+    assert slow.describe() == "rank 2 (pod job-g1-2 on node node-2) takes 1.6s a step, 60% above the gang's median 1s"
+
+
+def test_not_for_the_whole_window_or_not_by_the_threshold_is_no_straggler():
+    assert stragglers(*replay([[1.0, 1.0, 1.6]] * 6), BOUNDS) == ()  # 50 s of 60
+    assert stragglers(*replay([[1.0, 1.0, 1.45]] * 20), BOUNDS) == ()  # 45 %: under the threshold
+    # slow, then once not: the window starts again
+    tracks, now = replay([[1.0, 1.0, 1.6]] * 5 + [[1.0, 1.0, 1.0]] + [[1.0, 1.0, 1.6]] * 5)
+    assert stragglers(tracks, now, BOUNDS) == ()
+
+
+def test_the_other_ranks_are_not_named():
+    tracks, now = replay([[1.0, 3.0, 1.0, 1.1]] * 10)
+    assert [s.rank for s in stragglers(tracks, now, BOUNDS)] == [1]

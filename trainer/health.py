@@ -1,0 +1,21 @@
+"""The health contract of a trainer process: the names of the metrics that say where each rank is
+(its phase), that it is alive (a heartbeat with its last step) and how long its steps take. Plain
+data, no JAX or Prometheus import: the trainers export these names (metrics.py) and the operator
+reads them from every rank (longctx_operator.exposition) to find a hung gang and a straggler.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Phase = Literal["starting", "rendezvous", "compiling", "training", "checkpointing"]
+PHASES: tuple[Phase, ...] = ("starting", "rendezvous", "compiling", "training", "checkpointing")
+"""In the order a rank goes through them; a rank is in exactly one (its gauge is 1, the others 0)."""
+STARTUP_PHASES: tuple[Phase, ...] = ("starting", "rendezvous", "compiling")
+"""Before the first step: bounded by the startup bound, not by the step time."""
+
+PHASE = "longctx_train_phase"
+HEARTBEAT = "longctx_train_heartbeat_timestamp_seconds"
+HEARTBEAT_STEP = "longctx_train_heartbeat_step"
+STEP_SECONDS = "longctx_train_last_step_seconds"
+HEALTH_METRICS = (PHASE, HEARTBEAT, HEARTBEAT_STEP, STEP_SECONDS)
