@@ -30,6 +30,7 @@ Reason = Literal[
     "RankFailed",
     "StartupTimeout",
     "Recovered",
+    "Preempted",
     "Completed",
     "Suspended",
     "Resumed",
@@ -68,6 +69,8 @@ ALL_RANKS_READY: Reason = "AllRanksReady"
 RANK_FAILED: Reason = "RankFailed"
 STARTUP_TIMEOUT: Reason = "StartupTimeout"
 RECOVERED: Reason = "Recovered"
+PREEMPTED: Reason = "Preempted"
+"""A rank got SIGTERM, every rank saved one step and the Job replaces the pods (no restart counted)."""
 # Succeeded
 COMPLETED: Reason = "Completed"
 # Suspended
