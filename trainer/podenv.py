@@ -85,14 +85,3 @@ USER_SETTABLE = frozenset({PEAK_FLOPS})
 def reserved(name: str) -> bool:
     """Whether a job's own env may not set `name`."""
     return name in RESERVED or (name.startswith(RESERVED_PREFIX) and name not in USER_SETTABLE)
-
-
-PREEMPTED_EXIT_CODE = 85
-"""A trainer stopped by SIGTERM that saved a checkpoint first exits with this code, never 0: an
-Indexed Job counts an index whose pod exits 0 as done for good, so a preempted gang would read as
-completed and a resumed Job would not restart those indexes. The operator renders a pod failure
-policy that ignores this code (no failure counted; the Job controller replaces the pod) and reads
-the step from the termination message (`PREEMPTED_MESSAGE`)."""
-
-PREEMPTED_MESSAGE = "preempted: checkpoint at step {step}"
-"""The container's termination message after such a save (/dev/termination-log)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jax.experimental import multihost_utils
 
-from .podenv import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from .termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
 
 TERMINATION_LOG = Path("/dev/termination-log")
 

@@ -9,7 +9,7 @@ Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on
 The CLI adds {"event": "attention_kernel", ...} and, for fp8, {"event": "fp8", "emulated", "device"}
 (emulated: the device has no FP8 peak, e.g. a CPU: FP8's rounding without its speed).
   {"event": "preempted", "step"}  (a SIGTERM reached a rank: every rank saved this step; the
-  trainer then exits with podenv.PREEMPTED_EXIT_CODE, see preemption.py)
+  trainer then exits with termination.PREEMPTED_EXIT_CODE, see preemption.py)
   {"event": "done", "step"}
 """
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from longctx_operator.localrun import parse_event
-from longctx_trainer.podenv import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from longctx_trainer.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
 from support.ports import free_port
 
 pytestmark = pytest.mark.integration
