@@ -29,7 +29,8 @@ from .metrics import TrainMetrics
 from .model import ModelOptions
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
-from .preemption import Preempted, Preemption, exit_preempted
+from .preemption import Preemption
+from .termination import Preempted, exit_preempted
 from .train import StepFunctions, train
 from .weights import WeightsError
 

@@ -14,50 +14,18 @@ SIGINT (Ctrl-C) keeps the default disposition and ends a process at once (see __
 
 from __future__ import annotations
 
-import signal
-import sys
-from pathlib import Path
-
 from jax.experimental import multihost_utils
 
-from .termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
-
-TERMINATION_LOG = Path("/dev/termination-log")
-
-
-class Preempted(Exception):
-    """Raised by the training loop after the preemption checkpoint of `step` is written."""
-
-    def __init__(self, step: int):
-        super().__init__(f"preempted at step {step}")
-        self.step = step
+from .termination import SigtermNotice
 
 
 class Preemption:
     def __init__(self, processes: int):
         self.processes = processes
-        self.noticed = False
-        if processes == 1:
-            signal.signal(signal.SIGTERM, self._notice)
-
-    def _notice(self, signum, frame) -> None:
-        self.noticed = True
+        self.notice = SigtermNotice() if processes == 1 else None
 
     def reached(self, step: int) -> bool:
         """True when every process is to save at `step` and stop (call once per step, every process)."""
-        if self.processes == 1:
-            return self.noticed
+        if self.notice is not None:
+            return self.notice.received
         return multihost_utils.reached_preemption_sync_point(step)
-
-
-def exit_preempted(step: int, termination_log: Path = TERMINATION_LOG) -> None:
-    """Leave with PREEMPTED_EXIT_CODE, telling Kubernetes the saved step in the termination message
-    (best effort: outside a pod the file is not there or not writable)."""
-    message = PREEMPTED_MESSAGE.format(step=step)
-    print(f"longctx_trainer: {message}; exiting {PREEMPTED_EXIT_CODE}", file=sys.stderr, flush=True)
-    try:
-        termination_log.write_text(message)
-    except OSError:
-        pass
-    sys.stdout.flush()
-    sys.exit(PREEMPTED_EXIT_CODE)

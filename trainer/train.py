@@ -32,7 +32,8 @@ from .config import OptimizerConfig, TrainerConfig
 from .data import Batches
 from .flops import causal_pairs_within_documents, flops_per_token
 from .metrics import TrainMetrics
-from .preemption import Preempted, Preemption
+from .preemption import Preemption
+from .termination import Preempted
 from .weights import load_params
 
 Emit = Callable[[dict], None]

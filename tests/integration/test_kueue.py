@@ -162,7 +162,7 @@ def test_a_higher_priority_job_preempts_the_whole_gang_whose_same_job_resumes_la
         return s if s.get("reason") == reasons.EVICTED_BY_KUEUE else None
 
     low = wait_until(evicted, timeout=60, what="low evicted by Kueue")
-    assert "evicted it: Preempted" in low["message"] and low["restarts"] == 0
+    assert "Preempted" in low["message"] and low["restarts"] == 0  # Kueue's reason, once its Workload says
     h.wait_phase(kubectl, wait_until, "high", "Running", timeout=60)
     assert [p for p in kubectl.pods("longctx.io/job-name=low") if p["status"]["phase"] == "Running"] == []
 
