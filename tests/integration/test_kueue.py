@@ -187,9 +187,9 @@ def test_a_gang_that_cannot_start_is_requeued_by_kueue_alone(kubectl, kueue, que
 
     def requeued():
         s = status(kubectl, "stuck")
-        return s if "requeued" in (s.get("message") or "") else None
+        return s if (s.get("lastRestart") or {}).get("reason") == reasons.EVICTED_BY_KUEUE else None
 
-    # Kueue's requeue backoff, in its Workload and in the status; the same Job, no generation.
+    # Kueue's requeue backoff applies to the same Job's Workload; no generation is made.
     s = wait_until(requeued, timeout=kueue.pods_ready_timeout * 3 + 30, what="Kueue's eviction and requeue")
     assert s["restarts"] == 0 and cond.RESTARTING not in {c["type"] for c in s["conditions"]}
     assert s["workloadGeneration"] == 1 and h.children(kubectl, "stuck")["jobs"] == ["stuck-g1"]
