@@ -24,9 +24,11 @@ TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
 LOSS = "longctx_train_loss"
 MFU = "longctx_train_mfu_ratio"
 LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
+LAST_CHECKPOINT_TIME = "longctx_train_last_checkpoint_timestamp_seconds"
+RESUMED_FROM = "longctx_train_resumed_from_step"
 MFU_CONVENTION = "causal"
 MFU_PEAK = "bf16"  # a trainer without the peak label reports against the bf16 peak (the contract)
-PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT)
+PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT, LAST_CHECKPOINT_TIME, RESUMED_FROM)
 
 MAX_LINE_BYTES = 4096
 """A sample line of the contract is about 150 bytes; longer lines are skipped."""

@@ -18,6 +18,7 @@ class ResolvedLayout:
     chunk_tokens: int | None = None
     attention: Attention = "ring"  # the trainer's spelling; the planner's choice under `attention: auto`
     ulysses: int = 1  # the Ulysses group size of attention hybrid
+    step_seconds: float | None = None  # the planner's estimate of one step (None: not planned)
 
     @property
     def devices(self) -> int:

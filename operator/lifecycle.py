@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from . import conditions, names, reasons
+from . import conditions, names, preemption, reasons
 from .admission import Admission
 from .api.advice import advice
 from .api.spec import API_ATTENTION, TRAINER_ATTENTION, LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .conditions import ConditionType
 from .layout import ResolvedLayout
-from .observe import KueueVerdict, WorkloadObservation, parse_time
+from .observe import KueueVerdict, RankPreemption, WorkloadObservation, parse_time
 from .planner import Plan, PlanError
 from .reasons import Reason
 from .resolve import resolve_layout, unplanned_attention
@@ -120,6 +120,7 @@ def resolved(layout: LayoutStatus, spec: LongContextJobSpec) -> ResolvedLayout:
         layout.chunk_tokens,
         attention,
         layout.ulysses or spec.parallelism.ulysses or 1,
+        spec.batch_tokens / layout.estimated_tokens_per_second if layout.estimated_tokens_per_second else None,
     )
 
 
@@ -231,7 +232,7 @@ def _gang_failed(
     created), then restart it or give up."""
     if uid is not None:
         n.actions.append(DeleteWorkload(generation, uid))
-    n.set(current_workload=None)
+    n.set(current_workload=None, last_restart=preemption.restart_record(reason, message, n.now, _checkpoint_step(n)))
     n.clear(conditions.RENDEZVOUS, reason, message)
     if n.status.restarts >= spec.restart_policy.max_restarts:
         return _fail(
@@ -254,7 +255,7 @@ def _gang_stalled(
     the next from the last checkpoint, counted in stallRestarts against maxStallRestarts, apart from
     failures."""
     n.actions.append(DeleteWorkload(generation, uid))
-    n.set(current_workload=None)
+    n.set(current_workload=None, last_restart=preemption.restart_record(reason, message, n.now, _checkpoint_step(n)))
     n.condition(conditions.STALLED, True, reason, message)
     n.clear(conditions.RENDEZVOUS, reason, message)
     n.clear(conditions.RUNNING, reason, message)
@@ -308,22 +309,51 @@ def _sooner(decision: Decision, seconds: float | None) -> Decision:
     return replace(decision, requeue_after=seconds)
 
 
-def _evicted(n: _Next, generation: int, uid: str, kueue: KueueVerdict | None) -> Decision:
-    """Kueue suspended an admitted Job (preemption by a higher-priority workload, or eviction):
-    JAX cannot run a partial gang, so the whole generation is deleted and the next one is queued
-    again, resuming from the last checkpoint. Not a failure: no restart is counted. The message
-    carries Kueue's own reason (Preempted, PodsReadyTimeout, ...) when its Workload says it."""
+def _checkpoint_step(n: _Next) -> int | None:
+    return n.status.progress.last_checkpoint_step if n.status.progress is not None else None
+
+
+def _evicted(n: _Next, kueue: KueueVerdict | None) -> Decision:
+    """Kueue suspended an admitted Job (preemption by a higher-priority workload, waitForPodsReady,
+    quota reclaim): the Job controller stops every pod, whose ranks save one step on SIGTERM. The
+    same Job stays, suspended, so Kueue's requeue backoff and limit apply to its Workload; when
+    Kueue admits it again its pods start and resume from that checkpoint. Not a failure: no
+    restart is counted, no generation made. The message carries Kueue's own reason (Preempted,
+    PodsReadyTimeout, ...) when its Workload says it."""
     why = f"evicted it: {kueue.describe()}" if kueue is not None and kueue.evicted else "preempted or evicted it"
     message = (
-        f"Kueue suspended Job {n.status.current_workload} ({why}); the gang is "
-        "stopped and requeued, and resumes from its last checkpoint when Kueue admits it again"
+        f"Kueue suspended Job {n.status.current_workload} ({why}); its ranks save a checkpoint and "
+        "stop, and the same Job resumes from it when Kueue admits it again"
     )
-    n.actions.append(DeleteWorkload(generation, uid))
-    n.set(phase="Pending", reason=reasons.EVICTED_BY_KUEUE, message=message, current_workload=None, workers=None)
+    n.set(
+        phase="Pending",
+        reason=reasons.EVICTED_BY_KUEUE,
+        message=message,
+        last_restart=preemption.restart_record(reasons.EVICTED_BY_KUEUE, message, n.now, _checkpoint_step(n)),
+    )
     n.clear(conditions.RUNNING, reasons.EVICTED_BY_KUEUE, message)
     n.clear(conditions.RENDEZVOUS, reasons.EVICTED_BY_KUEUE, message)
     n.condition(conditions.ADMITTED, False, reasons.EVICTED_BY_KUEUE, message)
-    return n.decision(requeue_after=DELETE_WAIT_SECONDS)
+    return n.decision()
+
+
+def _preempted(n: _Next, spec: LongContextJobSpec, rank: RankPreemption) -> Decision:
+    """A rank got SIGTERM (its pod deleted, its node drained): every rank saved one step and ended
+    PREEMPTED_EXIT_CODE, which the Job's pod failure policy ignores, so the same Job replaces the
+    pods and they resume from that step. No restart is counted; the startup timeout runs again
+    from the preemption."""
+    message = rank.describe()
+    n.set(
+        phase="Starting",
+        reason=reasons.PREEMPTED,
+        message=message,
+        last_restart=preemption.restart_record(
+            reasons.PREEMPTED, message, rank.finished or n.now, rank.step if rank.step >= 0 else _checkpoint_step(n)
+        ),
+    )
+    n.clear(conditions.RUNNING, reasons.PREEMPTED, message)
+    n.clear(conditions.RENDEZVOUS, reasons.PREEMPTED, message)
+    return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))
 
 
 def _admit_next(
@@ -476,15 +506,19 @@ def _watch_workload(
         return _gang_failed(n, spec, generation, observed.uid, reasons.RANK_FAILED, observed.failure.describe())
     if observed.suspended:
         admitted = any(c.type == conditions.ADMITTED and c.status == "True" for c in n.status.conditions)
-        if not admitted:  # Kueue has not admitted it yet: show why, in Kueue's words
-            if observed.kueue is not None and not observed.kueue.evicted:
+        if not admitted:  # Kueue has not admitted it (again) yet: show why, in Kueue's words
+            if observed.kueue is not None:
+                evicted = n.status.reason == reasons.EVICTED_BY_KUEUE or observed.kueue.evicted
+                reason = reasons.EVICTED_BY_KUEUE if evicted else reasons.QUEUED_IN_KUEUE
                 message = (
                     f"Job suspended in LocalQueue {spec.scheduling.queue_name}; Kueue: {observed.kueue.describe()}"
                 )
-                n.set(reason=reasons.QUEUED_IN_KUEUE, message=message)
-                n.condition(conditions.ADMITTED, False, reasons.QUEUED_IN_KUEUE, message)
+                n.set(reason=reason, message=message)
+                n.condition(conditions.ADMITTED, False, reason, message)
             return n.decision()
-        return _evicted(n, generation, observed.uid, observed.kueue)
+        return _evicted(n, observed.kueue)
+    if observed.preemption is not None and preemption.is_new_preemption(n.status.last_restart, observed.preemption):
+        return _preempted(n, spec, observed.preemption)
     if spec.scheduling.admission == "kueue":
         n.condition(conditions.ADMITTED, True, reasons.ADMITTED_BY_KUEUE, "Kueue unsuspended the Job")
         if n.status.phase == "Pending":
@@ -506,7 +540,13 @@ def _watch_workload(
     if n.status.phase == "Running":
         return n.decision()
     # Kueue unsuspends a Job later than it was created: the clock starts at the later of both.
-    times = [t for t in (observed.created, n.condition_since(conditions.ADMITTED)) if t is not None]
+    # A preemption in place restarts the pods (and the clock) too.
+    starts = (
+        observed.created,
+        n.condition_since(conditions.ADMITTED),
+        preemption.preempted_since(n.status.last_restart),
+    )
+    times = [t for t in starts if t is not None]
     left = _startup_left(n, spec, max(times) if times else n.now)
     if left < 0:
         return _gang_failed(

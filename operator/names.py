@@ -3,6 +3,7 @@ the trainer relies on, and the names of the objects a LongContextJob owns."""
 
 from __future__ import annotations
 
+TRAINER_CONTAINER = "trainer"
 CONFIG_MOUNT = "/etc/longctx"
 CONFIG_FILE = "trainer.yaml"
 SHM_MOUNT = "/dev/shm"

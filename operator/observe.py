@@ -6,10 +6,13 @@ lifecycle can be tested without a cluster.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .names import COMPLETION_INDEX_LABEL
+from longctx_trainer.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+
+from .names import COMPLETION_INDEX_LABEL, TRAINER_CONTAINER
 
 
 def controller_of(obj: dict) -> dict | None:
@@ -53,9 +56,13 @@ class KueueVerdict:
     evicted: bool
     reason: str
     message: str
+    requeue: str | None = None
+    """Kueue's requeue backoff from the Workload's status.requeueState, e.g. "requeued 2 times,
+    next at 2026-11-26T19:02:03Z" (the Job is kept across evictions, so the count grows)."""
 
     def describe(self) -> str:
-        return f"{self.reason}: {self.message}" if self.message else self.reason
+        text = f"{self.reason}: {self.message}" if self.message else self.reason
+        return f"{text} ({self.requeue})" if self.requeue else text
 
 
 def kueue_verdict(workload: dict | None) -> KueueVerdict | None:
@@ -70,8 +77,18 @@ def kueue_verdict(workload: dict | None) -> KueueVerdict | None:
             message = " ".join((c.get("message") or "").split())
             if len(message) > KUEUE_MESSAGE_MAX:
                 message = message[: KUEUE_MESSAGE_MAX - 3] + "..."
-            return KueueVerdict(evicted, c.get("reason") or kind, message)
+            return KueueVerdict(evicted, c.get("reason") or kind, message, _requeue(workload))
     return None
+
+
+def _requeue(workload: dict) -> str | None:
+    state = (workload.get("status") or {}).get("requeueState") or {}
+    count = state.get("count")
+    if not isinstance(count, int) or count < 1:
+        return None
+    at = parse_time(state.get("requeueAt")) if isinstance(state.get("requeueAt"), str) else None
+    when = f", next at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}" if at else ""
+    return f"requeued {count} time{'s' if count > 1 else ''}{when}"
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,8 @@ class WorkloadObservation:
     kueue: KueueVerdict | None = None
     lost_pods: tuple[LostPod, ...] = ()
     """Pods on a lost node (lost_node)."""
+    preemption: RankPreemption | None = None
+    """The last rank that ended preempted (it saved; not a failure: its pod is replaced)."""
 
     @property
     def all_running(self) -> bool:
@@ -175,6 +194,52 @@ def exit_reason(pod: dict) -> str:
     return status.get("reason") or status.get("message") or "pod Failed"
 
 
+_STEP = re.compile(re.escape(PREEMPTED_MESSAGE).replace(r"\{step\}", r"(\d{1,18})"))
+
+
+def preempted_step(pod: dict) -> int | None:
+    """The checkpoint step of a rank that ended preempted (its trainer exited PREEMPTED_EXIT_CODE),
+    -1 when its termination message does not say; None for any other pod."""
+    for c in pod.get("status", {}).get("containerStatuses") or []:
+        term = (c.get("state") or {}).get("terminated") or {}
+        if c.get("name") == TRAINER_CONTAINER and term.get("exitCode") == PREEMPTED_EXIT_CODE:
+            match = _STEP.search(term.get("message") or "")
+            return int(match.group(1)) if match else -1
+    return None
+
+
+@dataclass(frozen=True)
+class RankPreemption:
+    """The latest preempted rank of a generation: which, the step every rank saved (-1: unknown)
+    and when its pod ended."""
+
+    rank: int | None
+    pod: str | None
+    step: int
+    finished: datetime | None
+
+    def describe(self) -> str:
+        saved = f"every rank saved step {self.step}" if self.step >= 0 else "the ranks saved a checkpoint"
+        return f"rank {self.rank} (pod {self.pod}) was preempted: {saved}; the Job restarts its pods, which resume"
+
+
+def latest_preemption(pods: list[dict]) -> RankPreemption | None:
+    """The preempted rank that ended last among `pods` (one generation's), if any."""
+    found = []
+    for pod in pods:
+        step = preempted_step(pod)
+        if step is not None:
+            found.append(RankPreemption(pod_rank(pod), pod.get("metadata", {}).get("name"), step, _finished(pod)))
+    return max(found, key=lambda p: (p.finished or datetime.min.replace(tzinfo=UTC), p.step), default=None)
+
+
+def _finished(pod: dict) -> datetime | None:
+    for c in pod.get("status", {}).get("containerStatuses") or []:
+        if c.get("name") == TRAINER_CONTAINER:
+            return parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+    return None
+
+
 def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | None = None) -> WorkloadObservation:
     """Ranks of the Job `job` from `pods` (the pods of that generation; others must be filtered out:
     the cache returns only the Job and pods this job owns) and, for a Job Kueue manages, Kueue's
@@ -186,7 +251,7 @@ def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | 
     live = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
     phases = [p.get("status", {}).get("phase") for p in live]
     failed = sorted(
-        (p for p in live if p.get("status", {}).get("phase") == "Failed"),
+        (p for p in live if p.get("status", {}).get("phase") == "Failed" and preempted_step(p) is None),
         key=lambda p: (pod_rank(p) is None, pod_rank(p) or 0),
     )
     failure = None
@@ -220,4 +285,5 @@ def observe_workload(job: dict | None, pods: list[dict], kueue_workload: dict | 
         lost_pods=tuple(
             LostPod(p["metadata"]["name"], parse_time(p["metadata"].get("deletionTimestamp"))) for p, _ in lost
         ),
+        preemption=latest_preemption(pods),
     )

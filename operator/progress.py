@@ -22,7 +22,17 @@ from datetime import UTC, datetime, timedelta
 from .api.spec import LongContextJobSpec
 from .api.status import ProgressStatus
 from .config import OperatorConfig
-from .exposition import LAST_CHECKPOINT, LOSS, MFU, STEP, TOKENS_PER_SECOND, MetricsUnreadable, rank0_values
+from .exposition import (
+    LAST_CHECKPOINT,
+    LAST_CHECKPOINT_TIME,
+    LOSS,
+    MFU,
+    RESUMED_FROM,
+    STEP,
+    TOKENS_PER_SECOND,
+    MetricsUnreadable,
+    rank0_values,
+)
 from .lifecycle import timestamp
 from .names import METRICS_URL_ANNOTATION
 from .observe import pod_rank
@@ -52,6 +62,12 @@ def _count(value: float | None) -> int | None:
     return int(value) if value is not None else None
 
 
+def _unix_time(value: float | None) -> str | None:
+    """A Unix time as RFC 3339, or None outside years 2000..2200 (no trainer checkpoints then)."""
+    value = _within(value, 946684800.0, 7258118400.0)
+    return timestamp(datetime.fromtimestamp(value, UTC)) if value is not None else None
+
+
 def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
     """The progress in rank 0's exposition `body`, or None when it has no training metrics yet
     (before the first step). Values the exporter (the job author's image) could not mean are
@@ -67,6 +83,8 @@ def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
         loss=_within(v.get(LOSS), -MAX_ABS_LOSS, MAX_ABS_LOSS),
         last_checkpoint_step=_count(v.get(LAST_CHECKPOINT)),
         updated_at=updated_at,
+        resumed_from_step=_count(v.get(RESUMED_FROM)),
+        last_checkpoint_time=_unix_time(v.get(LAST_CHECKPOINT_TIME)),
     )
 
 
@@ -142,7 +160,7 @@ def within_steps(progress: ProgressStatus, total_steps: int) -> ProgressStatus:
     return progress.model_copy(
         update={
             name: min(value, total_steps)
-            for name in ("step", "last_checkpoint_step")
+            for name in ("step", "last_checkpoint_step", "resumed_from_step")
             if (value := getattr(progress, name)) is not None
         }
     )

@@ -30,6 +30,7 @@ Reason = Literal[
     "RankFailed",
     "StartupTimeout",
     "Recovered",
+    "Preempted",
     "Completed",
     "Suspended",
     "Resumed",
@@ -78,6 +79,8 @@ STRAGGLER_DETECTED: Reason = "StragglerDetected"
 NO_STRAGGLER: Reason = "NoStraggler"
 # Restarting, Failed: a rank's node is lost (NotReady, or the pod marked for disruption)
 NODE_NOT_READY: Reason = "NodeNotReady"
+PREEMPTED: Reason = "Preempted"
+"""A rank got SIGTERM, every rank saved one step and the Job replaces the pods (no restart counted)."""
 # Succeeded
 COMPLETED: Reason = "Completed"
 # Suspended

@@ -29,6 +29,8 @@ from .metrics import TrainMetrics
 from .model import ModelOptions
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
+from .preemption import Preemption
+from .termination import Preempted, exit_preempted
 from .train import StepFunctions, train
 from .weights import WeightsError
 
@@ -94,13 +96,17 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
     rank = jax.process_index()
-    # Ctrl-C, `kill` or a deleted pod's SIGTERM end the process where it stands, by the kernel:
-    # unwinding (Python's KeyboardInterrupt) would run JAX's exit hooks, which wait at a barrier
-    # for the other ranks, which wait for this one, and the whole gang would hang; and JAX's
-    # preemption service, started by jax.distributed.initialize, catches SIGTERM without exiting.
-    # The gang resumes from the last checkpoint. (In a pod the launcher is PID 1: these apply.)
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stop, signal.SIG_DFL)
+    # Ctrl-C (SIGINT) ends the process where it stands, by the kernel: unwinding (Python's
+    # KeyboardInterrupt) would run JAX's exit hooks, which wait at a barrier for the other ranks,
+    # which wait for this one, and the whole gang would hang. SIGTERM (a deleted pod, a Kueue
+    # preemption, a drain) is a preemption notice when there is a checkpoint to write: every rank
+    # saves the step they agree on and exits PREEMPTED_EXIT_CODE (preemption.py; JAX's preemption
+    # service, started by jax.distributed.initialize, catches it). Without checkpoints it ends the
+    # process at once, like SIGINT. (In a pod the launcher is PID 1 and forwards both.)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    preemption = Preemption(process_env.num_processes) if config.checkpoint.path else None
+    if preemption is None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _print_json(joined_event(process_env, rank))
 
     metrics.enter("compiling")  # rendezvous done: tracing, restoring and compiling the step
@@ -127,7 +133,10 @@ def main(argv: list[str] | None = None) -> None:
             peak_flops_per_device=peak_flops(jax.local_devices()[0]),
             fp8_peak_flops_per_device=fp8_peak,
             fns=fns,
+            preemption=preemption,
         )
+    except Preempted as stop:  # the checkpoint is written; `finally` closes the manager first
+        exit_preempted(stop.step)
     except WeightsError as error:
         raise SystemExit(f"longctx_trainer: init_from: {error}") from None
     finally:

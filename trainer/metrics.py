@@ -57,6 +57,9 @@ class TrainMetrics:
         self.last_checkpoint_time = make(
             Gauge, "longctx_train_last_checkpoint_timestamp_seconds", "Unix time of the latest checkpoint."
         )
+        self.resumed_from_step = make(
+            Gauge, "longctx_train_resumed_from_step", "Checkpoint step this process resumed from (0: from scratch)."
+        )
         self.build_info = make(
             Gauge,
             "longctx_train_build_info",
@@ -127,6 +130,7 @@ class TrainMetrics:
     def observe_resume(self, step: int) -> None:
         self._step = step
         self.step.labels(**self._labels).set(step)
+        self.resumed_from_step.labels(**self._labels).set(step)
         self.last_checkpoint_step.labels(**self._labels).set(step)
 
     def observe_checkpoint(self, step: int, seconds: float) -> None:

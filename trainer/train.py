@@ -8,6 +8,8 @@ Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on
   {"event": "compiling"}  (the training step is being compiled: the first step line waits for it)
 The CLI adds {"event": "attention_kernel", ...} and, for fp8, {"event": "fp8", "emulated", "device"}
 (emulated: the device has no FP8 peak, e.g. a CPU: FP8's rounding without its speed).
+  {"event": "preempted", "step"}  (a SIGTERM reached a rank: every rank saved this step; the
+  trainer then exits with termination.PREEMPTED_EXIT_CODE, see preemption.py)
   {"event": "done", "step"}
 """
 
@@ -31,6 +33,8 @@ from .config import OptimizerConfig, TrainerConfig
 from .data import Batches
 from .flops import causal_pairs_within_documents, flops_per_token
 from .metrics import TrainMetrics
+from .preemption import Preemption
+from .termination import Preempted
 from .weights import load_params
 
 Emit = Callable[[dict], None]
@@ -191,11 +195,14 @@ def train(
     peak_flops_per_device: float,
     fp8_peak_flops_per_device: float | None = None,
     fns: StepFunctions | None = None,
+    preemption: Preemption | None = None,
 ) -> dict:
     """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state.
 
     MFU is reported against the dense bf16 peak (`peak_flops_per_device`; the usual convention,
-    under which FP8 shows as a higher MFU) and, when given, against the FP8 peak as well."""
+    under which FP8 shows as a higher MFU) and, when given, against the FP8 peak as well. With
+    `preemption` (and checkpoints), a SIGTERM makes every rank save the step they agree on and
+    raise `Preempted`."""
     fns = fns or StepFunctions(config, mesh)
     batches = Batches(config, mesh)
     start = checkpoints.latest_step() if checkpoints is not None else None
@@ -242,7 +249,11 @@ def train(
                     "step_seconds": seconds,
                 }
             )
-        if checkpoints is not None and checkpoints.due(done, config.steps):
+        # every rank asks at every step (the agreement needs it); the last step just finishes
+        preempted = (
+            checkpoints is not None and preemption is not None and preemption.reached(done) and done < config.steps
+        )
+        if checkpoints is not None and (preempted or checkpoints.due(done, config.steps)):
             metrics.enter("checkpointing")
             begin = time.perf_counter()
             checkpoints.save(
@@ -252,5 +263,8 @@ def train(
             metrics.observe_checkpoint(done, seconds)
             metrics.enter("training")
             emit({"event": "checkpoint", "step": done, "seconds": seconds})
+        if preempted:
+            emit({"event": "preempted", "step": done})
+            raise Preempted(done)
     emit({"event": "done", "step": config.steps})
     return state

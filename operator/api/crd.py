@@ -62,6 +62,34 @@ PRINTER_COLUMNS = [
         "description": "Planned device memory per GPU",
         "priority": 1,
     },
+    {
+        "name": "Resumed From",
+        "type": "integer",
+        "jsonPath": ".status.progress.resumedFromStep",
+        "description": "The checkpoint step the running ranks resumed from",
+        "priority": 1,
+    },
+    {
+        "name": "Checkpoint",
+        "type": "integer",
+        "jsonPath": ".status.progress.lastCheckpointStep",
+        "description": "Step of the latest checkpoint",
+        "priority": 1,
+    },
+    {
+        "name": "Checkpoint Age",
+        "type": "date",
+        "jsonPath": ".status.progress.lastCheckpointTime",
+        "description": "How long ago the latest checkpoint was written",
+        "priority": 1,
+    },
+    {
+        "name": "Last Restart",
+        "type": "string",
+        "jsonPath": ".status.lastRestart.reason",
+        "description": "Why the gang last stopped and started again",
+        "priority": 1,
+    },
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 

@@ -303,6 +303,10 @@ class CheckpointSpec(ApiModel):
     """Steps between checkpoints."""
     persistent_volume_claim: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PVC (ReadWriteMany) mounted at path; without one a local path is lost when the gang restarts."""
+    preemption_grace_seconds: int | None = Field(None, ge=10, le=86400)
+    """Seconds a pod gets after SIGTERM (its terminationGracePeriodSeconds) to finish its step and
+    save the checkpoint every rank agrees on. Default: twice the planner's step time plus a
+    checkpoint write at 1 GB/s per node, plus 30 s."""
 
 
 class RestartPolicySpec(ApiModel):

@@ -74,6 +74,23 @@ class ProgressStatus(ApiModel):
     estimated_completion_time: str | None = None
     """When the job finishes at that rate (RFC 3339)."""
     updated_at: str | None = None
+    resumed_from_step: int | None = None
+    """The checkpoint step the running ranks resumed from (0: from scratch)."""
+    last_checkpoint_time: str | None = None
+    """When the latest checkpoint was written (RFC 3339); its age is the work a failure would lose."""
+
+
+class RestartStatus(ApiModel):
+    """The last time the gang stopped and started again, and why."""
+
+    reason: str = Field(max_length=128)
+    """RankFailed or StartupTimeout (a gang restart, counted), Preempted (a rank got SIGTERM and every
+    rank saved; the same Job replaces the pods) or EvictedByKueue (Kueue suspended the same Job)."""
+    time: str
+    message: str | None = Field(None, max_length=4096)
+    checkpoint_step: int | None = None
+    """The checkpoint the next start resumes from, as last seen (the preemption's own step when the
+    ranks saved on SIGTERM)."""
 
 
 class LongContextJobStatus(ApiModel):
@@ -98,3 +115,4 @@ class LongContextJobStatus(ApiModel):
     completion_time: str | None = None
     observed_generation: int | None = None
     progress: ProgressStatus | None = None
+    last_restart: RestartStatus | None = None

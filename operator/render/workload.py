@@ -19,13 +19,14 @@ from ..api.quantity import parse_quantity
 from ..api.spec import LongContextJob, LongContextJobSpec
 from ..config import OperatorConfig
 from ..layout import ResolvedLayout
+from ..preemption import POD_FAILURE_POLICY, grace_period_seconds
 from .env import worker_env
 from .fabrics import FabricProfile, fabric_profile
 from .trainer_config import trainer_config
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-TRAINER_CONTAINER = "trainer"
+TRAINER_CONTAINER = names.TRAINER_CONTAINER
 
 
 @dataclass(frozen=True)
@@ -292,7 +293,8 @@ def _job(
     pod_spec: dict = {
         "subdomain": names.service_name(name),
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 30,
+        # Room to finish the step and save on SIGTERM (preemption.py).
+        "terminationGracePeriodSeconds": grace_period_seconds(spec, layout),
         "enableServiceLinks": False,
         # The trainer never calls the Kubernetes API: no token in its pods.
         "automountServiceAccountToken": False,
@@ -319,6 +321,8 @@ def _job(
             "parallelism": spec.resources.nodes,
             # The operator restarts the whole gang itself: one failed rank fails the Job at once.
             "backoffLimit": 0,
+            # ... except a preempted rank, which saved a checkpoint: the Job replaces its pod.
+            "podFailurePolicy": POD_FAILURE_POLICY,
             "podReplacementPolicy": "Failed",
             "suspend": spec.scheduling.admission == "kueue",
             "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},

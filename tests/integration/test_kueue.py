@@ -141,7 +141,9 @@ def test_a_job_over_the_quota_waits_with_kueues_reason_and_runs_after_the_first(
     assert second["status"]["workloadGeneration"] == 1 and second["status"]["restarts"] == 0
 
 
-def test_a_higher_priority_job_preempts_the_whole_gang_which_resumes_later(kubectl, admin_kubectl, queue, wait_until):
+def test_a_higher_priority_job_preempts_the_whole_gang_whose_same_job_resumes_later(
+    kubectl, admin_kubectl, queue, wait_until
+):
     for name, value in (("kueue-tests-low", 10), ("kueue-tests-high", 1000)):
         admin_kubectl.apply(
             {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
@@ -160,13 +162,15 @@ def test_a_higher_priority_job_preempts_the_whole_gang_which_resumes_later(kubec
         return s if s.get("reason") == reasons.EVICTED_BY_KUEUE else None
 
     low = wait_until(evicted, timeout=60, what="low evicted by Kueue")
-    assert "evicted it: Preempted" in low["message"] and low["restarts"] == 0
+    assert "Preempted" in low["message"] and low["restarts"] == 0  # Kueue's reason, once its Workload says
     h.wait_phase(kubectl, wait_until, "high", "Running", timeout=60)
     assert [p for p in kubectl.pods("longctx.io/job-name=low") if p["status"]["phase"] == "Running"] == []
 
+    # The same Job waited, suspended, and resumed when Kueue admitted it again: no new generation.
     done = h.wait_phase(kubectl, wait_until, "low", "Succeeded", timeout=120)
-    assert done["status"]["workloadGeneration"] == 2 and done["status"]["restarts"] == 0
-    assert h.children(kubectl, "low")["jobs"] == ["low-g2"]
+    assert done["status"]["workloadGeneration"] == 1 and done["status"]["restarts"] == 0
+    assert h.children(kubectl, "low")["jobs"] == ["low-g1"]
+    assert done["status"]["lastRestart"]["reason"] == reasons.EVICTED_BY_KUEUE
     assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.ADMITTED_BY_KUEUE)
     assert h.events(kubectl, "low").count(("Warning", reasons.EVICTED_BY_KUEUE)) == 1
     assert cond.RESTARTING not in h.conditions(done)
@@ -183,10 +187,14 @@ def test_a_gang_that_cannot_start_is_requeued_by_kueue_alone(kubectl, kueue, que
 
     def requeued():
         s = status(kubectl, "stuck")
-        return s if (s.get("workloadGeneration") or 0) >= 2 else None
+        return s if (s.get("lastRestart") or {}).get("reason") == reasons.EVICTED_BY_KUEUE else None
 
-    s = wait_until(requeued, timeout=kueue.pods_ready_timeout * 3 + 30, what="Kueue's eviction and the next generation")
+    # Kueue's requeue backoff applies to the same Job's Workload; no generation is made.
+    s = wait_until(requeued, timeout=kueue.pods_ready_timeout * 3 + 30, what="Kueue's eviction and requeue")
     assert s["restarts"] == 0 and cond.RESTARTING not in {c["type"] for c in s["conditions"]}
+    assert s["workloadGeneration"] == 1 and h.children(kubectl, "stuck")["jobs"] == ["stuck-g1"]
+    (workload,) = kubectl.json("get", "workloads.kueue.x-k8s.io")["items"]
+    assert workload["status"]["requeueState"]["count"] >= 1
     events = h.event_objects(kubectl, "stuck")
     assert reasons.STARTUP_TIMEOUT not in [e["reason"] for e in events]
     evicted = next(e for e in events if (e["type"], e["reason"]) == ("Warning", reasons.EVICTED_BY_KUEUE))

@@ -22,6 +22,7 @@ from pydantic.alias_generators import to_camel
 from .. import podenv
 from ..config import TrainerConfig, load_config
 from ..metrics import TrainMetrics
+from ..termination import Preempted, SigtermNotice, exit_preempted
 from .layout import Groups, Layout
 from .train import Checkpoints, measured_peak_flops, train
 
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     _print_json({"event": "joined", "rank": layout.rank, "processes": layout.world_size, "backend": BACKEND})
     metrics.describe(config, BACKEND)
     checkpoints = Checkpoints(config.checkpoint, layout.rank) if config.checkpoint.path else None
+    # SIGTERM (a deleted pod, a drain, Kueue) is a preemption notice when there is a checkpoint
+    # to write: every rank saves one step and exits PREEMPTED_EXIT_CODE (termination.py).
+    notice = SigtermNotice() if checkpoints is not None else None
     emit = _print_json if layout.rank == 0 else (lambda event: None)
     try:
         train(
@@ -112,7 +116,10 @@ def main(argv: list[str] | None = None) -> None:
             metrics=metrics,
             checkpoints=checkpoints,
             peak_flops_per_process=measured_peak_flops(),
+            notice=notice,
         )
+    except Preempted as stop:  # every rank saved; `finally` leaves the process group first
+        exit_preempted(stop.step)
     finally:
         dist.destroy_process_group()
     sys.stdout.flush()

@@ -4,7 +4,8 @@ same names as the JAX trainer (longctx_trainer.metrics), checkpoints every inter
 
 Events handed to `emit` (rank 0 prints them as JSON lines, which `longctx run` follows):
   {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
-  {"event": "checkpoint", "step", "seconds"}, {"event": "resume", "step"}, {"event": "done", "step"}
+  {"event": "checkpoint", "step", "seconds"}, {"event": "resume", "step"}, {"event": "done", "step"},
+  {"event": "preempted", "step"} (see longctx_trainer.termination)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..flops import flops_per_token
 from ..load_balance import permutation
 from ..metrics import TrainMetrics
 from ..sources import TokenSource, make_source
+from ..termination import Preempted, SigtermNotice
 from .layout import Groups, Layout
 from .model import Llama
 from .ring import Ring
@@ -137,9 +139,12 @@ def train(
     emit: Emit,
     metrics: TrainMetrics,
     checkpoints: Checkpoints | None = None,
+    notice: SigtermNotice | None = None,
     peak_flops_per_process: float | None = None,
 ) -> list[float]:
-    """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the losses."""
+    """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the losses.
+    With `notice` (and checkpoints), a SIGTERM to any rank makes every rank save the same step and
+    raise `Preempted`."""
     torch.manual_seed(config.seed)  # every rank builds the same initial weights
     model = Llama(config.model)
     optimizer, schedule = make_optimizer(model, config.optimizer, config.steps)
@@ -171,9 +176,15 @@ def train(
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=False)
-        total = loss_sum.detach().reshape(1)
+        # The loss's all-reduce also carries the SIGTERM notice: every rank learns in the same step
+        # that one got it (ranks are in lockstep here), so all save that step.
+        noticed = float(notice is not None and notice.received)
+        total = torch.stack(
+            [loss_sum.detach().reshape(()), torch.tensor(noticed, dtype=loss_sum.dtype, device=loss_sum.device)]
+        )
         dist.all_reduce(total)
-        loss = total.item() / global_tokens
+        loss = total[0].item() / global_tokens
+        preempted = checkpoints is not None and total[1].item() > 0 and step + 1 < config.steps
         seconds = time.perf_counter() - begin
         done = step + 1
         losses.append(loss)
@@ -191,7 +202,7 @@ def train(
                     "step_seconds": seconds,
                 }
             )
-        if checkpoints is not None and checkpoints.due(done, config.steps):
+        if checkpoints is not None and (preempted or checkpoints.due(done, config.steps)):
             metrics.enter("checkpointing")
             begin = time.perf_counter()
             state = {
@@ -205,5 +216,8 @@ def train(
             metrics.observe_checkpoint(done, seconds)
             metrics.enter("training")
             emit({"event": "checkpoint", "step": done, "seconds": seconds})
+        if preempted:
+            emit({"event": "preempted", "step": done})
+            raise Preempted(done)
     emit({"event": "done", "step": config.steps})
     return losses

@@ -3,6 +3,7 @@ real output, hostile lines, and the worst shapes at the 1 MiB cap, its work coun
 interpreter lines (a count of operations, not a clock)."""
 
 import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,7 @@ from support.hostile_metrics import WORST_BODIES, filled
 
 def test_the_trainers_own_output():
     m = TrainMetrics("job", 0)
+    m.observe_resume(8)
     m.observe_step(12, tokens=8192, seconds=0.25, loss=3.5, mfu={("causal", "bf16"): 0.41, ("full", "bf16"): 0.5})
     m.observe_checkpoint(10, 0.1)
     assert rank0_values(generate_latest(m.registry)) == {
@@ -35,6 +37,8 @@ def test_the_trainers_own_output():
         "longctx_train_loss": 3.5,
         "longctx_train_mfu_ratio": 0.41,
         "longctx_train_last_checkpoint_step": 10,
+        "longctx_train_last_checkpoint_timestamp_seconds": pytest.approx(time.time(), abs=60),
+        "longctx_train_resumed_from_step": 8,
     }
 
 

@@ -383,26 +383,33 @@ def test_kueue_creates_suspended_and_waits_for_kueue():
     assert conditions(unsuspended.status)[cond.ADMITTED] == ("True", reasons.ADMITTED_BY_KUEUE)
 
 
-def test_kueue_taking_a_running_job_back_stops_the_gang_and_queues_the_next_generation():
-    """Kueue preempts by re-suspending the Job: the job must not stay Running with no pods. The
-    whole generation goes, the next one is created suspended for Kueue, and no restart counts."""
+def test_kueue_taking_a_running_job_back_keeps_the_job_and_resumes_it_when_kueue_admits_it_again():
+    """Kueue preempts by re-suspending the Job: the job must not stay Running with no pods. The same
+    Job stays (its ranks save on SIGTERM), so Kueue's requeue backoff and limit apply to its
+    Workload; no generation is made and no restart counts; Kueue's unsuspend starts it again."""
     s = spec(scheduling={"admission": "kueue", "queueName": "team-a"})
     queued, _ = step(s, LongContextJobStatus())
     run, _ = step(s, queued.status, running(), now=T0 + timedelta(seconds=1))
     assert run.status.phase == "Running"
     preempted = WorkloadObservation(exists=True, uid=UID, suspended=True, created=T0, total=2)
     evicted, _ = step(s, run.status, preempted, now=T0 + timedelta(minutes=5))
-    assert [type(a).__name__ for a in evicted.actions] == ["DeleteWorkload"]
-    assert evicted.actions[0].generation == 1
+    assert evicted.actions == ()
     assert (evicted.status.phase, evicted.status.reason) == ("Pending", reasons.EVICTED_BY_KUEUE)
     assert conditions(evicted.status)[cond.RUNNING] == ("False", reasons.EVICTED_BY_KUEUE)
     assert conditions(evicted.status)[cond.ADMITTED] == ("False", reasons.EVICTED_BY_KUEUE)
-    assert evicted.status.current_workload is None and evicted.status.restarts == 0
+    assert evicted.status.current_workload == "job-g1" and evicted.status.restarts == 0
+    assert evicted.status.last_restart.reason == reasons.EVICTED_BY_KUEUE
     assert ("Warning", reasons.EVICTED_BY_KUEUE) in [(e.type, e.reason) for e in evicted.events]
-    requeued, _ = step(s, evicted.status, MISSING, now=T0 + timedelta(minutes=5, seconds=2))
-    assert [(type(a).__name__, a.generation) for a in requeued.actions] == [("CreateWorkload", 2)]
-    assert conditions(requeued.status)[cond.ADMITTED] == ("False", reasons.QUEUED_IN_KUEUE)
-    assert requeued.status.restarts == 0
+    backoff = KueueVerdict(True, "Preempted", "Preempted to accommodate a higher priority Workload", "requeued 1 time")
+    held = WorkloadObservation(exists=True, uid=UID, suspended=True, created=T0, total=2, kueue=backoff)
+    waiting, _ = step(s, evicted.status, held, now=T0 + timedelta(minutes=5, seconds=2))
+    assert waiting.actions == () and waiting.status.reason == reasons.EVICTED_BY_KUEUE
+    assert "Kueue: Preempted: Preempted to accommodate" in waiting.status.message
+    assert "requeued 1 time" in waiting.status.message  # Kueue's backoff, in the status
+    again, _ = step(s, waiting.status, running(), now=T0 + timedelta(minutes=6))
+    assert again.actions == () and again.status.phase == "Running"
+    assert again.status.workload_generation == 1 and again.status.restarts == 0
+    assert conditions(again.status)[cond.ADMITTED] == ("True", reasons.ADMITTED_BY_KUEUE)
 
 
 def test_a_queued_job_shows_kueues_own_reason_for_not_admitting_it():
@@ -428,7 +435,7 @@ def test_an_eviction_names_kueues_reason_and_counts_no_restart():
     evicted, _ = step(s, run.status, taken, now=T0 + timedelta(minutes=1))
     assert evicted.status.reason == reasons.EVICTED_BY_KUEUE and evicted.status.restarts == 0
     assert "evicted it: PodsReadyTimeout: Exceeded the PodsReady timeout" in evicted.status.message
-    assert [type(a).__name__ for a in evicted.actions] == ["DeleteWorkload"]
+    assert evicted.actions == ()
 
 
 TAKEN = "creating the workload failed: Job job-g1 already exists and is not owned by LongContextJob job"

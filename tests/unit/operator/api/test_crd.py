@@ -78,10 +78,22 @@ def test_printer_columns_and_names():
         "Age",
         "Est. Tokens/s",
         "Memory/GPU",
+        "Resumed From",
+        "Checkpoint",
+        "Checkpoint Age",
+        "Last Restart",
         "Message",
     ]
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
-    assert wide == ["Est. Tokens/s", "Memory/GPU", "Message"]  # kubectl get lcj -o wide
+    assert wide == [
+        "Est. Tokens/s",
+        "Memory/GPU",
+        "Resumed From",
+        "Checkpoint",
+        "Checkpoint Age",
+        "Last Restart",
+        "Message",
+    ]  # kubectl get lcj -o wide
     assert version["subresources"] == {"status": {}}
     names = crd()["spec"]["names"]
     assert names["shortNames"] == ["lcj"] and "longctx" in names["categories"]

@@ -1,0 +1,165 @@
+"""Save on preemption (trainer/preemption.py, termination.py) with real trainer processes joined over
+gloo: a SIGTERM that reaches one rank alone makes every rank save the same step (JAX's preemption
+sync point on the coordination service; in the PyTorch example, the notice carried by the step's
+all-reduce), between interval checkpoints, and exit PREEMPTED_EXIT_CODE; a restart resumes at the
+step after it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from longctx_operator.localrun import parse_event
+from longctx_trainer import podenv
+from longctx_trainer.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from support.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+CONFIG = {
+    "model": {"layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 128},
+    "sequence_length": 32,
+    "global_batch_tokens": 128,
+    "steps": 100_000,
+    "precision": "fp32",
+    "parallelism": {"data": 2, "context": 2, "tensor": 1},
+    "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
+    "data": {"kind": "synthetic", "seed": 3},
+    "metrics": {"port": 0},
+}
+
+
+def _start_ranks(config: Path, coordinator: str, run: str) -> list[subprocess.Popen]:
+    """Two processes of two CPU devices each, joined at `coordinator`; output in files."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "longctx_trainer", "--config", str(config)],
+            env={**env, "JAX_COORDINATOR_ADDRESS": coordinator, "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(rank)},
+            stdout=(config.parent / f"{run}{rank}.out").open("w"),
+            stderr=(config.parent / f"{run}{rank}.err").open("w"),
+        )
+        for rank in range(2)
+    ]
+
+
+def _events(out: Path) -> list[dict]:
+    return [e for e in map(parse_event, out.read_text().splitlines()) if e is not None] if out.exists() else []
+
+
+def _checkpoints(folder: Path) -> list[int]:
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def test_one_signalled_rank_makes_every_rank_save_the_same_step_and_a_restart_resumes_after_it(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}}))
+    workers = _start_ranks(config, f"127.0.0.1:{free_port()}", "first")
+    try:
+        deadline = time.monotonic() + 600  # a loaded machine compiles slowly
+        while sum(e["event"] == "step" for e in _events(tmp_path / "first0.out")) < 3:
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                pytest.fail(f"no third step: {(tmp_path / 'first0.err').read_text()[-3000:]}")
+            time.sleep(0.2)
+        workers[1].send_signal(signal.SIGTERM)  # rank 1 alone, as `kubectl delete pod` of its pod
+        codes = [w.wait(timeout=120) for w in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert codes == [PREEMPTED_EXIT_CODE, PREEMPTED_EXIT_CODE], (tmp_path / "first0.err").read_text()[-3000:]
+    events = _events(tmp_path / "first0.out")
+    (step,) = [e["step"] for e in events if e["event"] == "preempted"]
+    assert step >= 3 and events[-2:] == [{**events[-2], "event": "checkpoint", "step": step}, events[-1]]
+    assert _checkpoints(ckpt) == [step]  # one save, by both processes together, between intervals
+    for rank in range(2):  # every rank says so, in one line
+        assert (
+            f"{PREEMPTED_MESSAGE.format(step=step)}; exiting {PREEMPTED_EXIT_CODE}"
+            in (tmp_path / f"first{rank}.err").read_text()
+        )
+
+    config.write_text(
+        yaml.safe_dump({**CONFIG, "steps": step + 2, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}})
+    )
+    workers = _start_ranks(config, f"127.0.0.1:{free_port()}", "second")
+    try:
+        assert [w.wait(timeout=300) for w in workers] == [0, 0], (tmp_path / "second0.err").read_text()[-3000:]
+    finally:
+        for worker in workers:
+            worker.kill()
+    events = _events(tmp_path / "second0.out")
+    assert {"event": "resume", "step": step} in events
+    assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
+
+
+def _start_torch_ranks(config: Path, run: str) -> list[subprocess.Popen]:
+    """The PyTorch example trainer as two processes (data 1 x context 2) over gloo, env:// rendezvous."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "LONGCTX_"))}
+    env.update(
+        {
+            podenv.DATA_PARALLEL: "1",
+            podenv.CONTEXT_PARALLEL: "2",
+            podenv.TENSOR_PARALLEL: "1",
+            podenv.SEQUENCE_LENGTH: str(CONFIG["sequence_length"]),
+            podenv.WORLD_SIZE: "2",
+            podenv.MASTER_ADDR: "127.0.0.1",
+            podenv.MASTER_PORT: str(free_port()),
+        }
+    )
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "longctx_trainer.pytorch", "--config", str(config)],
+            env={**env, podenv.RANK: str(rank)},
+            stdout=(config.parent / f"{run}{rank}.out").open("w"),
+            stderr=(config.parent / f"{run}{rank}.err").open("w"),
+        )
+        for rank in range(2)
+    ]
+
+
+def test_the_pytorch_example_agrees_over_torch_distributed_and_resumes_after_the_saved_step(tmp_path):
+    pytest.importorskip("torch")
+    ckpt = tmp_path / "ckpt"
+    torch_config = {**CONFIG, "parallelism": {"data": 1, "context": 2, "tensor": 1}}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**torch_config, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}}))
+    workers = _start_torch_ranks(config, "first")
+    try:
+        deadline = time.monotonic() + 600  # a loaded machine compiles slowly
+        while sum(e["event"] == "step" for e in _events(tmp_path / "first0.out")) < 3:
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                pytest.fail(f"no third step: {(tmp_path / 'first0.err').read_text()[-3000:]}")
+            time.sleep(0.2)
+        workers[1].send_signal(signal.SIGTERM)  # rank 1 alone
+        codes = [w.wait(timeout=120) for w in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert codes == [PREEMPTED_EXIT_CODE, PREEMPTED_EXIT_CODE], (tmp_path / "first0.err").read_text()[-3000:]
+    events = _events(tmp_path / "first0.out")
+    (step,) = [e["step"] for e in events if e["event"] == "preempted"]
+    assert {"event": "checkpoint", "step": step} == {k: v for k, v in events[-2].items() if k != "seconds"}
+    for rank in range(2):
+        assert (
+            f"{PREEMPTED_MESSAGE.format(step=step)}; exiting {PREEMPTED_EXIT_CODE}"
+            in (tmp_path / f"first{rank}.err").read_text()
+        )
+
+    config.write_text(
+        yaml.safe_dump({**torch_config, "steps": step + 2, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}})
+    )
+    workers = _start_torch_ranks(config, "second")
+    try:
+        assert [w.wait(timeout=300) for w in workers] == [0, 0], (tmp_path / "second0.err").read_text()[-3000:]
+    finally:
+        for worker in workers:
+            worker.kill()
+    events = _events(tmp_path / "second0.out")
+    assert {"event": "resume", "step": step} in events
+    assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
