@@ -1,4 +1,4 @@
-"""Ring, all-gather, Ulysses and hybrid context-parallel attention vs the single-device reference,
+"""Ring, all-gather, Ulysses, hybrid and TokenRing context-parallel attention vs the single-device reference,
 on 8 CPU devices.
 
     python benchmarks/attention_cpu.py [--seqs 4096 8192 16384 32768] [--reps 3] [--heads 2 --kv-heads 1]
@@ -176,6 +176,7 @@ ROWS = (
     "all_gather",
     "hybrid",
     "ulysses",
+    "token_ring",
     "docs",
     "peer",
 )
@@ -210,6 +211,7 @@ def main():
         f"ring+chunk{args.chunk_tokens}": ("ring+chunk", dict(impl="ring", chunk_tokens=args.chunk_tokens)),
         "all_gather": ("all_gather", dict(impl="all_gather")),
         "hybrid 2x4": ("hybrid", dict(impl="hybrid", ulysses=2)),
+        "token_ring": ("token_ring", dict(impl="token_ring")),
     }
     if args.heads % CONTEXT == 0:
         variants["ulysses"] = ("ulysses", dict(impl="ulysses"))

@@ -430,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
     p.add_argument("--precision", help="bf16 (the API's default), fp32 or fp8 (shown against bf16)")
     p.add_argument(
-        "--attention", help="ring (the API's default), allGather, ulysses, hybrid or auto (the fastest that fits)"
+        "--attention",
+        help="ring (the API's default), allGather, ulysses, hybrid, tokenRing or auto (the fastest that fits)",
     )
     p.add_argument("--ulysses", type=int, help="pin hybrid attention's Ulysses group size")
     p.add_argument("--data", type=int, help="pin data parallelism (the planner chooses the rest)")

@@ -19,7 +19,7 @@ from .presets import PRESETS, ModelDims, RopeScaling
 
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
-Attention = Literal["ring", "all_gather", "ulysses", "hybrid"]
+Attention = Literal["ring", "all_gather", "ulysses", "hybrid", "token_ring"]
 LoadBalance = Literal["dual_chunk_swap", "striped", "none", "documents"]
 Precision = Literal["bf16", "fp32", "fp8"]
 Schedule = Literal["cosine", "constant"]

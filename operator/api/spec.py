@@ -156,8 +156,9 @@ class ParallelismSpec(ApiModel):
     attention: ApiAttention = "ring"
     """Context-parallel attention: ring (K/V rotate around the ring), allGather (K/V gathered once),
     ulysses (all-to-all from sequence to head shards; heads / tensor must divide by context), hybrid
-    (Ulysses inside groups of `ulysses` devices, a ring over the groups), or auto (the planner picks
-    the fastest that fits; ring on CPU, which the planner does not model)."""
+    (Ulysses inside groups of `ulysses` devices, a ring over the groups), tokenRing (queries go
+    around the ring and partial outputs come straight back, both link directions in use), or auto
+    (the planner picks the fastest that fits; ring on CPU, which the planner does not model)."""
     ulysses: int | None = Field(None, ge=2, le=65536)
     """Ulysses group size of attention hybrid: divides context, below it; heads / tensor must divide
     by it. Omitted: the planner picks it (GPU jobs; CPU jobs must set it)."""

@@ -36,6 +36,7 @@ _ATTENTION_EXPOSED = {
     "all_gather": ("all_gather",),
     "ulysses": ("ulysses",),
     "hybrid": ("ring_exposed", "ulysses"),
+    "token_ring": ("ring_exposed",),
 }
 
 

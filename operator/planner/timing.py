@@ -141,6 +141,8 @@ def ring_exposed_seconds(inp: StepInputs) -> float:
     accumulators and computes twice the forward FLOPs. In hybrid a device's block is its group's
     tokens for 1/U of the K/V heads (times the GQA repeat): the bytes of one shard's K/V x repeat.
     """
+    if inp.attention == "token_ring":
+        return token_ring_exposed_seconds(inp)
     lay, members = inp.layout, inp.ring_members
     if members == 1:
         return 0.0
@@ -151,6 +153,26 @@ def ring_exposed_seconds(inp: StepInputs) -> float:
     forward_block = attention_forward_seconds_per_layer(inp) / members
     exposed = inp.forward_passes * max(0.0, forward_comm - forward_block) + max(0.0, backward_comm - 2 * forward_block)
     return inp.model.layers * (members - 1) * exposed
+
+
+def token_ring_exposed_seconds(inp: StepInputs) -> float:
+    """TokenRing (trainer/ops/token_ring.py): in each of context-1 steps the queries go one way
+    and the partial results come back the other, at the same time; links are full duplex, so a
+    step takes the busier direction. Forward: queries (input dtype) against the partial output and
+    its log-sum-exp (fp32). Backward: q and dO (input dtype) with the fp32 lse and
+    delta against the fp32 dQ. The ring's one direction carries K and V (and dK/dV), so TokenRing
+    wins when the query width is small against the K/V width (few query heads per K/V head)."""
+    lay, m = inp.layout, inp.model
+    if lay.context == 1:
+        return 0.0
+    bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
+    tokens = inp.shard_tokens * inp.local_sequences
+    q_width, heads, dtype = m.heads * m.head_dim // lay.tensor, m.heads // lay.tensor, dtype_bytes(inp.precision)
+    forward_comm = max(q_width * dtype, (q_width + heads) * FP32) * tokens / bandwidth
+    backward_comm = max(2 * q_width * dtype + 2 * heads * FP32, q_width * FP32) * tokens / bandwidth
+    forward_block = attention_forward_seconds_per_layer(inp) / lay.context
+    exposed = inp.forward_passes * max(0.0, forward_comm - forward_block) + max(0.0, backward_comm - 2 * forward_block)
+    return m.layers * (lay.context - 1) * exposed
 
 
 def tensor_parallel_seconds(inp: StepInputs) -> float:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from longctx_trainer import fp8, model
-from longctx_trainer.ops import block, chunked, ring, ulysses
+from longctx_trainer.ops import block, chunked, ring, token_ring, ulysses
 
 
 def round_block_lse_to_bf16(monkeypatch):
@@ -85,6 +85,24 @@ class _LaxSkippingOneRingRotation:
 
 def skip_one_ring_rotation(monkeypatch, step: int = 1):
     monkeypatch.setattr(ring, "lax", _LaxSkippingOneRingRotation(step))
+
+
+class _LaxReturningToTheWrongOwner:
+    """`jax.lax` as token_ring.py sees it, except that every send back to the queries' owner (any
+    shift but the forward +1) lands one device short, so partial results merge into the wrong rows."""
+
+    def __getattr__(self, name):
+        return getattr(lax, name)
+
+    def ppermute(self, x, axis_name, perm):
+        n = len(perm)
+        if all(j == (i + 1) % n for i, j in perm):
+            return lax.ppermute(x, axis_name, perm)
+        return lax.ppermute(x, axis_name, [(i, (j + 1) % n) for i, j in perm])
+
+
+def return_token_ring_partials_to_the_wrong_owner(monkeypatch):
+    monkeypatch.setattr(token_ring, "lax", _LaxReturningToTheWrongOwner())
 
 
 class _JnpTilingHeads:

@@ -15,6 +15,7 @@ from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .chunked import LocalAttention, default_chunk
 from .ring import make_ring_attention
+from .token_ring import make_token_ring_attention
 from .ulysses import make_ulysses_attention
 
 ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
@@ -66,6 +67,8 @@ def context_parallel_attention(
     if impl == "ring" and context > 1:
         dual = causal and load_balance == "dual_chunk_swap"
         local = make_ring_attention(axis=CONTEXT, axis_size=context, dual_chunk_swap=dual, **options)
+    elif impl == "token_ring" and context > 1:
+        local = make_token_ring_attention(axis=CONTEXT, axis_size=context, **options)
     elif impl == "ulysses" and context > 1:
         local = make_ulysses_attention(axis=CONTEXT, axis_size=context, **heads, **options)
     elif impl == "hybrid" and context > 1:

@@ -101,16 +101,17 @@ def test_plan_fp8_on_a_gpu_without_it_is_one_line(capsys):
 def test_plan_auto_attention_shows_every_kind_on_the_chosen_layout(capsys):
     assert main(FLAGS + ["--attention", "auto", "--output", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["attentionRequested"] == "auto" and plan["attention"] in ("ring", "allGather", "ulysses", "hybrid")
+    kinds = ["allGather", "hybrid", "ring", "tokenRing", "ulysses"]
+    assert plan["attentionRequested"] == "auto" and plan["attention"] in kinds
     on_layout = [c for c in plan["candidates"] if c["layout"] == plan["layout"]]
-    assert sorted(c["attention"] for c in on_layout) == ["allGather", "hybrid", "ring", "ulysses"]
+    assert sorted(c["attention"] for c in on_layout) == kinds
     fastest = min((c for c in on_layout if c["fits"]), key=lambda c: c["stepSeconds"])
     assert fastest["attention"] == plan["attention"] and fastest["stepSeconds"] == plan["stepSeconds"]
     assert main(FLAGS + ["--attention", "auto"]) == 0
     out = capsys.readouterr().out
     assert f"Attention: {plan['attention']} (auto)" in out
     kinds = out.split("(auto keeps the fastest):")[1].split("\n\n")[0].splitlines()[2:]
-    assert [line.split()[0] for line in kinds] == ["ring", "allGather", "ulysses", "hybrid"]
+    assert [line.split()[0] for line in kinds] == ["ring", "allGather", "ulysses", "hybrid", "tokenRing"]
 
 
 def test_plan_unknown_attention_is_one_line(capsys):

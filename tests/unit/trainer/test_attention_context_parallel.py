@@ -1,4 +1,5 @@
-"""Ring, all-gather and Ulysses context-parallel attention on 8 CPU devices against the fp32 reference.
+"""Ring, all-gather, Ulysses, hybrid and TokenRing context-parallel attention on 8 CPU devices
+against the fp32 reference.
 
 Each case runs one jitted function (output and input gradients through the custom VJPs) on
 inputs laid out in the load-balancing order, undoes the order, and compares with the
@@ -70,6 +71,12 @@ CASES = [
     ("ulysses", (2, 4, 1), False, 2, "none"),
     ("ulysses", (1, 8, 1), True, 2, "dual_chunk_swap"),
     ("ulysses", (1, 8, 1), True, 1, "none"),
+    # TokenRing: queries travel, partial outputs return; every layout, GQA, a tensor axis.
+    ("token_ring", (1, 8, 1), True, 2, "dual_chunk_swap"),
+    ("token_ring", (1, 8, 1), False, 1, "none"),
+    ("token_ring", (1, 8, 1), True, 8, "striped"),
+    ("token_ring", (1, 4, 2), False, 8, "dual_chunk_swap"),
+    ("token_ring", (2, 2, 2), True, 2, "dual_chunk_swap"),
 ]
 # Hybrid: (impl, layout, causal, kv_heads, load_balance, ulysses group size): Ulysses groups of 2 or
 # 4 inside a ring of 4 or 2, K/V heads split or repeated, with and without a tensor axis.
@@ -137,6 +144,12 @@ def test_fp32_check_fails_on_mutant(mutant, monkeypatch):
         test_matches_reference_forward_and_gradients(*MUTANT_CASE)
 
 
+def test_fp32_check_fails_when_token_ring_partials_return_to_the_wrong_owner(monkeypatch):
+    mutants.return_token_ring_partials_to_the_wrong_owner(monkeypatch)
+    with pytest.raises(AssertionError):
+        test_matches_reference_forward_and_gradients("token_ring", (1, 8, 1), True, 2, "dual_chunk_swap")
+
+
 def test_fp32_check_fails_when_ulysses_pairs_query_heads_with_the_wrong_kv_heads(monkeypatch):
     mutants.tile_ulysses_kv_heads(monkeypatch)
     with pytest.raises(AssertionError):
@@ -171,7 +184,7 @@ BF16 = {
 }
 
 
-@pytest.mark.parametrize("impl", ["ring", "all_gather", "ulysses", "hybrid"])
+@pytest.mark.parametrize("impl", ["ring", "all_gather", "ulysses", "hybrid", "token_ring"])
 def test_bf16_within_bf16_tolerance(impl):
     result = context_parallel_with_grads(
         make_mesh(1, 8, 1),

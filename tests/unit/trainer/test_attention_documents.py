@@ -85,6 +85,9 @@ CASES = [
     ("hybrid", (1, 8, 1), True, 2, dict(load_balance="dual_chunk_swap", ulysses=2, chunk_tokens=8, offload=True)),
     ("hybrid", (1, 8, 1), True, 1, dict(load_balance="striped", ulysses=4)),
     ("hybrid", (2, 4, 1), False, 8, dict(load_balance="none", ulysses=2)),
+    ("token_ring", (1, 8, 1), True, 2, dict(load_balance="dual_chunk_swap")),
+    ("token_ring", (1, 8, 1), False, 1, dict(load_balance="none")),
+    ("token_ring", (1, 4, 2), True, 8, dict(load_balance="striped", chunk_tokens=8, offload=True)),
 ]
 
 
@@ -101,6 +104,12 @@ def test_document_masked_matches_reference_forward_and_gradients(case):
     assert_matches_reference(result, masked_reference(kv_heads, causal), FP32)
 
 
+def test_document_check_fails_when_token_ring_partials_return_to_the_wrong_owner(monkeypatch):
+    mutants.return_token_ring_partials_to_the_wrong_owner(monkeypatch)
+    with pytest.raises(AssertionError):
+        test_document_masked_matches_reference_forward_and_gradients(CASES[16])
+
+
 def test_the_mask_matters():
     """The masked reference differs from the unmasked one by far more than the tolerance, so the
     comparisons above could not pass without masking."""
@@ -110,7 +119,7 @@ def test_the_mask_matters():
 
 
 @pytest.mark.parametrize("mutant", [mutants.ignore_document_mask, mutants.skip_pairs_of_one_document])
-@pytest.mark.parametrize("case", [CASES[0], CASES[9], CASES[14]], ids=_id)
+@pytest.mark.parametrize("case", [CASES[0], CASES[9], CASES[14], CASES[16]], ids=_id)
 def test_document_check_fails_on_mutant(mutant, case, monkeypatch):
     mutant(monkeypatch)
     with pytest.raises(AssertionError):

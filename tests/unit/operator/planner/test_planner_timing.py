@@ -113,10 +113,39 @@ def test_auto_attention_keeps_the_fastest_kind_that_fits(fabric, expected):
     # TCP they do not, and one all-gather of K/V per layer and pass costs less than the exposed ring.
     job = dict(sequence_length=32_768, global_batch_tokens=32_768, data=None, context=None, tensor=None, fabric=fabric)
     auto = plan(request(attention="auto", **job))
-    each = {kind: plan(request(attention=kind, **job)) for kind in ("ring", "all_gather", "ulysses", "hybrid")}
+    kinds = ("ring", "all_gather", "ulysses", "hybrid", "token_ring")
+    each = {kind: plan(request(attention=kind, **job)) for kind in kinds}
     assert auto.attention == expected == min(each, key=lambda kind: each[kind].step_seconds)
     assert auto.step_seconds == each[expected].step_seconds and auto.layout == each[expected].layout
     assert {c.attention for c in auto.candidates} == set(each)  # every kind planned on every layout
+
+
+def test_token_ring_exposure_over_tcp_by_hand():
+    step = plan(request(fabric="tcp", attention="token_ring")).step
+    # Shard 8192 tokens; queries 4096 wide, 32 heads. Forward: bf16 q one way, fp32 out + lse back.
+    forward_comm = max(4096 * 2, (4096 + 32) * 4) * 8192 / TCP
+    # Backward: bf16 q and dO plus fp32 lse and delta one way, fp32 dQ back.
+    backward_comm = max(2 * 4096 * 2 + 2 * 32 * 4, 4096 * 4) * 8192 / TCP
+    block = 2 * 4096 * 262_144 * 8192 / 32 / F
+    per_step = 2 * (forward_comm - block) + (backward_comm - 2 * block)
+    assert step.ring_exposed == pytest.approx(32 * 31 * per_step, rel=1e-9)
+
+
+def test_auto_picks_token_ring_where_the_query_side_is_lighter_than_the_ring():
+    # Multi-head attention (K/V as wide as the queries) at 16K on 2 nodes of 8 over InfiniBand: the
+    # ring's dK/dV in fp32 one way cost more than TokenRing's queries one way and dQ the other.
+    mha = replace(LLAMA8B, kv_heads=LLAMA8B.heads)
+    job = dict(model=mha, nodes=2, sequence_length=16_384, global_batch_tokens=16_384)
+    auto = plan(request(attention="auto", data=None, context=None, tensor=None, **job))
+    assert auto.attention == "token_ring"
+    assert auto.step.ring_exposed < plan(request(attention="ring", **auto_layout(auto), **job)).step.ring_exposed
+    # Grouped-query llama3-8b (4 query heads per K/V head): the ring moves a quarter of the bytes.
+    gqa = plan(request(attention="auto", data=None, context=None, tensor=None, **{**job, "model": LLAMA8B}))
+    assert gqa.attention != "token_ring"
+
+
+def auto_layout(chosen):
+    return dict(data=chosen.layout.data, context=chosen.layout.context, tensor=chosen.layout.tensor)
 
 
 def test_auto_attention_with_a_manual_layout_picks_the_kind_only():
