@@ -561,11 +561,13 @@ def stop_cluster(state: Path) -> None:
 def busy(cluster: Cluster, args, scratch: Path, audit: Path) -> dict[str, dict]:
     """longctx on the idle cluster, then longctx and JobSet while unrelated pods churn."""
     results = {IDLE: run_system("longctx", cluster, args, scratch, audit, label="-idle")}
+    report({IDLE: results[IDLE]}, args, args.busy_nodes)  # printed at once: the busy runs are long
     churn = Churn(cluster, args.busy_pods, args.churn)
     churn.fill()
     try:
         for system in ("longctx", "jobset"):
             results[system] = run_system(system, cluster, args, scratch, audit, label="-busy")
+            report({system: results[system]}, args, args.busy_nodes)
     finally:
         churn.stop()
     return results
@@ -588,6 +590,9 @@ def main() -> int:
         help="an extra kube-controller-manager flag, e.g. --controller-manager-arg=--concurrent-job-syncs=50",
     )
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--cluster-dir", type=Path, help="use this running cluster (hack/cluster/up's state) for one scenario"
+    )
     args = parser.parse_args()
     systems, scenarios = args.systems.split(","), args.scenarios.split(",")
     if not set(systems) <= set(SYSTEMS):
@@ -598,10 +603,13 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="longctx-scale-"))
     try:
         for scenario in scenarios:
-            state = scratch / f"cluster-{scenario}"
+            state = args.cluster_dir or scratch / f"cluster-{scenario}"
             nodes = args.nodes if scenario == "quiet" else args.busy_nodes
             try:
-                cluster, audit = start_cluster(nodes, state, args)
+                if args.cluster_dir:
+                    cluster, audit = Cluster(state / "kubeconfig"), state / "logs" / "audit.log"
+                else:
+                    cluster, audit = start_cluster(nodes, state, args)
                 if scenario == "quiet":
                     results = {s: run_system(s, cluster, args, scratch, audit) for s in systems}
                 else:
