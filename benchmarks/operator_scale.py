@@ -1,6 +1,7 @@
 """The operator at scale on a simulated cluster, against two baselines in the same run.
 
     python benchmarks/operator_scale.py [--nodes 512] [--jobs 50] [--pods 8] [--systems raw,jobset,longctx]
+        [--scenarios quiet,busy] [--busy-nodes 2000] [--busy-pods 20000] [--churn 20]
         [--controller-manager-arg=--concurrent-job-syncs=50 ...]
 
 Starts a private control plane with --nodes simulated 8-GPU nodes (hack/cluster/up, with an audit log
@@ -15,7 +16,14 @@ Each system gets one warm-up gang, then --jobs gangs created at once (pods kept 
 controller is stopped and its gangs deleted before the next. It prints p50/p95/max seconds from each
 gang's creation to all its pods Running (with the stages on the way), the ratios of p50 and p95
 against raw and JobSet, API requests per gang by client (the API server's audit log, by user agent,
-between the first create and the last Running), and the controllers' peak resident memory (VmHWM).
+between the first create and the last Running, the operator's cluster-wide lists included), the
+controllers' CPU seconds for the batch and peak resident memory (VmHWM), and longctx's reconcile
+latency (first watch event to decision, its longctx_operator_reconcile_latency_seconds histogram).
+
+Those are the "quiet" scenario. The "busy" one starts a second cluster of --busy-nodes nodes and
+runs longctx's gangs there twice, first on the idle cluster, then while --busy-pods unrelated pods
+churn (the benchmark keeps that many and replaces --churn of them per second, created and deleted),
+then JobSet's under the same churn: the operator's cost must not grow with pods that are not its own.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -160,17 +169,25 @@ def client(user_agent: str) -> str:
     return {"kopf": "longctx-operator", APPLIER: "apply"}.get(program, program)
 
 
+CONTROLLERS = ("longctx-operator", "jobset")
+
+
 def audit_counts(path: Path, namespace: str, since: float, until: float) -> Counter[str]:
-    """Requests for objects in the namespace received between since and until, by client."""
+    """Requests received between since and until, by client: those for objects in the namespace,
+    and the controllers' cluster-wide ones (the operator's lists of other pods, its node watch)."""
     counts: Counter[str] = Counter()
     with path.open() as log:
         for line in log:
+            if '"ResponseComplete"' not in line:
+                continue
             event = json.loads(line)
-            if event.get("stage") != "ResponseComplete" or event.get("objectRef", {}).get("namespace") != namespace:
+            who = client(event.get("userAgent", "?"))
+            where = event.get("objectRef", {}).get("namespace")
+            if where != namespace and (where or who not in CONTROLLERS):
                 continue
             received = datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
             if since <= received <= until:
-                counts[client(event.get("userAgent", "?"))] += 1
+                counts[who] += 1
     return counts
 
 
@@ -310,6 +327,7 @@ class Controller:
         self.system, self.cluster, self.scratch = system, cluster, scratch
         self.process: subprocess.Popen | None = None
         self.jobset: jobset_controller.JobSetController | None = None
+        self.metrics_port = free_port()
 
     def start(self) -> None:
         if self.system == "jobset":
@@ -321,11 +339,23 @@ class Controller:
             config.write_text(json.dumps(OPERATOR_CONFIG))
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces", "--config",
-                 str(config), "--metrics-port", str(free_port()), "--health-port", "0"],
+                 str(config), "--metrics-port", str(self.metrics_port), "--health-port", "0"],
                 env=self.cluster.env,
                 stdout=open(self.scratch / "longctx-operator.log", "wb"),
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
+
+    def latency_buckets(self) -> dict[float, float]:
+        """longctx's reconcile-latency histogram: upper bound -> cumulative count."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            lines = r.read().decode().splitlines()
+        prefix = "longctx_operator_reconcile_latency_seconds_bucket{le="
+        return {
+            float(line[len(prefix) + 1 :].split('"')[0]): float(line.rsplit(" ", 1)[1])
+            for line in lines
+            if line.startswith(prefix)
+        }
 
     def stop(self) -> None:
         if self.jobset is not None:
@@ -347,8 +377,15 @@ def delete_gangs(cluster: Cluster, namespace: str, timeout: float = 300) -> None
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
-def run_system(system: str, cluster: Cluster, args, scratch: Path, audit: Path | None) -> dict:
-    namespace = f"scale-{system}-{os.getpid()}"
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The upper bound of the histogram bucket holding quantile q of the observations in between."""
+    counts = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    total = counts[float("inf")]
+    return next(le for le, n in counts.items() if n >= q * total) if total else float("nan")
+
+
+def run_system(system: str, cluster: Cluster, args, scratch: Path, audit: Path | None, label: str = "") -> dict:
+    namespace = f"scale-{system}{label}-{os.getpid()}"
     cluster.kubectl("create", "namespace", namespace)
     while True:
         try:
@@ -363,6 +400,7 @@ def run_system(system: str, cluster: Cluster, args, scratch: Path, audit: Path |
         timeline.apply({"warmup": gang_objects(system, "warmup", namespace, args.pods)}, args.timeout)
         print(f"{system}: warm-up gang Running", flush=True)
         cpu_before = cpu_seconds(controller.process.pid) if controller.process else 0.0
+        latency_before = controller.latency_buckets() if system == "longctx" else None
         names = [f"scale-{i:03d}" for i in range(args.jobs)]
         since = time.time()
         stages = timeline.apply({n: gang_objects(system, n, namespace, args.pods) for n in names}, args.timeout)
@@ -372,6 +410,9 @@ def run_system(system: str, cluster: Cluster, args, scratch: Path, audit: Path |
         if controller.process is not None:
             result["cpu"] = cpu_seconds(controller.process.pid) - cpu_before
             result["rss"] = peak_rss_mib(controller.process.pid)
+        if latency_before is not None:
+            after = controller.latency_buckets()
+            result["latency"] = [bucket_quantile(latency_before, after, q) for q in (0.5, 0.95)]
         if audit is not None:
             result["requests"] = audit_counts(audit, namespace, since, until)
         return result
@@ -388,8 +429,70 @@ STAGE_LABELS = {
 }
 
 
-def report(results: dict[str, dict], args) -> None:
-    print(f"\n{args.jobs} gangs x {args.pods} pods at once on {args.nodes} nodes; seconds from each gang's creation:")
+class Churn:
+    """Keeps `count` unrelated pods (no controller, tolerating every taint, no GPUs) in their own
+    namespace, and from start() replaces `rate` of them per second: the oldest deleted, a new one
+    created, each one request."""
+
+    def __init__(self, cluster: Cluster, count: int, rate: float):
+        import kubernetes
+
+        config = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(str(cluster.kubeconfig), client_configuration=config)
+        config.connection_pool_maxsize = APPLY_THREADS
+        api = kubernetes.client.ApiClient(config)
+        api.user_agent = "longctx-bench-churn"
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.namespace = f"busy-{os.getpid()}"
+        cluster.kubectl("create", "namespace", self.namespace)
+        self.count, self.rate, self.made = count, rate, 0
+        self.alive: list[str] = []
+        self.stopped = threading.Event()
+        self.pool = ThreadPoolExecutor(APPLY_THREADS)
+
+    def _create(self) -> None:
+        name = f"busy-{self.made:06d}"
+        self.made += 1
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": "busy"}},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}],
+                "tolerations": [{"operator": "Exists"}],
+            },
+        }
+        self.alive.append(name)
+        self.pool.submit(self.core.create_namespaced_pod, self.namespace, pod, _preload_content=False)
+
+    def fill(self) -> None:
+        t = time.monotonic()
+        while self.made < self.count:
+            self._create()
+        self.pool.shutdown(wait=True)
+        self.pool = ThreadPoolExecutor(APPLY_THREADS)
+        print(f"busy: {self.count} unrelated pods created in {time.monotonic() - t:.0f}s", flush=True)
+        threading.Thread(target=self._churn, daemon=True).start()
+
+    def _churn(self) -> None:
+        while not self.stopped.wait(1.0):
+            for _ in range(int(self.rate)):
+                self.pool.submit(
+                    self.core.delete_namespaced_pod,
+                    self.alive.pop(0),
+                    self.namespace,
+                    grace_period_seconds=0,
+                    _preload_content=False,
+                )
+                self._create()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def report(results: dict[str, dict], args, nodes: int) -> None:
+    print(f"\n{args.jobs} gangs x {args.pods} pods at once on {nodes} nodes; seconds from each gang's creation:")
     for system, result in results.items():
         print(f"{system} (all gangs created in {result['apply_seconds']:.1f}s):")
         for stage, label in STAGE_LABELS.items():
@@ -400,6 +503,9 @@ def report(results: dict[str, dict], args) -> None:
             )
         if "rss" in result:
             print(f"  controller: peak RSS {result['rss']:.0f} MiB, {result['cpu']:.1f} CPU seconds for the batch")
+        if "latency" in result:
+            p50, p95 = result["latency"]
+            print(f"  reconcile latency (event to decision, bucket bound): p50 <= {p50}s, p95 <= {p95}s")
         if "requests" in result:
             counts = result["requests"]
             by_client = ", ".join(f"{c} {n / args.jobs:.1f}" for c, n in counts.most_common())
@@ -409,6 +515,62 @@ def report(results: dict[str, dict], args) -> None:
         if "longctx" in running and base in running:
             ratios = [percentile(running["longctx"], q) / percentile(running[base], q) for q in (0.5, 0.95)]
             print(f"longctx/{base}: all pods Running p50 x{ratios[0]:.2f}, p95 x{ratios[1]:.2f}")
+    if IDLE in results and "longctx" in results:
+        idle, busy = results[IDLE], results["longctx"]
+        cpu, rss = busy["cpu"] / idle["cpu"], busy["rss"] / idle["rss"]
+        print(f"longctx busy/idle: CPU seconds x{cpu:.2f}, peak RSS x{rss:.2f}")
+
+
+IDLE = "longctx-idle"
+
+
+def start_cluster(nodes: int, state: Path, args) -> tuple[Cluster, Path]:
+    """A private control plane with `nodes` simulated nodes, an audit log and the CRD."""
+    policy = state.with_suffix(".audit-policy.json")
+    policy.write_text(json.dumps(AUDIT_POLICY))
+    t = time.monotonic()
+    subprocess.run(
+        [str(SCRIPTS / "up"), "--nodes", str(nodes)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=os.environ
+        | {
+            "LONGCTX_CLUSTER_DIR": str(state),
+            "LONGCTX_AUDIT_POLICY": str(policy),
+            "LONGCTX_CONTROLLER_MANAGER_ARGS": " ".join(args.controller_manager_arg),
+        },
+    )
+    print(f"cluster with {nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
+    cluster = Cluster(state / "kubeconfig")
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    for attempt in range(20):  # `kubectl wait` fails outright while the new CRD has no conditions
+        try:
+            cluster.kubectl("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+            break
+        except KubectlError:
+            if attempt == 19:
+                raise
+            time.sleep(0.5)
+    return cluster, state / "logs" / "audit.log"
+
+
+def stop_cluster(state: Path) -> None:
+    subprocess.run([str(SCRIPTS / "down")], env=os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}, check=False)
+
+
+def busy(cluster: Cluster, args, scratch: Path, audit: Path) -> dict[str, dict]:
+    """longctx on the idle cluster, then longctx and JobSet while unrelated pods churn."""
+    results = {IDLE: run_system("longctx", cluster, args, scratch, audit, label="-idle")}
+    report({IDLE: results[IDLE]}, args, args.busy_nodes)  # printed at once: the busy runs are long
+    churn = Churn(cluster, args.busy_pods, args.churn)
+    churn.fill()
+    try:
+        for system in ("longctx", "jobset"):
+            results[system] = run_system(system, cluster, args, scratch, audit, label="-busy")
+            report({system: results[system]}, args, args.busy_nodes)
+    finally:
+        churn.stop()
+    return results
 
 
 def main() -> int:
@@ -417,54 +579,48 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--pods", type=int, default=8)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="which to run, in this order")
+    parser.add_argument("--scenarios", default="quiet,busy", help="quiet (--systems on --nodes), busy, or both")
+    parser.add_argument("--busy-nodes", type=int, default=2000)
+    parser.add_argument("--busy-pods", type=int, default=20000, help="unrelated pods kept in the busy scenario")
+    parser.add_argument("--churn", type=int, default=20, help="unrelated pods replaced per second")
     parser.add_argument(
         "--controller-manager-arg",
         action="append",
         default=[],
         help="an extra kube-controller-manager flag, e.g. --controller-manager-arg=--concurrent-job-syncs=50",
     )
-    parser.add_argument("--kubeconfig", type=Path, help="use this running cluster (no audit log) instead")
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--cluster-dir", type=Path, help="use this running cluster (hack/cluster/up's state) for one scenario"
+    )
     args = parser.parse_args()
-    systems = args.systems.split(",")
+    systems, scenarios = args.systems.split(","), args.scenarios.split(",")
     if not set(systems) <= set(SYSTEMS):
         parser.error(f"--systems: choose from {', '.join(SYSTEMS)}")
+    if not set(scenarios) <= {"quiet", "busy"}:
+        parser.error("--scenarios: choose from quiet, busy")
 
     scratch = Path(tempfile.mkdtemp(prefix="longctx-scale-"))
-    state, audit = None, None
     try:
-        if args.kubeconfig:
-            kubeconfig = args.kubeconfig
-        else:
-            state = scratch / "cluster"
-            policy = scratch / "audit-policy.json"
-            policy.write_text(json.dumps(AUDIT_POLICY))
-            t = time.monotonic()
-            subprocess.run(
-                [str(SCRIPTS / "up"), "--nodes", str(args.nodes)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-                env=os.environ
-                | {
-                    "LONGCTX_CLUSTER_DIR": str(state),
-                    "LONGCTX_AUDIT_POLICY": str(policy),
-                    "LONGCTX_CONTROLLER_MANAGER_ARGS": " ".join(args.controller_manager_arg),
-                },
-            )
-            print(f"cluster with {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
-            kubeconfig, audit = state / "kubeconfig", state / "logs" / "audit.log"
-        cluster = Cluster(kubeconfig)
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
-        results = {}
-        for system in systems:
-            results[system] = run_system(system, cluster, args, scratch, audit)
-        report(results, args)
-        print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+        for scenario in scenarios:
+            state = args.cluster_dir or scratch / f"cluster-{scenario}"
+            nodes = args.nodes if scenario == "quiet" else args.busy_nodes
+            try:
+                if args.cluster_dir:
+                    cluster, audit = Cluster(state / "kubeconfig"), state / "logs" / "audit.log"
+                else:
+                    cluster, audit = start_cluster(nodes, state, args)
+                if scenario == "quiet":
+                    results = {s: run_system(s, cluster, args, scratch, audit) for s in systems}
+                else:
+                    results = busy(cluster, args, scratch, audit)
+                print(f"\n== {scenario} ==")
+                report(results, args, nodes)
+                print(f"load average: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
+            finally:
+                stop_cluster(state)
         return 0
     finally:
-        if state is not None:
-            subprocess.run([str(SCRIPTS / "down")], env=os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}, check=False)
         shutil.rmtree(scratch, ignore_errors=True)
 
 

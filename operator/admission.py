@@ -7,7 +7,7 @@ matching the pod's node selector, its taints tolerated, and enough unrequested G
 waiting to be scheduled take such nodes first, but only those pods that could run on them (their
 node selector, required node affinity and tolerations): a gang that can never be scheduled holds
 no one else back. Pure functions over Node and Pod dicts; the reconciler runs `admit_gang` off the
-event loop (it reads every node and pod).
+event loop (it reads every node), over the jobs' own pods and the others' occupancy (occupancy.py).
 """
 
 from __future__ import annotations
@@ -142,9 +142,10 @@ def node_matches(node: dict, request: GangRequest) -> bool:
     )
 
 
-def free_gpus(nodes: list[dict], pods: list[dict]) -> dict[str, int]:
-    """Allocatable GPUs of each node minus those requested by its pods that still hold resources."""
-    used: dict[str, int] = {}
+def free_gpus(nodes: list[dict], pods: list[dict], held: dict[str, int] | None = None) -> dict[str, int]:
+    """Allocatable GPUs of each node minus those requested by its pods that still hold resources and
+    those `held` there by pods not in `pods` (occupancy.py)."""
+    used = dict(held or {})
     for pod in pods:
         node = pod.get("spec", {}).get("nodeName")
         if node and holds_resources(pod):
@@ -176,13 +177,19 @@ def waiting_gpu_pods(pods: list[dict], candidates: list[dict], free: dict[str, i
     return count
 
 
-def admit_gang(request: GangRequest, nodes: list[dict], pods: list[dict], reserved_nodes: int = 0) -> Admission:
+def admit_gang(
+    request: GangRequest,
+    nodes: list[dict],
+    pods: list[dict],
+    reserved_nodes: int = 0,
+    held: dict[str, int] | None = None,
+) -> Admission:
     """Whether `request` fits now. `reserved_nodes`: nodes promised to gangs admitted a moment ago
-    whose pods the caller has not seen yet."""
+    whose pods the caller has not seen yet; `held`: GPUs per node of bound pods not in `pods`."""
     if request.gpus_per_pod == 0:
         return Admission(True, reasons.NO_GPUS_REQUESTED, "the gang requests no GPUs; the scheduler places it")
     matching = [n for n in nodes if node_matches(n, request)]
-    free = free_gpus(matching, pods)
+    free = free_gpus(matching, pods, held)
     candidates = [n for n in matching if free[n["metadata"]["name"]] >= request.gpus_per_pod]
     waiting = waiting_gpu_pods(pods, candidates, free) + reserved_nodes
     available = max(0, len(candidates) - waiting)
@@ -243,6 +250,13 @@ def admission_backoff(refusals: int) -> float:
     """Seconds a job's refused builtin admission stands before it is counted again: 5 s after the
     first refusal, doubling to 30 s (each count reads every node and pod)."""
     return min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2.0 ** max(0, refusals - 1))
+
+
+def builtin_admission_enabled(config: OperatorConfig) -> bool:
+    """Whether any job may be admitted by builtin admission (the operator then watches nodes)."""
+    if config.force_admission is not None:
+        return config.force_admission == "builtin"
+    return "builtin" in config.admission_modes
 
 
 def scheduling_for(spec: LongContextJobSpec, config: OperatorConfig) -> tuple[LongContextJobSpec, str | None]:

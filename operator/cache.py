@@ -161,8 +161,8 @@ class Cache:
         return (job[0], owner.get("name")) if owner else None
 
     def put_pod(self, obj: dict, deleted: bool) -> Key | None:
-        """Any pod (builtin admission counts every pod's GPUs), indexed by its controller Job;
-        returns the LongContextJob controlling that Job, if it is cached."""
+        """A pod with the job-name label (watch.py), indexed by its controller Job; returns the
+        LongContextJob controlling that Job, if it is cached."""
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         old = self.pods.pop((namespace, name), None)
         if old is not None and (ref := controller_of(old)) is not None:

@@ -1,5 +1,9 @@
 """kopf handlers, thin: watch events go to the reconciler's cache and queue (reconciler.py).
 
+kopf watches the LongContextJobs (and Kueue's Workloads); the jobs' Jobs and pods, and the nodes
+when builtin admission may run, come from watches filtered by the API server (watch.py), started
+with the reconciler.
+
 `make_registry(config)` registers them in an explicit kopf registry; `longctx operator` (main.py)
 runs it with the configuration in kopf's memo. Nothing is read at import time.
 
@@ -10,15 +14,21 @@ garbage collector removes its children through their ownerReferences.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import time
 
 import kopf
 import prometheus_client
 
+from .admission import builtin_admission_enabled
 from .config import OperatorConfig
 from .kube import GROUP, PLURAL, VERSION, Kube, load_client
 from .names import JOB_NAME_LABEL, KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_PLURAL, KUEUE_WORKLOAD_VERSION
+from .occupancy import OtherPods
 from .reconciler import Reconciler, api_threads
+from .watch import Watch
 
 
 def _deleted(event: dict) -> bool:
@@ -51,9 +61,29 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
 
 
+def scoped(config: OperatorConfig, list_all, list_namespaced) -> list:
+    """A kind's list method for each watched namespace, or the cluster-wide one."""
+    if not config.watch_namespaces:
+        return [list_all]
+    return [functools.partial(list_namespaced, ns) for ns in config.watch_namespaces]
+
+
+def watches(config: OperatorConfig, kube: Kube, reconciler: Reconciler, loop) -> list[Watch]:
+    """The jobs' Jobs and pods by their job-name label; every node only when builtin admission may
+    run and the configuration can read them."""
+    jobs = scoped(config, kube.batch.list_job_for_all_namespaces, kube.batch.list_namespaced_job)
+    pods = scoped(config, kube.core.list_pod_for_all_namespaces, kube.core.list_namespaced_pod)
+    found = [Watch("jobs", j, reconciler.workload_event, loop, label_selector=JOB_NAME_LABEL) for j in jobs] + [
+        Watch("pods", p, reconciler.pod_event, loop, label_selector=JOB_NAME_LABEL) for p in pods
+    ]
+    if config.read_nodes and builtin_admission_enabled(config):
+        found.append(Watch("nodes", kube.core.list_node, reconciler.node_event, loop))
+    return found
+
+
 def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
-    """The operator's handlers; nodes and Kueue's Workloads are watched only when the configuration
-    says it can read them."""
+    """The operator's handlers; Kueue's Workloads are watched only when the configuration says it
+    can read them."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -67,11 +97,18 @@ def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         configure(settings)
         if memo.config.metrics_port:
             prometheus_client.start_http_server(memo.config.metrics_port)
-        memo.reconciler = Reconciler(Kube(load_client(api_threads(memo.config))), memo.config)
+        kube = Kube(load_client(api_threads(memo.config)))
+        pod_lists = scoped(memo.config, kube.core.list_pod_for_all_namespaces, kube.core.list_namespaced_pod)
+        memo.reconciler = Reconciler(kube, memo.config, OtherPods(pod_lists, time.monotonic))
         memo.reconciler.start()
+        memo.watches = watches(memo.config, kube, memo.reconciler, asyncio.get_running_loop())
+        for watch in memo.watches:
+            watch.start()
 
     @kopf.on.cleanup(registry=registry)
     async def stop(memo: kopf.Memo, **_) -> None:
+        for watch in getattr(memo, "watches", []):
+            watch.stop()
         if getattr(memo, "reconciler", None) is not None:
             await memo.reconciler.stop()
 
@@ -83,26 +120,11 @@ def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         """LongContextJobs outside the excluded namespaces (kube-system, ...: never served)."""
         memo.reconciler.job_event(event["object"], _deleted(event))
 
-    @kopf.on.event("batch/v1", "jobs", labels={JOB_NAME_LABEL: kopf.PRESENT}, registry=registry)
-    async def workload_event(event, memo: kopf.Memo, **_) -> None:
-        memo.reconciler.workload_event(event["object"], _deleted(event))
-
-    @kopf.on.event("v1", "pods", registry=registry)
-    async def pod_event(event, memo: kopf.Memo, **_) -> None:
-        """Every pod: the job's ranks, and the GPUs other pods hold (builtin admission)."""
-        memo.reconciler.pod_event(event["object"], _deleted(event))
-
     if config.read_kueue_workloads:
 
         @kopf.on.event(KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_VERSION, KUEUE_WORKLOAD_PLURAL, registry=registry)
         async def kueue_workload_event(event, memo: kopf.Memo, **_) -> None:
             """Kueue's Workloads: why a job waits in its queue, or why Kueue evicted it."""
             memo.reconciler.kueue_workload_event(event["object"], _deleted(event))
-
-    if config.read_nodes:
-
-        @kopf.on.event("v1", "nodes", registry=registry)
-        async def node_event(event, memo: kopf.Memo, **_) -> None:
-            memo.reconciler.node_event(event["object"], _deleted(event))
 
     return registry

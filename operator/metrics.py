@@ -24,6 +24,16 @@ ADMISSION_WAIT = Histogram(
     "to its workload's creation; 0 when admitted at once.",
     buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )
+RECONCILE_LATENCY = Histogram(
+    "longctx_operator_reconcile_latency_seconds",
+    "Seconds from the first watch event that queued a job to the decision that followed it.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 10),
+)
+WATCH_EVENTS = Counter(
+    "longctx_operator_watch_events",
+    "Objects the operator's label-selected watches delivered (listed or watched), by resource.",
+    ["resource"],
+)
 API_REQUESTS = Counter("longctx_operator_api_requests", "Kubernetes API requests of the reconciler, by verb.", ["verb"])
 PHASES = Phase.__args__
 

@@ -30,6 +30,7 @@ from .kube import Kube, NotOwned
 from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide
 from .names import workload_name
 from .observe import MISSING, WorkloadObservation, observe_workload
+from .occupancy import OtherPods
 from .progress import ProgressPoller
 from .render import render_workload
 from .render.workload import node_selector, tolerations
@@ -110,8 +111,11 @@ class JobState:
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, config: OperatorConfig):
+    def __init__(self, kube: Kube, config: OperatorConfig, other_pods: OtherPods | None = None):
+        """`other_pods`: the pods builtin admission counts besides the jobs' own (none by default)."""
         self.kube, self.config = kube, config
+        self.other_pods = other_pods or OtherPods([], time.monotonic)
+        self._event_at: dict[Key, float] = {}  # first watch event not yet decided on (RECONCILE_LATENCY)
         self.cache = Cache()
         self.queue = WorkQueue()
         self.workers = config.workers
@@ -121,8 +125,8 @@ class Reconciler:
         self.jobs: dict[Key, JobState] = {}  # what the operator remembers of each job between reconciles
         self._tasks: list[asyncio.Task] = []
         self._threads = ThreadPoolExecutor(max_workers=api_threads(config), thread_name_prefix="kube")
-        # Builtin admission reads every node and pod (0.17 s at 2,000 nodes and 30,000 pods): one
-        # thread, off the event loop, one count at a time.
+        # Builtin admission reads every node and lists the other pods (occupancy.py): one thread,
+        # off the event loop, one count at a time.
         self._admission_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="admission")
         self.progress = ProgressPoller(self.cache, kube, self._call, config)
         self.watchdog = Watchdog(self.cache, config, self.queue.add)
@@ -139,16 +143,19 @@ class Reconciler:
             self.progress.forget(key)
             self.watchdog.forget(key)
             self.jobs.pop(key, None)
+            self._event_at.pop(key, None)
             metrics.forget_job(*key)
         else:
             metrics.track_job(*key)
             observed = (obj.get("status") or {}).get("observedGeneration")
             if self._state(key).failures and observed == obj["metadata"].get("generation"):
                 return  # no spec change since it was last decided (often our own patch): the backoff retries
+            self._event(key)
             self.queue.add(key)
 
     def workload_event(self, obj: dict, deleted: bool) -> None:
         if (key := self.cache.put_workload(obj, deleted)) is not None:
+            self._event(key)
             self.queue.add_after(key, COALESCE_SECONDS)
 
     def kueue_workload_event(self, obj: dict, deleted: bool) -> None:
@@ -158,9 +165,13 @@ class Reconciler:
     def pod_event(self, obj: dict, deleted: bool) -> None:
         key = self.cache.put_pod(obj, deleted)
         if key is not None:
+            self._event(key)
             self.queue.add_after(key, COALESCE_SECONDS)
         if deleted or obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             self.wake_pending()  # GPUs may have been freed
+
+    def _event(self, key: Key) -> None:
+        self._event_at.setdefault(key, time.monotonic())
 
     def node_event(self, obj: dict, deleted: bool) -> None:
         self.cache.put_node(obj, deleted)
@@ -254,7 +265,10 @@ class Reconciler:
                 key, lambda other, generation: len(self.cache.generation_pods(other, generation))
             )
             nodes, pods = list(self.cache.nodes.values()), list(self.cache.pods.values())
-            verdict = await loop.run_in_executor(self._admission_thread, admit_gang, request, nodes, pods, reserved)
+            others = await loop.run_in_executor(self._admission_thread, self.other_pods.current)
+            verdict = await loop.run_in_executor(
+                self._admission_thread, admit_gang, request, nodes, pods + others.waiting, reserved, others.used
+            )
             if not verdict.fits or version == self.reservations.version:
                 break
         state = self._state(key)
@@ -266,6 +280,7 @@ class Reconciler:
             state.admission_due = time.monotonic() + admission_backoff(state.admission_refusals)
 
     async def reconcile(self, key: Key) -> float | None:
+        since = self._event_at.pop(key, None)
         obj = self.cache.jobs_of.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None  # children go with the owner (garbage collector)
@@ -318,6 +333,8 @@ class Reconciler:
         except AdmissionDue:
             await self._count_admission(key, spec)
             decision = next_step()  # no await from the count to the reservation (_account)
+        if since is not None:
+            metrics.RECONCILE_LATENCY.observe(time.monotonic() - since)
         self._account(key, job, status, decision)
         await self._apply(key, obj, job, status, decision, annotations.values)
         metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])

@@ -229,3 +229,11 @@ def test_admission_settings_are_checked(bad):
 
     with pytest.raises(ValidationError, match=next(iter(bad))):
         OperatorConfig.model_validate(bad)
+
+
+def test_gpus_held_by_pods_outside_the_watch_count_with_the_jobs_own():
+    nodes = [node("a"), node("b"), node("c")]
+    assert free_gpus(nodes, [pod("a", 3)], held={"a": 2, "c": 8}) == {"a": 3, "b": 8, "c": 0}
+    assert admit_gang(gang(2), nodes, [pod("a", 3)], held={"c": 8}).fits is False
+    assert admit_gang(gang(2), nodes, [pod("a", 3)], held={"c": 1}).fits is False
+    assert admit_gang(gang(2), nodes, [], held={"c": 8}).fits is True

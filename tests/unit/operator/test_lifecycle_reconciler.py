@@ -5,7 +5,7 @@ import asyncio
 from longctx_operator import reasons
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
 from longctx_operator.config import OperatorConfig
-from longctx_operator.reconciler import add_pod_annotations, status_patch
+from longctx_operator.reconciler import Reconciler, add_pod_annotations, status_patch
 from longctx_operator.workqueue import WorkQueue
 
 
@@ -54,15 +54,40 @@ def test_allowed_pod_annotations_join_the_fabric_annotations_which_win():
     }
 
 
-def test_nodes_are_watched_only_when_the_configuration_can_read_them():
-    from longctx_operator.handlers import make_registry
+def test_nodes_are_watched_only_when_builtin_admission_may_run_and_they_can_be_read():
+    import kubernetes
+
+    from longctx_operator.handlers import make_registry, watches
+    from longctx_operator.kube import Kube
+
+    kube = Kube(kubernetes.client.ApiClient())
 
     def watched(config):
-        return {h.selector.any_name for h in make_registry(config)._watching.get_all_handlers()}
+        return [w.resource for w in watches(config, kube, Reconciler(kube, config), loop=None)]
 
-    assert "nodes" in watched(OperatorConfig())
-    without = watched(OperatorConfig(read_nodes=False))
-    assert "nodes" not in without and {"pods", "jobs"} <= without
+    assert watched(OperatorConfig()) == ["jobs", "pods", "nodes"]
+    assert watched(OperatorConfig(read_nodes=False)) == ["jobs", "pods"]
+    assert watched(OperatorConfig(admission_modes=["kueue", "none"])) == ["jobs", "pods"]
+    assert watched(OperatorConfig(force_admission="kueue")) == ["jobs", "pods"]
+    assert watched(OperatorConfig(watch_namespaces=["a", "b"])) == ["jobs", "jobs", "pods", "pods", "nodes"]
+    kopf_kinds = {h.selector.any_name for h in make_registry(OperatorConfig())._watching.get_all_handlers()}
+    assert kopf_kinds == {"longcontextjobs"}  # pods, Jobs and nodes only through label-selected watches
+
+
+def test_jobs_and_pods_are_watched_by_the_job_name_label_on_the_api_server():
+    import kubernetes
+
+    from longctx_operator.handlers import watches
+    from longctx_operator.kube import Kube
+    from longctx_operator.names import JOB_NAME_LABEL
+
+    kube = Kube(kubernetes.client.ApiClient())
+    found = watches(OperatorConfig(), kube, Reconciler(kube, OperatorConfig()), loop=None)
+    assert {w.resource: w.selector for w in found} == {
+        "jobs": {"label_selector": JOB_NAME_LABEL},
+        "pods": {"label_selector": JOB_NAME_LABEL},
+        "nodes": {},
+    }
 
 
 def test_jobs_in_excluded_namespaces_are_never_served():
