@@ -165,13 +165,17 @@ class Kube:
             if e.status not in (404, 409):  # 409: the uid precondition failed, the name is another Job's
                 raise
 
-    def force_delete_pod(self, namespace: str, name: str) -> None:
-        """Deletes a pod on a lost node at once (no grace period: no kubelet will confirm its end)."""
-        options = kubernetes.client.V1DeleteOptions(grace_period_seconds=0)
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int) -> None:
+        """Deletes a pod of a generation's Job (only the one with `uid`) within `grace_seconds`,
+        shorter than its own grace period: 0 for a pod on a lost node (no kubelet will confirm its
+        end), a few seconds for the pods of a broken gang (lifecycle.DeleteWorkload.broken)."""
+        options = kubernetes.client.V1DeleteOptions(
+            grace_period_seconds=grace_seconds, preconditions=kubernetes.client.V1Preconditions(uid=uid)
+        )
         try:
             self.core.delete_namespaced_pod(name, namespace, body=options, _preload_content=False)
         except ApiException as e:
-            if e.status != 404:
+            if e.status not in (404, 409):  # 409: the uid precondition failed, the name is another pod's
                 raise
 
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:

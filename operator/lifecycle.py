@@ -37,6 +37,7 @@ from .text import printable
 
 TERMINAL = ("Succeeded", "Failed")
 DELETE_WAIT_SECONDS = 1.0
+BROKEN_GANG_GRACE_SECONDS = 5  # SIGTERM to SIGKILL for the pods of a gang that failed or hung
 ADMISSION_RETRY_SECONDS = 5.0
 BACKOFF_FLOOR_SECONDS = 1.0
 BACKOFF_CAP_SECONDS = 600.0
@@ -74,6 +75,10 @@ class DeleteWorkload:
     lost_pods: tuple[str, ...] = ()
     """Its pods on a lost node whose graceful deletion is overdue (observe.LostPod), deleted with no
     grace period: no kubelet will confirm their end, and the foreground delete would wait forever."""
+    broken: bool = False
+    """The gang cannot finish a step (a rank failed or hung, or the gang never started): its pods
+    are stopped within BROKEN_GANG_GRACE_SECONDS rather than their grace period, which is sized for
+    a preempted gang to finish its step and save; a broken gang would only wait it out."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +236,7 @@ def _gang_failed(
     """Any failed rank takes the whole gang down: delete its Job (`uid`; None when it was never
     created), then restart it or give up."""
     if uid is not None:
-        n.actions.append(DeleteWorkload(generation, uid))
+        n.actions.append(DeleteWorkload(generation, uid, broken=True))
     n.set(current_workload=None, last_restart=preemption.restart_record(reason, message, n.now, _checkpoint_step(n)))
     n.clear(conditions.RENDEZVOUS, reason, message)
     if n.status.restarts >= spec.restart_policy.max_restarts:
@@ -254,7 +259,7 @@ def _gang_stalled(
     """A hung gang (or a straggler, with restartPolicy.onStraggler): delete the generation and start
     the next from the last checkpoint, counted in stallRestarts against maxStallRestarts, apart from
     failures."""
-    n.actions.append(DeleteWorkload(generation, uid))
+    n.actions.append(DeleteWorkload(generation, uid, broken=True))
     n.set(current_workload=None, last_restart=preemption.restart_record(reason, message, n.now, _checkpoint_step(n)))
     n.condition(conditions.STALLED, True, reason, message)
     n.clear(conditions.RENDEZVOUS, reason, message)
@@ -499,7 +504,7 @@ def _watch_workload(
         n.condition(conditions.SUCCEEDED, True, reasons.COMPLETED, f"all {observed.total} ranks completed")
         return n.decision()
     if observed.failure is not None and observed.failure.node_lost:
-        n.actions.append(DeleteWorkload(generation, observed.uid, _overdue(n, observed)))
+        n.actions.append(DeleteWorkload(generation, observed.uid, _overdue(n, observed), broken=True))
         decision = _gang_failed(n, spec, generation, None, reasons.NODE_NOT_READY, observed.failure.describe())
         return _sooner(decision, _next_overdue(n, observed))
     if observed.failure is not None:

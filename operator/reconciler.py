@@ -27,7 +27,7 @@ from .api.status import LongContextJobStatus
 from .cache import Cache, Key
 from .config import OperatorConfig
 from .kube import Kube, NotOwned
-from .lifecycle import CreateWorkload, Decision, DeleteWorkload, decide
+from .lifecycle import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload, decide
 from .names import workload_name
 from .observe import MISSING, WorkloadObservation, observe_workload
 from .occupancy import OtherPods
@@ -44,6 +44,20 @@ RESYNC_SECONDS = 60.0
 # reconciliation this long after the first event sees them all and writes the status once.
 COALESCE_SECONDS = 0.3
 ERROR_RETRY_MAX_SECONDS = 60.0
+
+
+def stop_pods(pods: list[dict], action: DeleteWorkload) -> list[tuple[str, str, int]]:
+    """(name, uid, grace seconds) of the generation's pods that `action` stops sooner than their
+    grace period: those on a lost node at once, every other one of a broken gang within
+    BROKEN_GANG_GRACE_SECONDS; pods already deleted with no grace are left alone."""
+    stops = []
+    for pod in pods:
+        meta = pod["metadata"]
+        if meta["name"] in action.lost_pods:
+            stops.append((meta["name"], meta["uid"], 0))
+        elif action.broken:
+            stops.append((meta["name"], meta["uid"], BROKEN_GANG_GRACE_SECONDS))
+    return stops
 
 
 def status_patch(old: dict, new: LongContextJobStatus) -> dict:
@@ -381,8 +395,8 @@ class Reconciler:
                     await self._call(
                         self.kube.delete_job, namespace, workload_name(name, action.generation), action.uid
                     )
-                    for pod in action.lost_pods:
-                        await self._call(self.kube.force_delete_pod, namespace, pod)
+                    for pod_name, uid, grace in stop_pods(self.cache.generation_pods(key, action.generation), action):
+                        await self._call(self.kube.delete_pod, namespace, pod_name, uid, grace)
         finally:
             # Posted after the actions, so they never delay a create; they tell the status just
             # written, even if an action failed.
