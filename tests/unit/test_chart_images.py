@@ -45,7 +45,7 @@ def test_dockerfile_runs_as_non_root_with_pinned_base(name):
     text = DOCKERFILES[name].read_text()
     users = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
     assert users and not users[-1].startswith(("0", "root")), users
-    assert re.search(r"^ARG PYTHON_IMAGE=python:\d+\.\d+\.\d+-slim-bookworm$", text, re.MULTILINE)
+    assert re.search(r"^ARG PYTHON_IMAGE=python:\d+\.\d+\.\d+-slim-trixie$", text, re.MULTILINE)
     assert "--constraint /tmp/constraints.txt" in text
 
 

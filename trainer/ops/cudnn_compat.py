@@ -7,15 +7,17 @@ softmax statistics (natural-log log-sum-exp of the scaled logits, fp32 [b, heads
 backward takes them with the output and recomputes the block's probabilities from them, which is
 the flash-attention ring backward.
 
-Their positional operands and keyword parameters are free to change between JAX releases (the
-sources of 0.10.2, 0.11.0 and main of 2026-08-08 agree: query, key, value, seven optional operands
-(bias, sequence lengths and offsets, paged-attention tables), then scale, seed, dropout_rate,
-variadic_args, mask_type, layout, sliding_window_length and, forward only, is_training; 0.11.2's
-source was not at hand). So the call is built
-from the primitive's own signature, by name: an operand or parameter this module does not know
-raises NotImplementedError naming it, at trace time, on CPU too (tests/unit/trainer/
-test_attention_cudnn_lowering.py lowers the ring for CUDA on a CPU mesh), instead of a silent
-miscompile on the GPU.
+Their operands and parameters are free to change between JAX releases. In 0.11.2 and 0.12.0.1
+both take query, key, value, seven optional operands (bias, sequence lengths and offsets,
+paged-attention tables) and, the backward, the stats, output and output gradient; then scale,
+seed, dropout_rate, variadic_args, mask_type, layout, sliding_window_length and, forward only,
+is_training. 0.12 adds flex attention: any number of trailing score-modifier operands (none here)
+and the parameters score_mod_name and score_mod_jaxpr (None: no modifier), which its abstract
+rules hide behind **kwargs; the CUDA lowering rules name every parameter in both. So the call is
+built by name: operands from the abstract rule's positional parameters, parameters from the
+lowering rule's; one this module does not know raises NotImplementedError naming it, at trace
+time, on CPU too (tests/unit/trainer/test_attention_cudnn_lowering.py lowers the ring for CUDA on
+a CPU mesh), instead of a silent miscompile on the GPU.
 
 Binding the primitives also skips the public wrappers' trace-time checks, which need a GPU:
 `jax.nn.dot_product_attention(implementation="cudnn")` and the module's `dot_product_attention`
@@ -49,11 +51,15 @@ def available() -> bool:
     return _fa is not None
 
 
-def _bind(primitive, abstract, operands: dict, params: dict):
-    """primitive.bind with operands and parameters matched to `abstract`'s signature by name."""
-    signature = inspect.signature(abstract).parameters.values()
-    names = [p.name for p in signature if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    keywords = [p.name for p in signature if p.kind is p.KEYWORD_ONLY]
+def _bind(primitive, abstract, lowering, operands: dict, params: dict):
+    """primitive.bind with operands matched by name to `abstract`'s positional parameters and
+    parameters to the rest of the CUDA rule `lowering`'s (after its context); variadic trailing
+    operands (0.12's score-modifier arguments) are passed none."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    names = [p.name for p in inspect.signature(abstract).parameters.values() if p.kind in positional]
+    rule = list(inspect.signature(lowering).parameters.values())[1:]
+    keywords = [p.name for p in rule if p.kind not in variadic and p.name not in names]
     unknown = [n for n in names if n not in operands and n not in _OPTIONAL_OPERANDS]
     unknown += [n for n in keywords if n not in params]
     if unknown:
@@ -73,6 +79,8 @@ def _params(scale: float, causal: bool) -> dict:
         mask_type=_fa.MaskType.CAUSAL if causal else _fa.MaskType.NO_MASK,
         layout=_fa.AttentionLayout.BTNH.value,
         sliding_window_length=None,
+        score_mod_name=None,  # 0.12+: no flex-attention score modifier
+        score_mod_jaxpr=None,
         is_training=True,
     )
 
@@ -84,6 +92,7 @@ def flash_forward(q, k, v, *, scale: float, causal: bool):
     out, stats = _bind(
         _fa._dot_product_attention_fwd_p,
         _fa._dot_product_attention_fwd_abstract,
+        _fa._dot_product_attention_fwd_cuda_lowering,
         dict(query=q, key=k, value=v),
         _params(scale, causal),
     )
@@ -96,6 +105,7 @@ def flash_backward(q, k, v, out, lse, do, *, scale: float, causal: bool):
     dq, dk, dv = _bind(
         _fa._dot_product_attention_bwd_p,
         _fa._dot_product_attention_bwd_abstract,
+        _fa._dot_product_attention_bwd_cuda_lowering,
         dict(query=q, key=k, value=v, activation=jnp.transpose(lse, (0, 2, 1)), fwd_output=out, grad_output=do),
         _params(scale, causal),  # is_training is the forward's only
     )

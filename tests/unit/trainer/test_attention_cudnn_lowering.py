@@ -92,10 +92,10 @@ def test_the_check_sees_logits_where_the_pure_jax_kernel_runs():
 
 
 def test_an_unknown_primitive_parameter_is_a_clear_error(monkeypatch):
-    """A JAX whose primitive takes a parameter ops/cudnn_compat.py does not know fails at trace
-    time, naming it."""
+    """A JAX whose primitive takes a parameter ops/cudnn_compat.py does not know (its CUDA lowering
+    rule names every parameter) fails at trace time, naming it."""
     fa = cudnn_compat._fa
-    correct = fa._dot_product_attention_fwd_abstract
+    correct = fa._dot_product_attention_fwd_cuda_lowering
     signature = inspect.signature(correct)
     window = inspect.Parameter("window_left", inspect.Parameter.KEYWORD_ONLY, default=0)
 
@@ -103,7 +103,7 @@ def test_an_unknown_primitive_parameter_is_a_clear_error(monkeypatch):
         return correct(*operands, **params)
 
     newer.__signature__ = signature.replace(parameters=[*signature.parameters.values(), window])
-    monkeypatch.setattr(fa, "_dot_product_attention_fwd_abstract", newer)
+    monkeypatch.setattr(fa, "_dot_product_attention_fwd_cuda_lowering", newer)
     q = jnp.zeros((1, 8, 2, 16), jnp.bfloat16)
     with pytest.raises(NotImplementedError, match="window_left"):
         jax.eval_shape(functools.partial(cudnn_compat.flash_forward, scale=1.0, causal=False), q, q, q)
