@@ -164,8 +164,9 @@ class ParallelismSpec(ApiModel):
     by it. Omitted: the planner picks it (GPU jobs; CPU jobs must set it)."""
     load_balance: ApiLoadBalance = "dualChunkSwap"
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves
-    tokens; documents deals every packed document that way, per batch, so the work under the
-    document mask is even (needs data.packing.documentMask; see docs/attention.md for its cost)."""
+    tokens; documents places packed documents by mirrored block pairs, per batch, so the work
+    under the document mask is even and blocks still hold one document (needs
+    data.packing.documentMask; docs/attention.md)."""
     adaptive: bool = False
     """Per-batch adaptive context parallelism: documents up to half a device's shard are attended
     on one device, only longer ones over the ring, whose size per batch is one of a few compiled

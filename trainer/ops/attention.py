@@ -9,7 +9,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from ..config import Attention, hybrid_split
-from ..doc_balance import MASK_LAYOUT
+from ..doc_balance import MASK_LAYOUT, layout_block
 from ..load_balance import permutation
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
@@ -49,13 +49,16 @@ def context_parallel_attention(
     documents; a token then attends only within
     its document, and chunk pairs of different documents are skipped. None: one document.
     `load_balance` "documents" (doc_balance.py, needs `segments`): the tokens are in a per-batch
-    layout whose causal order within each document is that of the MASK_LAYOUT positions.
+    layout whose causal order within each document is that of the MASK_LAYOUT positions; the
+    chunks default to the layout's blocks (`layout_block`), most of which hold one document.
     """
     context = mesh.shape[CONTEXT]
     if load_balance == "documents":
         if segments is None:
             raise ValueError("load_balance documents needs segments (the document mask)")
         load_balance = MASK_LAYOUT
+        if chunk_tokens is None:  # the layout's blocks hold one document each: chunk by them
+            chunk_tokens = default_chunk(layout_block(q.shape[1] // (2 * context)))
     seq = q.shape[1]
     positions = permutation(seq, context, load_balance).astype(np.int32) if causal else None
     if causal and load_balance == "dual_chunk_swap" and context > 1:

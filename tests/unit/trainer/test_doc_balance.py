@@ -24,7 +24,7 @@ from longctx_trainer.config import (
     ParallelConfig,
     TrainerConfig,
 )
-from longctx_trainer.doc_balance import device_work, document_lengths, document_permutation
+from longctx_trainer.doc_balance import device_work, document_lengths, document_permutation, layout_block
 from longctx_trainer.load_balance import permutation
 from longctx_trainer.mesh import make_mesh as make_trainer_mesh
 from longctx_trainer.metrics import TrainMetrics
@@ -77,6 +77,19 @@ def test_masked_work_is_balanced_on_the_benchmark_documents(seq, before):
     assert round(fixed.max() / fixed.mean(), 2) == before
     assert balanced.max() / balanced.mean() <= 1.10
     assert balanced.sum() == fixed.sum()
+
+
+@pytest.mark.parametrize("seq", [8192, 32768])
+def test_blocks_hold_one_document_as_in_the_natural_order(seq):
+    """The kernels skip chunk pairs of different documents: the layout's blocks (the kernels'
+    chunks) hold no more mixed documents than dual-chunk-swap's contiguous ones do."""
+    segments = document_segments(seq, 2048)[0]
+    block = layout_block(seq // 16)
+
+    def mixed(perm):
+        return sum(len(np.unique(b)) > 1 for b in segments[perm].reshape(-1, block))
+
+    assert mixed(document_permutation(segments, 8)) <= mixed(permutation(seq, 8, "dual_chunk_swap"))
 
 
 def test_document_lengths():
@@ -146,12 +159,12 @@ def _mask_by_layout_order(monkeypatch):
     monkeypatch.setattr(attention, "MASK_LAYOUT", "none")
 
 
-def _deal_pieces_in_slot_order(monkeypatch):
-    """Pieces dealt to regions in slot order (region i on device i // 2): no longer key order."""
+def _place_blocks_in_slot_order(monkeypatch):
+    """Blocks filled in slot order (region i on device i // 2): no longer key order."""
     monkeypatch.setattr(doc_balance, "permutation", lambda seq, context, scheme: np.arange(seq))
 
 
-@pytest.mark.parametrize("mutant", [_mask_by_layout_order, _deal_pieces_in_slot_order])
+@pytest.mark.parametrize("mutant", [_mask_by_layout_order, _place_blocks_in_slot_order])
 @pytest.mark.parametrize("case", [CASES[0], CASES[4]], ids=_id)
 def test_documents_check_fails_on_mutant(mutant, case, monkeypatch):
     mutant(monkeypatch)
