@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from . import conditions, names, reasons
 from .admission import Admission
 from .api.advice import advice
-from .api.spec import API_ATTENTION, TRAINER_ATTENTION, LongContextJobSpec
+from .api.spec import API_ATTENTION, API_REMAT_POLICY, TRAINER_ATTENTION, TRAINER_REMAT_POLICY, LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .conditions import ConditionType
 from .layout import ResolvedLayout
@@ -96,6 +96,7 @@ def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan |
         chunk_tokens=layout.chunk_tokens,
         attention=API_ATTENTION[layout.attention],
         ulysses=layout.ulysses if layout.attention == "hybrid" else None,
+        remat_policy=API_REMAT_POLICY[layout.remat_policy],
         memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
         estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None,
         explanation=plan.explanation if plan else UNPLANNED_EXPLANATION,
@@ -114,6 +115,7 @@ def resolved(layout: LayoutStatus, spec: LongContextJobSpec) -> ResolvedLayout:
         layout.chunk_tokens,
         attention,
         layout.ulysses or spec.parallelism.ulysses or 1,
+        TRAINER_REMAT_POLICY[layout.remat_policy] if layout.remat_policy else "full",
     )
 
 

@@ -67,5 +67,6 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
         chosen.chunk_tokens,
         chosen.attention,
         chosen.ulysses,
+        chosen.remat_policy,
     )
     return layout, chosen

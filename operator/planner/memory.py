@@ -77,6 +77,7 @@ class MemoryInputs:
     capacity: int
     margin: float
     ulysses: int = 1  # the Ulysses group size of attention hybrid
+    save_attention: bool = False  # remat policy save_attention (costs.saved_attention_bytes_per_token)
 
 
 def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
@@ -93,6 +94,7 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         loss_tokens=local_sequences * loss_chunk_tokens(shard),
         recompute=inp.recompute,
         offload=offload,
+        save_attention=inp.save_attention,
     )
     ulysses = inp.attention == "ulysses" and lay.context > 1
     # Ulysses (over the context axis, or a hybrid's groups) repeats K/V heads fewer than its devices

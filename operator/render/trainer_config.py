@@ -38,6 +38,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
             load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance],
         ),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),
+        remat_policy=layout.remat_policy,
         communication=spec.communication.collective_permute,
         optimizer=OptimizerConfig(
             learning_rate=spec.optimizer.learning_rate,
