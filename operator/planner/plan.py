@@ -192,6 +192,7 @@ def memory_for(req: PlanRequest, layout: Layout, chunk: int | None, save_attenti
             attention=req.attention,
             chunk_tokens=chunk,
             capacity=GPUS[req.gpu].hbm_bytes,
+            factor=GPUS[req.gpu].memory_factor,
             margin=req.memory_margin,
             ulysses=req.ulysses or 1,
             save_attention=save_attention,
