@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention, RematPolicy
+from longctx_trainer.config import DEFAULT_REMAT_POLICY, Attention, RematPolicy
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class ResolvedLayout:
     chunk_tokens: int | None = None
     attention: Attention = "ring"  # the trainer's spelling; the planner's choice under `attention: auto`
     ulysses: int = 1  # the Ulysses group size of attention hybrid
-    remat_policy: RematPolicy = "full"  # the planner's choice; CPU jobs (no planner): full
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # the planner's choice; CPU jobs (no planner): full
 
     @property
     def devices(self) -> int:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from longctx_trainer.config import DEFAULT_REMAT_POLICY
+
 from . import conditions, names, reasons
 from .admission import Admission
 from .api.advice import advice
@@ -115,7 +117,7 @@ def resolved(layout: LayoutStatus, spec: LongContextJobSpec) -> ResolvedLayout:
         layout.chunk_tokens,
         attention,
         layout.ulysses or spec.parallelism.ulysses or 1,
-        TRAINER_REMAT_POLICY[layout.remat_policy] if layout.remat_policy else "full",
+        TRAINER_REMAT_POLICY[layout.remat_policy] if layout.remat_policy else DEFAULT_REMAT_POLICY,
     )
 
 

@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import fp8
-from .config import FP8_MATMULS, RematPolicy, TrainerConfig
+from .config import DEFAULT_REMAT_POLICY, FP8_MATMULS, RematPolicy, TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.attention import ATTENTION_RESIDUALS
@@ -85,7 +85,7 @@ class ModelOptions:
     reset_positions: bool = False  # packed documents: RoPE positions restart in each document
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
     fp8: Fp8Layout | None = None  # None: no FP8
-    remat_policy: RematPolicy = "full"  # with remat: what a layer keeps (config.RematPolicy)
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # with remat: what a layer keeps (config.RematPolicy)
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> ModelOptions:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
-from longctx_trainer.config import Attention, LoadBalance, Precision, RematPolicy
+from longctx_trainer.config import DEFAULT_REMAT_POLICY, Attention, LoadBalance, Precision, RematPolicy
 from longctx_trainer.flops import FlopsPerToken, flops_per_token
 from longctx_trainer.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.presets import ModelDims
@@ -86,7 +86,7 @@ class Candidate:
     chunk_tokens: int | None = None
     memory: MemoryBreakdown | None = None
     step: StepTime | None = None
-    remat_policy: RematPolicy = "full"  # the trainer's remat_policy for this candidate
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # the trainer's remat_policy for this candidate
     tokens_per_second: float | None = None
     mfu: float | None = None
     rejections: tuple[Rejection, ...] = ()
@@ -119,7 +119,7 @@ class Plan:
     mfu: float  # causal-attention convention
     mfu_full_attention: float  # 12*L*H*Q*T convention
     explanation: str
-    remat_policy: RematPolicy = "full"  # save_attention where its saved tensors fit
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # save_attention where its saved tensors fit
     candidates: list[Candidate] = field(default_factory=list)
 
     @property
