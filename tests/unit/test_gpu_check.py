@@ -148,3 +148,8 @@ def test_the_whole_script_writes_one_results_file(gc, tmp_path, monkeypatch):
     assert on_disk["stages"]["offload_reach"]["result"]["off"]["longest"] == 512
     summary = (tmp_path / gc.SUMMARY_FILE).read_text()
     assert "## train: ok" in summary and "| tiny 128 bf16 save_attention | ok |" in summary
+
+
+def test_numerics_skips_the_cases_past_its_deadline(gc, smoke):
+    result = gc.numerics(smoke, deadline=0.0)
+    assert [c["skipped"] for c in result["cases"]] == ["stage budget spent"] * len(smoke["numerics_cases"])
