@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention
+from longctx_trainer.config import DEFAULT_REMAT_POLICY, Attention, RematPolicy
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class ResolvedLayout:
     attention: Attention = "ring"  # the trainer's spelling; the planner's choice under `attention: auto`
     ulysses: int = 1  # the Ulysses group size of attention hybrid
     step_seconds: float | None = None  # the planner's estimate of one step (None: not planned)
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # the planner's choice; CPU jobs (no planner): full
 
     @property
     def devices(self) -> int:

@@ -21,10 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from longctx_trainer.config import DEFAULT_REMAT_POLICY
+
 from . import conditions, names, preemption, reasons
 from .admission import Admission
 from .api.advice import advice
-from .api.spec import API_ATTENTION, TRAINER_ATTENTION, LongContextJobSpec
+from .api.spec import API_ATTENTION, API_REMAT_POLICY, TRAINER_ATTENTION, TRAINER_REMAT_POLICY, LongContextJobSpec
 from .api.status import Condition, LayoutStatus, LongContextJobStatus, WorkersStatus
 from .conditions import ConditionType
 from .layout import ResolvedLayout
@@ -107,6 +109,7 @@ def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan |
         chunk_tokens=layout.chunk_tokens,
         attention=API_ATTENTION[layout.attention],
         ulysses=layout.ulysses if layout.attention == "hybrid" else None,
+        remat_policy=API_REMAT_POLICY[layout.remat_policy],
         memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
         estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None,
         explanation=plan.explanation if plan else UNPLANNED_EXPLANATION,
@@ -117,15 +120,18 @@ def resolved(layout: LayoutStatus, spec: LongContextJobSpec) -> ResolvedLayout:
     """The recorded layout to render again; a status from before attention was recorded runs the spec's."""
     attention = TRAINER_ATTENTION[layout.attention] if layout.attention else unplanned_attention(spec)
     return ResolvedLayout(
-        layout.data,
-        layout.context,
-        layout.tensor,
-        layout.processes_per_node,
-        layout.offload,
-        layout.chunk_tokens,
-        attention,
-        layout.ulysses or spec.parallelism.ulysses or 1,
-        spec.batch_tokens / layout.estimated_tokens_per_second if layout.estimated_tokens_per_second else None,
+        data=layout.data,
+        context=layout.context,
+        tensor=layout.tensor,
+        processes_per_node=layout.processes_per_node,
+        offload=layout.offload,
+        chunk_tokens=layout.chunk_tokens,
+        attention=attention,
+        ulysses=layout.ulysses or spec.parallelism.ulysses or 1,
+        step_seconds=spec.batch_tokens / layout.estimated_tokens_per_second
+        if layout.estimated_tokens_per_second
+        else None,
+        remat_policy=TRAINER_REMAT_POLICY[layout.remat_policy] if layout.remat_policy else DEFAULT_REMAT_POLICY,
     )
 
 

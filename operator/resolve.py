@@ -47,26 +47,27 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
     if spec.resources.gpu_type == "cpu":
         p = spec.parallelism  # CPU jobs are manual (a rule): the planner models GPUs only
         layout = ResolvedLayout(
-            p.data,
-            p.context,
-            p.tensor,
-            ppn,
-            bool(spec.offload.enabled),
-            spec.offload.chunk_tokens,
-            unplanned_attention(spec),
-            p.ulysses or 1,
+            data=p.data,
+            context=p.context,
+            tensor=p.tensor,
+            processes_per_node=ppn,
+            offload=bool(spec.offload.enabled),
+            chunk_tokens=spec.offload.chunk_tokens,
+            attention=unplanned_attention(spec),
+            ulysses=p.ulysses or 1,
         )
         return layout, None
     chosen = plan(plan_request(spec))
     layout = ResolvedLayout(
-        chosen.layout.data,
-        chosen.layout.context,
-        chosen.layout.tensor,
-        ppn,
-        chosen.offload,
-        chosen.chunk_tokens,
-        chosen.attention,
-        chosen.ulysses,
-        spec.batch_tokens / chosen.tokens_per_second,
+        data=chosen.layout.data,
+        context=chosen.layout.context,
+        tensor=chosen.layout.tensor,
+        processes_per_node=ppn,
+        offload=chosen.offload,
+        chunk_tokens=chosen.chunk_tokens,
+        attention=chosen.attention,
+        ulysses=chosen.ulysses,
+        step_seconds=spec.batch_tokens / chosen.tokens_per_second,
+        remat_policy=chosen.remat_policy,
     )
     return layout, chosen

@@ -25,6 +25,13 @@ Precision = Literal["bf16", "fp32", "fp8"]
 Schedule = Literal["cosine", "constant"]
 DataKind = Literal["synthetic", "tokens", "text"]
 CollectivePermute = Literal["nccl", "nvshmem"]
+RematPolicy = Literal["full", "save_attention"]
+"""What a remat'ed layer keeps for its backward: "full" keeps only its input and reruns the whole
+layer, attention's forward (the ring) included; "save_attention" also keeps attention's output
+and the residuals of its backward (q, k, v, output, fp32 log-sum-exp), so the backward reruns
+the layer's matmuls but never the attention forward (on the host with offload)."""
+DEFAULT_REMAT_POLICY: RematPolicy = "full"
+"""The policy where nothing chose one: the trainer's default, and CPU jobs' (no planner)."""
 
 
 def sequence_split(load_balance: LoadBalance, context: int) -> int:
@@ -252,6 +259,9 @@ class TrainerConfig(_Strict):
     precision: Precision = "bf16"
     fp8: Fp8Config = Fp8Config()
     remat: bool = True
+    remat_policy: RematPolicy = Field(
+        DEFAULT_REMAT_POLICY, description="With remat: what each layer keeps for the backward (see RematPolicy)."
+    )
     seed: int = 0
     log_every: int = Field(1, gt=0)
     parallelism: ParallelConfig = ParallelConfig()

@@ -54,6 +54,11 @@ class Gpu:
     """Sustained fraction of the bf16 peak in large matmuls and attention."""
     link_efficiency: float = 0.8
     """Sustained fraction of NVLink and host-link bandwidth."""
+    memory_factor: float = 1.0
+    """Measured peak device memory over the planner's count (allocator slack, XLA temporaries)."""
+    calibrated: str | None = None
+    """Date and device of the measured runs `matmul_efficiency` and `memory_factor` were fitted
+    to (benchmarks/calibrate_planner.py); None: the defaults above, never fitted."""
 
     @property
     def achievable_flops(self) -> float:

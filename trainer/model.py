@@ -25,10 +25,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import fp8
-from .config import FP8_MATMULS, TrainerConfig
+from .config import DEFAULT_REMAT_POLICY, FP8_MATMULS, RematPolicy, TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.adaptive import adaptive_attention
+from .ops.attention import ATTENTION_RESIDUALS
 from .ops.offload import host_offload_available
 from .presets import RMS_NORM_EPS, ModelDims, RopeScaling
 
@@ -59,6 +60,7 @@ TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 FP8_STATE = "fp8"  # params key of the FP8 scaling state: params["fp8"]["layers"][matmul]
 
 LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see remat_policy)
+ATTENTION_OUT = "attention_out"  # attention's output, kept by remat policy save_attention
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class ModelOptions:
     adaptive_ring: int | None = None  # adaptive context parallelism: this batch's ring part (adaptive_cp.py)
     loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
     fp8: Fp8Layout | None = None  # None: no FP8
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # with remat: what a layer keeps (config.RematPolicy)
 
     @property
     def laid_out_by_data(self) -> bool:
@@ -98,6 +101,7 @@ class ModelOptions:
             compute_dtype=jnp.float32 if config.precision == "fp32" else jnp.bfloat16,
             fp8=Fp8Layout(config.fp8.amax_history, config.fp8.lm_head) if fp8_on else None,
             remat=config.remat,
+            remat_policy=config.remat_policy,
             offload=config.offload.enabled,
             chunk_tokens=config.offload.chunk_tokens,
             attention=config.parallelism.attention,
@@ -260,7 +264,7 @@ def _layer(x, layer, *, positions, segments, dims: ModelDims, mesh: Mesh, option
             ulysses=options.ulysses,
             segments=segments,
         )
-    a = _constrain(a, mesh, HEADS)
+    a = _constrain(checkpoint_name(a, ATTENTION_OUT), mesh, HEADS)
     x = _constrain(x + matmul("bsnd,ndh->bsh", a, "wo"), mesh, ACTIVATION)
     h = rms_norm(x, p["mlp_norm"])
     gate = _constrain(matmul("bsh,hf->bsf", h, "w_gate"), mesh, FFN)
@@ -270,20 +274,32 @@ def _layer(x, layer, *, positions, segments, dims: ModelDims, mesh: Mesh, option
 
 
 def remat_policy(options: ModelOptions, mesh: Mesh):
-    """Which residuals a remat'ed layer keeps: nothing but its input, which offload puts on the host.
+    """Which residuals a remat'ed layer keeps: its input (policy "full"), and with policy
+    "save_attention" also attention's output (ATTENTION_OUT, for the output projection's
+    gradient) and its backward's residuals (ATTENTION_RESIDUALS), so the backward never reruns
+    the attention forward (the ring and its collective-permutes); the rest of the layer (norms,
+    projections, MLP) is recomputed from the input either way.
 
-    Plain remat keeps each layer's input on the device and recomputes the layer in the backward.
-    With offload (where the backend has a separate host memory) the input, named LAYER_INPUT, is
-    moved to pinned host memory in the forward and brought back for the layer's recompute, so the
-    device holds only the layers in flight (FPDT; the planner assumes exactly this).
+    Plain remat keeps these on the device. With offload (where the backend has a separate host
+    memory) the input and the attention output, named, are moved to pinned host memory in the
+    forward and brought back for the backward, and attention's residuals are already on the
+    host (ops/offload.py), so the device holds only the layers in flight (FPDT; the planner
+    assumes exactly this).
     """
+    offloaded = [LAYER_INPUT]
+    saved = []
+    if options.remat_policy == "save_attention":
+        offloaded.append(ATTENTION_OUT)
+        saved.append(ATTENTION_RESIDUALS)
     if options.offload and host_offload_available(mesh.devices.flat[0].platform):
         return jax.checkpoint_policies.save_and_offload_only_these_names(
-            names_which_can_be_saved=[],
-            names_which_can_be_offloaded=[LAYER_INPUT],
+            names_which_can_be_saved=saved,
+            names_which_can_be_offloaded=offloaded,
             offload_src="device",
             offload_dst="pinned_host",
         )
+    if saved:
+        return jax.checkpoint_policies.save_only_these_names(*saved, *offloaded[1:])
     return jax.checkpoint_policies.nothing_saveable
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from longctx_trainer.config import Attention, CollectivePermute, DataKind, LoadBalance, Precision, Schedule
+from longctx_trainer.config import Attention, CollectivePermute, DataKind, LoadBalance, Precision, RematPolicy, Schedule
 from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
@@ -65,6 +65,9 @@ TRAINER_ATTENTION = _trainer_spellings(Attention)
 TRAINER_LOAD_BALANCE = _trainer_spellings(LoadBalance)
 API_ATTENTION = {trainer: api for api, trainer in TRAINER_ATTENTION.items()}
 API_LOAD_BALANCE = {trainer: api for api, trainer in TRAINER_LOAD_BALANCE.items()}
+TRAINER_REMAT_POLICY = _trainer_spellings(RematPolicy)
+API_REMAT_POLICY = {trainer: api for api, trainer in TRAINER_REMAT_POLICY.items()}
+ApiRematPolicy = Literal[tuple(TRAINER_REMAT_POLICY)]  # type: ignore[valid-type]
 ApiAttentionKind = Literal[tuple(TRAINER_ATTENTION)]  # type: ignore[valid-type]
 ApiAttention = Literal[(*TRAINER_ATTENTION, AUTO_ATTENTION)]  # type: ignore[valid-type]
 ApiLoadBalance = Literal[tuple(TRAINER_LOAD_BALANCE)]  # type: ignore[valid-type]

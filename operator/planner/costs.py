@@ -111,6 +111,14 @@ def layer_input_bytes_per_token(model: ModelDims, precision: str) -> int:
     return dtype_bytes(precision) * model.hidden
 
 
+def saved_attention_bytes_per_token(model: ModelDims, precision: str, tensor: int) -> int:
+    """What remat policy save_attention keeps per layer beyond the input (trainer/model.py): the
+    attention output twice (named for the output projection, and as a residual of attention's
+    backward), q, k and v, and the fp32 log-sum-exp per query head; split over tensor ranks."""
+    split = 3 * model.hidden + 2 * kv_dim(model)
+    return -(-dtype_bytes(precision) * split // tensor) + FP32 * model.heads // tensor
+
+
 LOSS_CHUNK_TOKENS = 2048  # trainer/model.py ModelOptions.loss_chunk_tokens
 
 
@@ -142,6 +150,7 @@ def activation_bytes(
     loss_tokens: int,
     recompute: bool,
     offload: bool,
+    save_attention: bool = False,
 ) -> ActivationBytes:
     """Saved activations of all layers plus one layer's working set and the loss chunk's logits.
 
@@ -149,10 +158,13 @@ def activation_bytes(
     each layer's matmuls over all of them (only attention is chunked), so the recompute working
     set is over the shard, with or without offload. loss_tokens: local sequences * loss chunk.
     With offload the saved layer inputs live in host memory; the device keeps two layers of them
-    (the one being copied out or in, and the one in use).
+    (the one being copied out or in, and the one in use). With remat policy save_attention a
+    recomputed layer also keeps `saved_attention_bytes_per_token`, offloaded the same way.
     """
     full_layer = layer_activation_bytes_per_token(model, precision, tensor)
     saved_per_token_layer = layer_input_bytes_per_token(model, precision) if recompute else full_layer
+    if recompute and save_attention:
+        saved_per_token_layer += saved_attention_bytes_per_token(model, precision, tensor)
     saved_layers_on_device = 2 if offload else model.layers
     saved_device = saved_layers_on_device * saved_per_token_layer * resident_tokens
     saved_host = model.layers * saved_per_token_layer * resident_tokens if offload else 0

@@ -34,6 +34,7 @@ class MemoryBreakdown:
     capacity: int  # HBM of the GPU
     usable: int  # capacity * memory margin
     fp8_scaling: int = 0  # FP8 delayed-scaling state, replicated (precision fp8)
+    factor: float = 1.0  # the GPU's calibrated memory_factor (hardware catalogue)
 
     @property
     def layers_phase(self) -> int:
@@ -48,8 +49,8 @@ class MemoryBreakdown:
     def total(self) -> int:
         """Model state and gathered weights, plus the larger of the two transient phases: the
         lookup runs before the first layer's forward and after the first layer's backward, when
-        no layer activation is saved."""
-        return (
+        no layer activation is saved; times the GPU's calibrated memory factor."""
+        counted = (
             self.params
             + self.master_weights
             + self.optimizer_moments
@@ -58,6 +59,7 @@ class MemoryBreakdown:
             + self.fp8_scaling
             + max(self.layers_phase, self.embedding_lookup)
         )
+        return counted if self.factor == 1.0 else round(self.factor * counted)
 
     @property
     def fits(self) -> bool:
@@ -76,7 +78,9 @@ class MemoryInputs:
     chunk_tokens: int | None  # None: no offload
     capacity: int
     margin: float
+    factor: float = 1.0  # the GPU's calibrated memory_factor
     ulysses: int = 1  # the Ulysses group size of attention hybrid
+    save_attention: bool = False  # remat policy save_attention (costs.saved_attention_bytes_per_token)
 
 
 def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
@@ -93,6 +97,7 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         loss_tokens=local_sequences * loss_chunk_tokens(shard),
         recompute=inp.recompute,
         offload=offload,
+        save_attention=inp.save_attention,
     )
     ulysses = inp.attention == "ulysses" and lay.context > 1
     # Ulysses (over the context axis, or a hybrid's groups) repeats K/V heads fewer than its devices
@@ -126,4 +131,5 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         capacity=inp.capacity,
         usable=int(inp.capacity * inp.margin),
         fp8_scaling=fp8_scaling_bytes(m, p),
+        factor=inp.factor,
     )

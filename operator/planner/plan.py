@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
-from longctx_trainer.config import Attention, LoadBalance, Precision
+from longctx_trainer.config import DEFAULT_REMAT_POLICY, Attention, LoadBalance, Precision, RematPolicy
 from longctx_trainer.flops import FlopsPerToken, flops_per_token
 from longctx_trainer.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.presets import ModelDims
@@ -55,6 +55,7 @@ class PlanRequest:
     offload: bool | None = None  # None = only when needed to fit
     chunk_tokens: int | None = None  # None = chunk rule
     recompute: bool = True
+    remat_policy: RematPolicy | None = None  # with recompute; None: save_attention where it fits, else full
     memory_margin: float = 0.9  # use at most this fraction of HBM
     host_memory_bytes: float | None = None  # per pod (resources.memory); None: not checked
 
@@ -85,6 +86,7 @@ class Candidate:
     chunk_tokens: int | None = None
     memory: MemoryBreakdown | None = None
     step: StepTime | None = None
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # the trainer's remat_policy for this candidate
     tokens_per_second: float | None = None
     mfu: float | None = None
     rejections: tuple[Rejection, ...] = ()
@@ -117,6 +119,7 @@ class Plan:
     mfu: float  # causal-attention convention
     mfu_full_attention: float  # 12*L*H*Q*T convention
     explanation: str
+    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # save_attention where its saved tensors fit
     candidates: list[Candidate] = field(default_factory=list)
 
     @property
@@ -175,8 +178,9 @@ def validate_request(req: PlanRequest) -> None:
             raise PlanError("chunkTokens is set but offload is disabled", "spec.offload.chunkTokens")
 
 
-def memory_for(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBreakdown:
-    """Bytes per GPU of `layout` for this request; chunk None means no offload."""
+def memory_for(req: PlanRequest, layout: Layout, chunk: int | None, save_attention: bool = False) -> MemoryBreakdown:
+    """Bytes per GPU of `layout` for this request; chunk None means no offload; `save_attention`:
+    remat policy save_attention."""
     return memory_breakdown(
         MemoryInputs(
             model=req.model,
@@ -188,8 +192,10 @@ def memory_for(req: PlanRequest, layout: Layout, chunk: int | None) -> MemoryBre
             attention=req.attention,
             chunk_tokens=chunk,
             capacity=GPUS[req.gpu].hbm_bytes,
+            factor=GPUS[req.gpu].memory_factor,
             margin=req.memory_margin,
             ulysses=req.ulysses or 1,
+            save_attention=save_attention,
         )
     )
 
@@ -218,8 +224,18 @@ def _rejected(layout: Layout, req: PlanRequest, offload: bool, chunk: int | None
 
 
 def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
-    """Memory and, when it fits, speed of one layout with one offload setting."""
-    memory = memory_for(req, layout, chunk)
+    """Memory and, when it fits, speed of one layout with one offload setting: with recompute,
+    the request's remat policy, or when it names none save_attention (attention's forward runs
+    once) where its saved tensors fit, else full remat."""
+    if req.recompute and req.remat_policy != "full":
+        saving = _attempt_policy(req, layout, chunk, save_attention=True)
+        if saving.fits or req.remat_policy == "save_attention":
+            return saving
+    return _attempt_policy(req, layout, chunk, save_attention=False)
+
+
+def _attempt_policy(req: PlanRequest, layout: Layout, chunk: int | None, *, save_attention: bool) -> Candidate:
+    memory = memory_for(req, layout, chunk, save_attention)
     offload = chunk is not None
     if not memory.fits:
         message = f"needs {memory.total / GIB:.1f} GiB per GPU > {memory.usable / GIB:.1f} GiB usable"
@@ -246,6 +262,7 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
             chunk_tokens=chunk,
             host_saved_bytes=memory.host_offloaded,
             ulysses=req.ulysses or 1,
+            save_attention=save_attention,
         )
     )
     flops = flops_per_token(req.model, req.sequence_length)
@@ -259,6 +276,7 @@ def _attempt(req: PlanRequest, layout: Layout, chunk: int | None) -> Candidate:
         step=step,
         tokens_per_second=req.global_batch_tokens / step.total,
         mfu=mfu,
+        remat_policy="save_attention" if save_attention else "full",
     )
 
 
@@ -432,5 +450,6 @@ def plan(req: PlanRequest) -> Plan:
         mfu=chosen.mfu,
         mfu_full_attention=flops.full * req.global_batch_tokens / peak,
         explanation=explanation,
+        remat_policy=chosen.remat_policy,
         candidates=candidates,
     )

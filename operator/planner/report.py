@@ -129,7 +129,7 @@ def format_table(plan: Plan) -> str:
         f"Job: sequence {req.sequence_length:,} tokens, batch {req.global_batch_tokens:,} tokens "
         f"({req.batch_sequences} sequence{'s' if req.batch_sequences != 1 else ''}), "
         f"{req.precision}, "
-        f"{'recompute' if req.recompute else 'no recompute'}",
+        f"{f'recompute (remat policy {plan.remat_policy})' if req.recompute else 'no recompute'}",
         f"Hardware: {req.nodes} nodes x {req.gpus_per_node} {req.gpu} = {req.devices} GPUs "
         f"({GPUS[req.gpu].host_link} to the host); fabric {req.fabric}: "
         f"{FABRICS[req.fabric].description}",

@@ -60,6 +60,7 @@ class StepInputs:
     chunk_tokens: int | None  # None: no offload
     host_saved_bytes: int  # saved activations copied to the host and back each step
     ulysses: int = 1  # the Ulysses group size of attention hybrid
+    save_attention: bool = False  # remat policy save_attention: attention's forward runs once
 
     @property
     def ulysses_degree(self) -> int:
@@ -90,6 +91,12 @@ class StepInputs:
         return 2 if self.recompute else 1
 
     @property
+    def attention_forward_passes(self) -> int:
+        """Attention's forward (and its communication) runs again in the backward only under
+        recompute without remat policy save_attention."""
+        return 1 if self.save_attention else self.forward_passes
+
+    @property
     def imbalance(self) -> float:
         """Ulysses attends the whole sequence on every device (for some heads): always balanced;
         hybrid is a ring of groups, each holding its devices' pieces of the layout."""
@@ -114,12 +121,13 @@ def link_bandwidth(inp: StepInputs, group_span: int) -> float:
 
 def compute_seconds(inp: StepInputs) -> float:
     """Hardware FLOPs at the sustained rate. Recompute runs every layer's forward again: 2 more
-    FLOPs per layer weight and a third more causal attention (forward is 1/3 of forward+backward).
+    FLOPs per layer weight and a third more causal attention (forward is 1/3 of forward+backward),
+    unless remat policy save_attention keeps attention's output.
     With fp8 the layer matmuls run at the FP8 rate; the LM head and attention stay bf16."""
     f = flops_per_token(inp.model, inp.sequence_length)
     layers = inp.model.non_embedding_param_count() * (8 if inp.recompute else 6)
     head = f.dense - 6 * inp.model.non_embedding_param_count()
-    attention = f.attention_causal * (4 / 3 if inp.recompute else 1)
+    attention = f.attention_causal * (inp.attention_forward_passes + 2) / 3
     attention *= inp.imbalance
     layer_rate = inp.gpu.achievable_fp8_flops if inp.precision == "fp8" else inp.gpu.achievable_flops
     tokens = inp.global_batch_tokens / inp.layout.devices
@@ -151,7 +159,8 @@ def ring_exposed_seconds(inp: StepInputs) -> float:
     forward_comm = kv_block * dtype_bytes(inp.precision) / bandwidth
     backward_comm = kv_block * (dtype_bytes(inp.precision) + FP32) / bandwidth
     forward_block = attention_forward_seconds_per_layer(inp) / members
-    exposed = inp.forward_passes * max(0.0, forward_comm - forward_block) + max(0.0, backward_comm - 2 * forward_block)
+    forward_exposed = inp.attention_forward_passes * max(0.0, forward_comm - forward_block)
+    exposed = forward_exposed + max(0.0, backward_comm - 2 * forward_block)
     return inp.model.layers * (members - 1) * exposed
 
 
@@ -212,7 +221,7 @@ def all_gather_seconds(inp: StepInputs) -> float:
         * inp.local_sequences
         * dtype_bytes(inp.precision)
     )
-    return inp.model.layers * (inp.forward_passes + 1) * received / bandwidth
+    return inp.model.layers * (inp.attention_forward_passes + 1) * received / bandwidth
 
 
 def ulysses_seconds(inp: StepInputs) -> float:
@@ -226,7 +235,7 @@ def ulysses_seconds(inp: StepInputs) -> float:
     width = (2 * m.hidden + 2 * kv_dim(m) * inp.kv_repeat) // lay.tensor
     shard = width * inp.shard_tokens * inp.local_sequences * dtype_bytes(inp.precision)
     sent = shard * (degree - 1) / degree
-    return m.layers * (inp.forward_passes + 1) * sent / link_bandwidth(inp, degree * lay.tensor)
+    return m.layers * (inp.attention_forward_passes + 1) * sent / link_bandwidth(inp, degree * lay.tensor)
 
 
 def offload_exposed_seconds(inp: StepInputs, compute: float) -> float:
@@ -244,7 +253,7 @@ def offload_exposed_seconds(inp: StepInputs, compute: float) -> float:
         chunk_transfer_seconds(inp.model, inp.gpu, lay.tensor, inp.precision, chunk)
         - chunk_compute_seconds(inp.model, inp.gpu, lay.tensor, chunk),
     )
-    return saved + inp.model.layers * inp.forward_passes * fetches * per_fetch
+    return saved + inp.model.layers * inp.attention_forward_passes * fetches * per_fetch
 
 
 def step_time(inp: StepInputs) -> StepTime:

@@ -39,6 +39,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
             adaptive=spec.parallelism.adaptive,
         ),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),
+        remat_policy=layout.remat_policy,
         communication=spec.communication.collective_permute,
         optimizer=OptimizerConfig(
             learning_rate=spec.optimizer.learning_rate,

@@ -113,6 +113,7 @@ MAPPING = [
     ),
     ({}, ResolvedLayout(1, 2, 2, 1, offload=True), "offload.enabled", True),
     ({}, ResolvedLayout(1, 2, 2, 1, True, 256), "offload.chunk_tokens", 256),
+    ({}, ResolvedLayout(1, 2, 2, 1, remat_policy="save_attention"), "remat_policy", "save_attention"),
     ({"spec.optimizer.learningRate": 0.01}, LAYOUT, "optimizer.learning_rate", 0.01),
     ({"spec.optimizer.warmupSteps": 3}, LAYOUT, "optimizer.warmup_steps", 3),
     ({"spec.optimizer.weightDecay": 0.0}, LAYOUT, "optimizer.weight_decay", 0.0),

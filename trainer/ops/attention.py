@@ -6,6 +6,7 @@ from typing import get_args
 
 import jax
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from ..config import Attention, hybrid_split
@@ -21,6 +22,8 @@ from .ulysses import make_ulysses_attention
 ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
 SEGMENT_SPEC = P(DATA, CONTEXT)
 PER_DEVICE = P((DATA, CONTEXT, TENSOR))  # one block per device, stacked: how residuals leave shard_map
+ATTENTION_RESIDUALS = "attention_residuals"
+"""The name of attention's residuals for its backward (remat policy save_attention keeps them)."""
 
 
 def context_parallel_attention(
@@ -102,9 +105,10 @@ def _sharded(local: LocalAttention, mesh):
         return dq.astype(do.dtype), dk.astype(do.dtype), dv.astype(do.dtype)
 
     def forward(q, k, v, segments):
-        return jax.shard_map(
+        out, residuals = jax.shard_map(
             per_device_fwd, mesh=mesh, in_specs=in_specs, out_specs=(ACTIVATION_SPEC, PER_DEVICE), check_vma=False
         )(q, k, v, segments)
+        return out, checkpoint_name(residuals, ATTENTION_RESIDUALS)
 
     @jax.custom_vjp
     def attention(q, k, v, segments):

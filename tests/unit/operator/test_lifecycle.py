@@ -7,7 +7,7 @@ import pytest
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.admission import Admission
-from longctx_operator.api.spec import TRAINER_ATTENTION, LongContextJobSpec
+from longctx_operator.api.spec import API_REMAT_POLICY, TRAINER_ATTENTION, LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
 from longctx_operator.lifecycle import (
     ADMISSION_RETRY_SECONDS,
@@ -90,6 +90,15 @@ def test_the_chosen_attention_is_recorded_and_rendered_again_from_the_status():
     old = d.status.layout.model_copy(update={"attention": None})
     assert resolved(old, spec(parallelism={"attention": "allGather"})).attention == "all_gather"
     assert resolved(old, auto).attention == "ring"
+
+
+def test_the_chosen_remat_policy_is_recorded_and_rendered_again_from_the_status():
+    d, _ = step(spec(), LongContextJobStatus())
+    chosen = d.actions[0].layout.remat_policy
+    assert d.status.layout.remat_policy == API_REMAT_POLICY[chosen]
+    assert resolved(d.status.layout, spec()).remat_policy == chosen
+    # A status recorded before the layout carried it: full remat, as the trainer ran then.
+    assert resolved(d.status.layout.model_copy(update={"remat_policy": None}), spec()).remat_policy == "full"
 
 
 def test_the_status_says_why_the_layout_was_chosen():

@@ -1,4 +1,5 @@
-"""What the remat'ed layers keep for the backward: only each layer's input, on the host with offload.
+"""What the remat'ed layers keep for the backward: only each layer's input (remat policy full), on the host
+with offload; with policy save_attention and offload, attention's output goes there too.
 
 Checked on the traced program (jax.ad_checkpoint.print_saved_residuals), so it holds on any
 backend: the host offload probe is forced on, as it would be on a GPU.
@@ -38,3 +39,25 @@ def test_layers_keep_only_their_input(capsys, monkeypatch, offload, memory):
     types = [line.split(" ")[0] for line in _saved_residuals(capsys, offload)]
     stacked = [t for t in types if f"[{DIMS.layers}," in t]  # one entry per layer
     assert stacked == [f"{memory}[{DIMS.layers},{BATCH},{SEQ},{DIMS.hidden}]"], types
+
+
+def test_saved_attention_goes_to_the_host_with_offload(capsys, monkeypatch):
+    """Remat policy save_attention with offload (host probe forced on, as on a GPU): the layer
+    input and attention's output are offloaded (`<host>`); attention's residuals are saved where
+    the attention ops put them."""
+    monkeypatch.setattr(model, "host_offload_available", lambda platform: True)
+    options = model.ModelOptions(
+        compute_dtype=jnp.float32, remat=True, offload=True, chunk_tokens=None, attention="ring",
+        load_balance="none", remat_policy="save_attention",
+    )  # fmt: skip
+    mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
+    params = model.init_params(DIMS, jax.random.key(0))
+    tokens = np.zeros((BATCH, SEQ), np.int32)
+    capsys.readouterr()
+    print_saved_residuals(partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options), params, tokens, tokens)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "from the argument" not in line]
+    stacked = [line.split(" ")[0] for line in lines if f"[{DIMS.layers}," in line.split(" ")[0]]
+    heads = f"[{DIMS.layers},{BATCH},{SEQ},{DIMS.heads},{DIMS.head_dim}]"
+    assert f"f32<host>[{DIMS.layers},{BATCH},{SEQ},{DIMS.hidden}]" in stacked  # the layer input
+    assert f"f32<host>{heads}" in stacked, stacked  # attention's output
+    assert len(stacked) > 2  # and attention's residuals

@@ -26,6 +26,7 @@ def worked_activations() -> int:
             data=1,
             context=8,
             tensor=4,
+            remat_policy="full",  # the figures here are worked out for full remat
         )
     ).memory.activations
 

@@ -149,7 +149,7 @@ def test_offload_must_fit_in_the_pods_memory_limit():
     """1M tokens on one node offloads about 260 GiB per pod: a 512Gi pod holds it, 256Gi does not."""
     from longctx_operator.planner.plan import HOST_MEMORY_MARGIN, host_bytes_per_pod
 
-    base = dict(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1)
+    base = dict(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1, remat_policy="full")
     unlimited = plan(request(**base))
     needed = host_bytes_per_pod(unlimited.request, unlimited.memory)
     assert needed == unlimited.memory.host_offloaded * 8

@@ -24,6 +24,7 @@ def request(**overrides):
         data=1,
         context=16,
         tensor=2,
+        remat_policy="full",  # the figures here are worked out for full remat
     )
     return PlanRequest(**{**base, **overrides})
 

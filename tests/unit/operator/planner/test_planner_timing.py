@@ -28,6 +28,7 @@ def request(**overrides):
         data=1,
         context=32,
         tensor=1,
+        remat_policy="full",  # the figures here are worked out for full remat
     )
     return PlanRequest(**{**base, **overrides})
 

@@ -77,6 +77,7 @@ def worked():
             data=1,
             context=8,
             tensor=4,
+            remat_policy="full",  # the figures here are worked out for full remat
         )
     )
 
