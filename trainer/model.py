@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import fp8
-from .config import FP8_MATMULS, TrainerConfig
+from .config import FP8_MATMULS, LOSS_CHUNK_TOKENS, TrainerConfig
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.offload import host_offload_available
@@ -81,7 +81,7 @@ class ModelOptions:
     ulysses: int = 1  # the Ulysses group size of attention "hybrid"
     document_mask: bool = False  # packed documents: attention and loss stay within each document
     reset_positions: bool = False  # packed documents: RoPE positions restart in each document
-    loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
+    loss_chunk_tokens: int = LOSS_CHUNK_TOKENS
     fp8: Fp8Layout | None = None  # None: no FP8
 
     @classmethod

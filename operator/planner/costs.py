@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import FP8_MATMULS, Fp8Config
+from longctx_trainer.config import FP8_MATMULS, LOSS_CHUNK_TOKENS, Fp8Config
 from longctx_trainer.presets import ModelDims
 
 FP32 = 4
@@ -109,9 +109,6 @@ def layer_activation_bytes_per_token(model: ModelDims, precision: str, tensor: i
 def layer_input_bytes_per_token(model: ModelDims, precision: str) -> int:
     """What a recomputed layer keeps: its input, h values per token."""
     return dtype_bytes(precision) * model.hidden
-
-
-LOSS_CHUNK_TOKENS = 2048  # trainer/model.py ModelOptions.loss_chunk_tokens
 
 
 def loss_chunk_tokens(shard_tokens: int) -> int:
