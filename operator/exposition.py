@@ -15,13 +15,8 @@ from __future__ import annotations
 
 import re
 
-STEP = "longctx_train_step"
-TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
-LOSS = "longctx_train_loss"
-MFU = "longctx_train_mfu_ratio"
-LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
-MFU_CONVENTION = "causal"
-MFU_PEAK = "bf16"  # a trainer without the peak label reports against the bf16 peak (the contract)
+from longctx_trainer.metrics import LAST_CHECKPOINT, LOSS, MFU, MFU_CONVENTION, MFU_PEAK, STEP, TOKENS_PER_SECOND
+
 PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT)
 
 MAX_LINE_BYTES = 4096
