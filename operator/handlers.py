@@ -16,8 +16,16 @@ import kopf
 import prometheus_client
 
 from .config import OperatorConfig
-from .kube import GROUP, PLURAL, VERSION, Kube, load_client
-from .names import JOB_NAME_LABEL, KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_PLURAL, KUEUE_WORKLOAD_VERSION
+from .kube import Kube, load_client
+from .names import (
+    GROUP,
+    JOB_NAME_LABEL,
+    KUEUE_WORKLOAD_GROUP,
+    KUEUE_WORKLOAD_PLURAL,
+    KUEUE_WORKLOAD_VERSION,
+    PLURAL,
+    VERSION,
+)
 from .reconciler import Reconciler, api_threads
 
 

@@ -17,6 +17,7 @@ from longctx_trainer.config import Attention, CollectivePermute, DataKind, LoadB
 from longctx_trainer.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.presets import PRESETS
 
+from ..names import API_VERSION, KIND
 from ..planner.plan import AUTO_ATTENTION
 
 # Patterns are checked by pydantic (Rust regex) and by the API server (Go RE2) alike: ASCII classes
@@ -440,8 +441,8 @@ class ObjectMeta(BaseModel):
 
 class LongContextJob(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    api_version: Literal["longctx.io/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["LongContextJob"]
+    api_version: Literal[API_VERSION] = Field(alias="apiVersion")
+    kind: Literal[KIND]
     metadata: ObjectMeta
     spec: LongContextJobSpec
     status: dict | None = None

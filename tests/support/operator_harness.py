@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from longctx_operator.api.crd import CRD_NAME
+from longctx_operator.names import API_VERSION, KIND
 from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,8 +144,8 @@ def job_manifest(
     if pod_annotations:
         meta_annotations["longctx.io/pod-annotations"] = json.dumps(pod_annotations)
     return {
-        "apiVersion": "longctx.io/v1alpha1",
-        "kind": "LongContextJob",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "annotations": meta_annotations},
         "spec": spec,
     }
@@ -245,7 +247,7 @@ def install_crd(admin_kubectl) -> None:
     admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
 
     def established() -> bool:
-        crd = admin_kubectl.json("get", "crd", "longcontextjobs.longctx.io")
+        crd = admin_kubectl.json("get", "crd", CRD_NAME)
         return any(
             c["type"] == "Established" and c["status"] == "True"
             for c in (crd.get("status") or {}).get("conditions", [])
