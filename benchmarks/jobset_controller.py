@@ -31,7 +31,7 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 def home() -> Path:
     """The cached build's folder (bin/jobset, config/), built first when missing."""
     subprocess.run([str(SCRIPTS / "build"), "jobset"], check=True, stdout=subprocess.DEVNULL)
-    script = f'source "{SCRIPTS}/lib.sh"; component_dir jobset "$JOBSET_VERSION"'
+    script = f'source "{REPO}/hack/lib.sh"; component_dir jobset "$JOBSET_VERSION"'
     return Path(subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip())
 
 
