@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.cluster: the tests' kubectl
 import jobset_controller
 
 from longctx_operator.annotations import pod_annotations
@@ -44,6 +45,7 @@ from longctx_operator.names import JOB_NAME_LABEL
 from longctx_operator.reconciler import add_pod_annotations
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import resolve_layout
+from support.cluster import Kubectl, KubectlError
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
@@ -66,30 +68,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cluster_path() -> str:
-    return subprocess.run([str(SCRIPTS / "path")], capture_output=True, text=True, check=True).stdout.strip()
-
-
-class KubectlError(subprocess.CalledProcessError):
-    def __str__(self) -> str:
-        return f"{super().__str__()}: {self.stderr.strip()}"
-
-
-class Cluster:
-    def __init__(self, kubeconfig: Path):
-        self.env = os.environ | {
-            "KUBECONFIG": str(kubeconfig),
-            "PATH": cluster_path() + os.pathsep + os.environ["PATH"],
-        }
-        self.kubeconfig = kubeconfig
-
-    def kubectl(self, *args: str, input: str | None = None) -> str:
-        done = subprocess.run(["kubectl", *args], input=input, env=self.env, capture_output=True, text=True)
-        if done.returncode:
-            raise KubectlError(done.returncode, ["kubectl", *args], done.stdout, done.stderr)
-        return done.stdout
 
 
 def manifest(name: str, namespace: str, pods: int) -> dict:
@@ -306,7 +284,7 @@ def percentile(values: list[float], q: float) -> float:
 class Controller:
     """No controller (raw), the JobSet controller, or the longctx operator, as a process."""
 
-    def __init__(self, system: str, cluster: Cluster, scratch: Path):
+    def __init__(self, system: str, cluster: Kubectl, scratch: Path):
         self.system, self.cluster, self.scratch = system, cluster, scratch
         self.process: subprocess.Popen | None = None
         self.jobset: jobset_controller.JobSetController | None = None
@@ -335,26 +313,26 @@ class Controller:
             self.process.wait(timeout=30)
 
 
-def delete_gangs(cluster: Cluster, namespace: str, timeout: float = 300) -> None:
+def delete_gangs(cluster: Kubectl, namespace: str, timeout: float = 300) -> None:
     """Deletes a namespace's Jobs in the foreground (the Job controller drops its pod finalizers, which
     KWOK's pods would otherwise keep), waits for their pods to go, then deletes the namespace."""
-    cluster.kubectl("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground", "--wait=false")
+    cluster("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground", "--wait=false")
     deadline = time.monotonic() + timeout
-    while cluster.kubectl("get", "pods", "-n", namespace, "-o", "name").strip():
+    while cluster("get", "pods", "-n", namespace, "-o", "name").strip():
         if time.monotonic() > deadline:
             raise TimeoutError(f"pods of {namespace} still there after {timeout}s")
         time.sleep(1)
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    cluster("delete", "namespace", namespace, "--wait=false")
 
 
-def run_system(system: str, cluster: Cluster, args, scratch: Path, audit: Path | None) -> dict:
+def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path | None) -> dict:
     namespace = f"scale-{system}-{os.getpid()}"
-    cluster.kubectl("create", "namespace", namespace)
+    cluster("create", "namespace", namespace)
     while True:
         try:
-            cluster.kubectl("get", "serviceaccount", "default", "-n", namespace)
+            cluster("get", "serviceaccount", "default", "-n", namespace)
             break
-        except subprocess.CalledProcessError:
+        except KubectlError:
             time.sleep(0.5)
     controller = Controller(system, cluster, scratch)
     controller.start()
@@ -453,9 +431,9 @@ def main() -> int:
             )
             print(f"cluster with {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
             kubeconfig, audit = state / "kubeconfig", state / "logs" / "audit.log"
-        cluster = Cluster(kubeconfig)
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+        cluster = Kubectl(kubeconfig)
+        cluster("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+        cluster("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s", timeout=None)
         results = {}
         for system in systems:
             results[system] = run_system(system, cluster, args, scratch, audit)
