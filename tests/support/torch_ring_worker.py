@@ -1,5 +1,5 @@
 """Worker of the ring-attention tests: one rank's shard of seeded q, k, v in a load-balance layout,
-its ring forward and its gradients (tests/unit/trainer_torch/test_ring.py)."""
+its ring forward and its gradients (tests/unit/trainer/pytorch/test_ring.py)."""
 
 from __future__ import annotations
 

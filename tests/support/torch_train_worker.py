@@ -1,5 +1,5 @@
 """Worker of the PyTorch trainer tests: one rank trains a tiny config for a few steps and returns
-its losses (tests/unit/trainer_torch/test_train.py)."""
+its losses (tests/unit/trainer/pytorch/test_train.py)."""
 
 from __future__ import annotations
 
