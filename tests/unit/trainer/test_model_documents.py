@@ -19,7 +19,6 @@ import pytest
 from longctx_trainer import model
 from longctx_trainer.config import (
     DataConfig,
-    ModelConfig,
     OptimizerConfig,
     PackingConfig,
     ParallelConfig,
@@ -33,9 +32,10 @@ from longctx_trainer.ops import inverse_permutation
 from longctx_trainer.sources import document_layout, document_separator, text_bytes
 from longctx_trainer.train import train
 from support import mutants
+from support.tiny import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[3]
-MODEL = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
+MODEL = TINY_MODEL
 DIMS = MODEL.dims()
 SEQ = 256
 SEPARATOR = 0  # NUL ends each byte-level document
