@@ -15,8 +15,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from longctx_trainer.hardware import CPU
-
 from .api.validate import InvalidJob, parse_job, problems
 from .names import API_VERSION, KIND
 from .planner import PlanError
@@ -194,7 +192,7 @@ def cmd_plan(args) -> int:
         if args.file:
             job = _job_from(args.file)
             _warn(args.file, job)
-            if job.spec.resources.gpu_type == CPU:  # a manual layout the planner does not model
+            if job.spec.on_cpu:  # a manual layout the planner does not model
                 layout, _ = resolve_layout(job.spec)
                 load_balance = job.spec.parallelism.load_balance
                 if args.output == "json":

@@ -44,7 +44,7 @@ def unplanned_attention(spec: LongContextJobSpec) -> Attention:
 def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:
     """The layout and, on GPUs, the plan that chose or validated it; raises PlanError."""
     ppn = spec.processes_per_node()
-    if spec.resources.gpu_type == "cpu":
+    if spec.on_cpu:
         p = spec.parallelism  # CPU jobs are manual (a rule): the planner models GPUs only
         layout = ResolvedLayout(
             p.data,

@@ -419,6 +419,11 @@ class LongContextJobSpec(ApiModel):
         return self.resources.nodes * self.resources.gpus_per_node
 
     @property
+    def on_cpu(self) -> bool:
+        """The job runs on XLA host devices (gpuType cpu), not on GPUs."""
+        return self.resources.gpu_type == CPU
+
+    @property
     def batch_tokens(self) -> int:
         return self.global_batch_tokens or self.sequence_length
 
