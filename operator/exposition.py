@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import re
 
-from longctx_trainer.metrics import LAST_CHECKPOINT, LOSS, MFU, MFU_CONVENTION, MFU_PEAK, STEP, TOKENS_PER_SECOND
+from longctx_trainer.contract.metrics import (
+    LAST_CHECKPOINT,
+    LOSS,
+    MFU,
+    MFU_CONVENTION,
+    MFU_PEAK,
+    STEP,
+    TOKENS_PER_SECOND,
+)
 
 PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT)
 

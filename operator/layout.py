@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention
+from longctx_trainer.contract.config import Attention
 
 
 @dataclass(frozen=True)

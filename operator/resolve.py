@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from longctx_operator.planner import Plan, PlanRequest, plan
 from longctx_operator.planner.plan import AUTO_ATTENTION
-from longctx_trainer.config import Attention
+from longctx_trainer.contract.config import Attention
 
 from .api.quantity import parse_quantity
 from .api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec

@@ -21,9 +21,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from .config import PackingConfig, TrainerConfig
+from .contract.config import PackingConfig, TrainerConfig
+from .contract.sources import TokenSource, document_layout, document_separator, make_source
 from .model import TOKENS
-from .sources import TokenSource, document_layout, document_separator, make_source
 
 
 class Documents(NamedTuple):

@@ -25,11 +25,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import fp8
-from .config import FP8_MATMULS, LOSS_CHUNK_TOKENS, TrainerConfig
+from .contract.config import FP8_MATMULS, LOSS_CHUNK_TOKENS, TrainerConfig
+from .contract.presets import RMS_NORM_EPS, ModelDims, RopeScaling
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.offload import host_offload_available
-from .presets import RMS_NORM_EPS, ModelDims, RopeScaling
 
 # Partition spec of every parameter before divisibility is checked (see `param_specs`).
 # Layer parameters carry a leading `layers` dim (scan), never sharded.

@@ -26,11 +26,11 @@ from jax.sharding import PartitionSpec as P
 
 from . import model
 from .checkpoint import Checkpoints
-from .config import OptimizerConfig, TrainerConfig
+from .contract.config import OptimizerConfig, TrainerConfig
+from .contract.flops import causal_pairs_within_documents, flops_per_token
+from .contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
+from .contract.schedule import learning_rate_factor
 from .data import Batches
-from .flops import causal_pairs_within_documents, flops_per_token
-from .metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
-from .schedule import learning_rate_factor
 from .weights import load_params
 
 Emit = Callable[[dict], None]

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from longctx_trainer import podenv
-from longctx_trainer.config import BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
-from longctx_trainer.hardware import CPU, FABRICS, GPUS
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract import podenv
+from longctx_trainer.contract.config import BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
+from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
+from longctx_trainer.contract.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
 from ..planner.plan import AUTO_ATTENTION

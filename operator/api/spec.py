@@ -13,9 +13,9 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from longctx_trainer.config import Attention, CollectivePermute, DataKind, LoadBalance, Precision, Schedule
-from longctx_trainer.hardware import CPU, FABRICS, GPUS
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.config import Attention, CollectivePermute, DataKind, LoadBalance, Precision, Schedule
+from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
+from longctx_trainer.contract.presets import PRESETS
 
 from ..names import API_VERSION, KIND
 from ..planner.plan import AUTO_ATTENTION
@@ -52,7 +52,7 @@ MAX_COUNT = 2**53
 QualifiedName = Annotated[str, StringConstraints(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
-# The hardware catalogue (trainer/hardware.py) is the one list of GPU types and fabrics.
+# The hardware catalogue (trainer/contract/hardware.py) is the one list of GPU types and fabrics.
 GpuType = Literal[(CPU, *GPUS)]  # type: ignore[valid-type]
 FabricName = Literal[tuple(FABRICS)]  # type: ignore[valid-type]
 

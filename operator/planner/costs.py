@@ -1,5 +1,5 @@
 """Bytes per GPU of a Llama-style model (formulas in docs/planner.md); FLOPs per token are
-`longctx_trainer.flops`, shared with the trainer.
+`longctx_trainer.contract.flops`, shared with the trainer.
 
 Everything here is arithmetic over `ModelDims` and a few layout numbers; no layout search.
 Conventions:
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import FP8_MATMULS, LOSS_CHUNK_TOKENS, Fp8Config
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.contract.config import FP8_MATMULS, LOSS_CHUNK_TOKENS, Fp8Config
+from longctx_trainer.contract.presets import ModelDims
 
 FP32 = 4
 FP8 = 1

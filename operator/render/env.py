@@ -1,12 +1,12 @@
 """The environment of a trainer container: JAX distributed identity, XLA flags, fabric and NVSHMEM.
 
-Variable names come from the pod environment contract (longctx_trainer.podenv), which the
+Variable names come from the pod environment contract (longctx_trainer.contract.podenv), which the
 launcher and the trainer read.
 """
 
 from __future__ import annotations
 
-from longctx_trainer import podenv
+from longctx_trainer.contract import podenv
 
 from .. import names
 from ..api.spec import LongContextJobSpec

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from longctx_trainer.config import dump_config
-from longctx_trainer.hardware import FABRICS, GPUS, Fabric
+from longctx_trainer.contract.config import dump_config
+from longctx_trainer.contract.hardware import FABRICS, GPUS, Fabric
 
 from .. import names
 from ..api.quantity import parse_quantity

@@ -112,7 +112,7 @@ def pod_names(kubectl, name: str, generation: int) -> dict[int, str]:
 
 EXPORTER = textwrap.dedent("""
     import sys, time
-    from longctx_trainer.metrics import TrainMetrics
+    from longctx_trainer.contract.metrics import TrainMetrics
     m = TrainMetrics(sys.argv[1], 0)
     m.serve(int(sys.argv[2]))
     step = 0

@@ -304,7 +304,7 @@ def test_immutable_fields_are_rejected_by_the_api_server(operator, kubectl, wait
 
 EXPORTER = textwrap.dedent("""
     import sys, time
-    from longctx_trainer.metrics import TrainMetrics
+    from longctx_trainer.contract.metrics import TrainMetrics
     m = TrainMetrics(sys.argv[1], 0)
     m.serve(int(sys.argv[2]))
     step = 0

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from prometheus_client import generate_latest
 
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.metrics import TrainMetrics
 from support import operator_harness as h
 from support.hostile_metrics import SLOW_ANSWERS, WORST_BODIES, Handler, serve, slow_answer
 

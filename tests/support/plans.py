@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from longctx_operator.planner import PlanRequest
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.presets import PRESETS
 
 REFERENCE = dict(
     model=PRESETS["llama3-8b"],

@@ -4,7 +4,7 @@ shows learning on byte-level text."""
 
 from __future__ import annotations
 
-from longctx_trainer.config import ModelConfig, TrainerConfig
+from longctx_trainer.contract.config import ModelConfig, TrainerConfig
 
 TINY_MODEL = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
 TINY_SEQUENCE = 64

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from longctx_trainer.load_balance import permutation
+from longctx_trainer.contract.load_balance import permutation
 from longctx_trainer.pytorch.ring import Ring, ring_attention
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from longctx_trainer.config import DataConfig, OptimizerConfig, ParallelConfig, TrainerConfig
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.config import DataConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.pytorch.layout import Groups, Layout
 from support.tiny import TINY_MODEL, tiny_trainer_config
 

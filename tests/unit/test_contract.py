@@ -15,7 +15,7 @@ from longctx_operator.api import parse_job
 from longctx_operator.layout import ResolvedLayout
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import resolve_layout
-from longctx_trainer.config import TrainerConfig, load_config
+from longctx_trainer.contract.config import TrainerConfig, load_config
 from support.jobs import job_manifest
 from support.manifests import apply_case
 

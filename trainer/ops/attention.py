@@ -8,8 +8,8 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from ..config import Attention, hybrid_split
-from ..load_balance import permutation
+from ..contract.config import Attention, hybrid_split
+from ..contract.load_balance import permutation
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .chunked import LocalAttention, default_chunk

@@ -1,6 +1,6 @@
 """The training loop of the PyTorch example: AdamW with the shared schedule (schedule.py), gradients
 summed over the context ring and the data-parallel group, progress events and metrics under the
-same names as the JAX trainer (longctx_trainer.metrics), checkpoints every interval.
+same names as the JAX trainer (longctx_trainer.contract.metrics), checkpoints every interval.
 
 Events handed to `emit` (rank 0 prints them as JSON lines, which `longctx run` follows):
   {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
@@ -19,13 +19,13 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from .. import podenv
-from ..config import CheckpointConfig, OptimizerConfig, TrainerConfig
-from ..flops import flops_per_token
-from ..load_balance import permutation
-from ..metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
-from ..schedule import learning_rate_factor
-from ..sources import TokenSource, make_source
+from ..contract import podenv
+from ..contract.config import CheckpointConfig, OptimizerConfig, TrainerConfig
+from ..contract.flops import flops_per_token
+from ..contract.load_balance import permutation
+from ..contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
+from ..contract.schedule import learning_rate_factor
+from ..contract.sources import TokenSource, make_source
 from .layout import Groups, Layout
 from .model import Llama
 from .ring import Ring

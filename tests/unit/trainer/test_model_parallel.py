@@ -18,7 +18,7 @@ import optax
 import pytest
 
 from longctx_trainer import model
-from longctx_trainer.config import ModelConfig, ParallelConfig
+from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
 from support import mutants
 from support.tiny import TINY_MODEL

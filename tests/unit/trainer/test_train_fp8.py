@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from longctx_trainer import fp8, model
-from longctx_trainer.config import DataConfig, Fp8Config, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import DataConfig, Fp8Config, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import StepFunctions, train
 from support.hlo import fp8_dots
 from support.tiny import tiny_trainer_config

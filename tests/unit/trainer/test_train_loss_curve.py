@@ -6,9 +6,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from longctx_trainer.config import DataConfig, OptimizerConfig, ParallelConfig
+from longctx_trainer.contract.config import DataConfig, OptimizerConfig, ParallelConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import train
 from support.tiny import tiny_trainer_config
 

@@ -6,8 +6,8 @@ import numpy as np
 import optax
 import pytest
 
-from longctx_trainer.config import OptimizerConfig
-from longctx_trainer.schedule import learning_rate_factor
+from longctx_trainer.contract.config import OptimizerConfig
+from longctx_trainer.contract.schedule import learning_rate_factor
 from longctx_trainer.train import learning_rate_schedule, make_optimizer
 
 

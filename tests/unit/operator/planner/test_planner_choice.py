@@ -4,7 +4,7 @@ import pytest
 
 from longctx_operator.planner import PlanError, plan
 from longctx_operator.planner.layouts import Layout
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.presets import PRESETS
 from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]

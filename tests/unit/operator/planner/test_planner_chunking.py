@@ -13,7 +13,7 @@ from longctx_operator.planner.chunking import (
     covering_chunk_tokens,
 )
 from longctx_operator.planner.plan import memory_for
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.presets import PRESETS
 from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from longctx_operator.planner import PlanError, plan
-from longctx_trainer.hardware import GPUS
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.hardware import GPUS
+from longctx_trainer.contract.presets import PRESETS
 from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]

@@ -16,7 +16,7 @@ from longctx_operator.render import fabrics as fabrics_module
 from longctx_operator.render import render_workload
 from longctx_operator.render import workload as workload_module
 from longctx_operator.resolve import resolve_layout
-from longctx_trainer.config import TrainerConfig
+from longctx_trainer.contract.config import TrainerConfig
 from support.jobs import job_manifest
 from support.manifests import EXAMPLES, apply_case, load_example
 

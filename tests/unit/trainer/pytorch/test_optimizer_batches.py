@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from longctx_trainer.config import OptimizerConfig
+from longctx_trainer.contract.config import OptimizerConfig
+from longctx_trainer.contract.sources import SyntheticTokens
 from longctx_trainer.pytorch.layout import Layout
 from longctx_trainer.pytorch.model import Llama
 from longctx_trainer.pytorch.train import local_batch, make_optimizer, sequence_positions
-from longctx_trainer.sources import SyntheticTokens
 from support.torch_train_worker import tiny_config
 
 
