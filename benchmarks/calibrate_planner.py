@@ -4,7 +4,7 @@
 
 Reads the training runs `benchmarks/gpu_check.py` measured (peak device memory and step time,
 with the planner's predictions beside them, made with the catalogue's constants at the time) and
-proposes, for the GPU they ran on, the two constants of `trainer/hardware.py` that scale those
+proposes, for the GPU they ran on, the two constants of `trainer/contract/hardware.py` that scale those
 predictions:
 - `memory_factor`: the smallest that puts every predicted peak at or above the measured one;
 - `matmul_efficiency`: the one whose predicted step times are right on (geometric) average (the
@@ -23,7 +23,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from longctx_trainer.hardware import GPUS, Gpu
+from longctx_trainer.contract.hardware import GPUS, Gpu
 
 MEMORY_BOUND = 0.15  # predicted peak memory at most 15% above the measured
 STEP_BOUND = 0.25  # predicted step time within 25% of the measured

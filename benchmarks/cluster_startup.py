@@ -18,11 +18,15 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.cluster: the tests' kubectl
+from support.cluster import Kubectl
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
@@ -89,11 +93,7 @@ def first_step_on_real_nodes() -> list[tuple[str, str]]:
     path = subprocess.run([str(SCRIPTS / "path")], check=True, capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="longctx-bench-real-") as state_dir:
         env = os.environ | {"LONGCTX_CLUSTER_DIR": state_dir, "PATH": f"{path}:{os.environ['PATH']}"}
-        kubeconfig = f"{state_dir}/kubeconfig"
-
-        def kubectl(*args: str, input: str | None = None) -> str:
-            cmd = ["kubectl", "--kubeconfig", kubeconfig, *args]
-            return subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, input=input).stdout
+        kubectl = Kubectl(Path(state_dir) / "kubeconfig")
 
         try:
             up = [str(SCRIPTS / "up"), "--nodes", "0", "--real-nodes", "2"]
@@ -112,24 +112,8 @@ def first_step_on_real_nodes() -> list[tuple[str, str]]:
             start = time.monotonic()
             kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
             name = manifest["metadata"]["name"]
-            while (
-                '"event": "step"'
-                not in subprocess.run(
-                    [
-                        "kubectl",
-                        "--kubeconfig",
-                        kubeconfig,
-                        "logs",
-                        "-l",
-                        f"longctx.io/job-name={name}",
-                        "-c",
-                        "trainer",
-                    ],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                ).stdout
-            ):
+            logs = ("logs", "-l", f"longctx.io/job-name={name}", "-c", "trainer")
+            while '"event": "step"' not in kubectl.run(*logs, check=False).stdout:
                 if time.monotonic() - start > 900:
                     raise SystemExit("no training step within 15 minutes of kubectl apply")
                 time.sleep(1)

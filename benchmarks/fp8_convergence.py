@@ -24,16 +24,16 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import jax  # noqa: E402  (after the device count is set)
 import numpy as np  # noqa: E402
 
-from longctx_trainer.config import (  # noqa: E402
+from longctx_trainer.contract.config import (  # noqa: E402
     DataConfig,
     ModelConfig,
     OptimizerConfig,
     ParallelConfig,
     TrainerConfig,
 )
+from longctx_trainer.contract.metrics import TrainMetrics  # noqa: E402
 from longctx_trainer.data import Batches  # noqa: E402
 from longctx_trainer.mesh import make_mesh  # noqa: E402
-from longctx_trainer.metrics import TrainMetrics  # noqa: E402
 from longctx_trainer.train import StepFunctions, train  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

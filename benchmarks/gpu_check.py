@@ -201,7 +201,7 @@ def attention(cfg: dict, deadline: float) -> dict:
     import jax
     from attention_gpu import _grads, _inputs, _time
 
-    from longctx_trainer.config import ParallelConfig
+    from longctx_trainer.contract.config import ParallelConfig
     from longctx_trainer.mesh import make_mesh
     from longctx_trainer.ops import context_parallel_attention
 
@@ -225,7 +225,7 @@ def attention(cfg: dict, deadline: float) -> dict:
 
 
 def _trainer_config(preset, seq, precision, policy, *, offload, chunk, steps):
-    from longctx_trainer.config import ModelConfig, OffloadConfig, OptimizerConfig, TrainerConfig
+    from longctx_trainer.contract.config import ModelConfig, OffloadConfig, OptimizerConfig, TrainerConfig
 
     return TrainerConfig(
         model=ModelConfig.from_preset(preset),
@@ -246,8 +246,8 @@ def run_one(spec: dict) -> dict:
 
     import jax
 
+    from longctx_trainer.contract.metrics import TrainMetrics
     from longctx_trainer.mesh import make_mesh
-    from longctx_trainer.metrics import TrainMetrics
     from longctx_trainer.peak import fp8_peak_flops, peak_flops
     from longctx_trainer.train import train
 
@@ -416,8 +416,8 @@ def planner_prediction(cfg: dict, device_kind: str | None) -> Callable[[dict], d
     """f(run spec) -> the planner's peak memory and step time for that run on this GPU (on CPU:
     cfg's stand-in GPU, for the structure only)."""
     from longctx_operator.planner import PlanError, PlanRequest, plan
-    from longctx_trainer.hardware import gpu_of_device_kind
-    from longctx_trainer.presets import PRESETS
+    from longctx_trainer.contract.hardware import gpu_of_device_kind
+    from longctx_trainer.contract.presets import PRESETS
 
     known = gpu_of_device_kind(device_kind) if device_kind else None
     gpu = known.name if known else cfg["planner_gpu"]

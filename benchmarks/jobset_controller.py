@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from support.cluster import KubectlError
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
@@ -31,7 +33,7 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 def home() -> Path:
     """The cached build's folder (bin/jobset, config/), built first when missing."""
     subprocess.run([str(SCRIPTS / "build"), "jobset"], check=True, stdout=subprocess.DEVNULL)
-    script = f'source "{SCRIPTS}/lib.sh"; component_dir jobset "$JOBSET_VERSION"'
+    script = f'source "{REPO}/hack/lib.sh"; component_dir jobset "$JOBSET_VERSION"'
     return Path(subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip())
 
 
@@ -106,12 +108,14 @@ class JobSetController:
 
     def start(self) -> None:
         for crd in sorted((self.home / "config").glob("*jobsets.yaml")):
-            self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+            self.cluster("apply", "--server-side", "--force-conflicts", "-f", str(crd))
         for attempt in range(20):  # `kubectl wait` fails outright while the new CRD has no conditions
             try:
-                self.cluster.kubectl("wait", "--for=condition=Established", f"crd/jobsets.{GROUP}", "--timeout=60s")
+                self.cluster(
+                    "wait", "--for=condition=Established", f"crd/jobsets.{GROUP}", "--timeout=60s", timeout=None
+                )
                 break
-            except subprocess.CalledProcessError:
+            except KubectlError:
                 if attempt == 19:
                     raise
                 time.sleep(0.5)
@@ -140,7 +144,7 @@ class JobSetController:
         self.webhooks = webhook_configurations(
             (self.home / "config" / "manifests.yaml").read_text(), self.webhook_port, ca
         )
-        self.cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in self.webhooks))
+        self.cluster("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in self.webhooks))
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -157,7 +161,7 @@ class JobSetController:
 
     def stop(self) -> None:
         for doc in self.webhooks:
-            self.cluster.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], "--ignore-not-found")
+            self.cluster("delete", doc["kind"].lower(), doc["metadata"]["name"], "--ignore-not-found")
         if self.process is not None:
             self.process.terminate()
             self.process.wait(timeout=30)

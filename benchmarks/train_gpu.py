@@ -24,9 +24,9 @@ import sys
 
 import jax
 
-from longctx_trainer.config import ModelConfig, OffloadConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import ModelConfig, OffloadConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.peak import fp8_peak_flops, peak_flops
 from longctx_trainer.train import train
 

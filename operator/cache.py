@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .api.crd import KIND as LONGCONTEXTJOB_KIND
+from .names import KIND as LONGCONTEXTJOB_KIND
 from .names import workload_name
 from .observe import controller_of
 

@@ -15,9 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from longctx_trainer.hardware import CPU
-
 from .api.validate import InvalidJob, parse_job, problems
+from .names import API_VERSION, KIND
 from .planner import PlanError
 from .resolve import resolve_layout
 
@@ -40,7 +39,7 @@ def _load_manifest(path: str) -> dict:
         docs = load_documents(text)
     except ManifestError as e:
         raise UsageError(f"{path}: {e}") from None
-    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "LongContextJob"]
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
     if len(jobs) != 1:
         if len(docs) == 1:
             return docs[0]  # let validation name what is wrong with it
@@ -155,7 +154,7 @@ def _spec_from_flags(args) -> dict:
             for key in path[:-1]:
                 parent = parent.setdefault(key, {})
             parent[path[-1]] = value
-    return {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "plan"}, "spec": spec}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "plan"}, "spec": spec}
 
 
 def _plan_request_from_flags(args):
@@ -193,7 +192,7 @@ def cmd_plan(args) -> int:
         if args.file:
             job = _job_from(args.file)
             _warn(args.file, job)
-            if job.spec.resources.gpu_type == CPU:  # a manual layout the planner does not model
+            if job.spec.on_cpu:  # a manual layout the planner does not model
                 layout, _ = resolve_layout(job.spec)
                 load_balance = job.spec.parallelism.load_balance
                 if args.output == "json":

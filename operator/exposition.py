@@ -1,5 +1,5 @@
 """The progress metrics in rank 0's Prometheus exposition, and the health metrics in every rank's
-(longctx_trainer.health): a bounded, linear scanner.
+(longctx_trainer.contract.health): a bounded, linear scanner.
 
 The text comes from whatever the job's image serves on `metrics.port`, so it is read as hostile
 input. A general parser (prometheus_client's) spends time growing with the square of some lines
@@ -17,17 +17,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from longctx_trainer.health import HEALTH_METRICS, PHASE, PHASES
+from longctx_trainer.contract.health import HEALTH_METRICS, PHASE, PHASES
+from longctx_trainer.contract.metrics import (
+    LAST_CHECKPOINT,
+    LAST_CHECKPOINT_TIME,
+    LOSS,
+    MFU,
+    MFU_CONVENTION,
+    MFU_PEAK,
+    RESUMED_FROM,
+    STEP,
+    TOKENS_PER_SECOND,
+)
 
-STEP = "longctx_train_step"
-TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
-LOSS = "longctx_train_loss"
-MFU = "longctx_train_mfu_ratio"
-LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
-LAST_CHECKPOINT_TIME = "longctx_train_last_checkpoint_timestamp_seconds"
-RESUMED_FROM = "longctx_train_resumed_from_step"
-MFU_CONVENTION = "causal"
-MFU_PEAK = "bf16"  # a trainer without the peak label reports against the bf16 peak (the contract)
 PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT, LAST_CHECKPOINT_TIME, RESUMED_FROM)
 
 MAX_LINE_BYTES = 4096

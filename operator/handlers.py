@@ -24,8 +24,16 @@ import prometheus_client
 
 from .admission import builtin_admission_enabled
 from .config import OperatorConfig
-from .kube import GROUP, PLURAL, VERSION, Kube, load_client
-from .names import JOB_NAME_LABEL, KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_PLURAL, KUEUE_WORKLOAD_VERSION
+from .kube import Kube, load_client
+from .names import (
+    GROUP,
+    JOB_NAME_LABEL,
+    KUEUE_WORKLOAD_GROUP,
+    KUEUE_WORKLOAD_PLURAL,
+    KUEUE_WORKLOAD_VERSION,
+    PLURAL,
+    VERSION,
+)
 from .occupancy import OtherPods
 from .reconciler import Reconciler, api_threads
 from .watch import Watch

@@ -28,8 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import jobview
 from .cli import UsageError
-from .kube import GROUP, PLURAL, VERSION
-from .names import workload_name
+from .names import GROUP, PLURAL, VERSION, workload_name
 from .observe import controller_of
 from .render.workload import TRAINER_CONTAINER
 

@@ -21,9 +21,9 @@ from kubernetes.client.exceptions import ApiException
 
 from . import metrics
 from .lifecycle import timestamp
+from .names import GROUP, KIND, PLURAL, VERSION
 from .observe import controller_of
 
-GROUP, VERSION, PLURAL, KIND = "longctx.io", "v1alpha1", "longcontextjobs", "LongContextJob"
 COMPONENT = "longctx-operator"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import DEFAULT_REMAT_POLICY, Attention, RematPolicy
+from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY, Attention, RematPolicy
 
 
 @dataclass(frozen=True)

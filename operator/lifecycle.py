@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from longctx_trainer.config import DEFAULT_REMAT_POLICY
+from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY
 
 from . import conditions, names, preemption, reasons
 from .admission import Admission

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from longctx_trainer import podenv
+from longctx_trainer.contract import podenv
 from longctx_trainer.launch import first_failure
 
 from . import names

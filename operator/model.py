@@ -3,7 +3,7 @@ planner request (its dimensions) and by the rendered trainer config."""
 
 from __future__ import annotations
 
-from longctx_trainer.config import ModelConfig, RopeScalingConfig
+from longctx_trainer.contract.config import ModelConfig, RopeScalingConfig
 
 from .api.spec import ModelSpec
 

@@ -3,6 +3,11 @@ the trainer relies on, and the names of the objects a LongContextJob owns."""
 
 from __future__ import annotations
 
+GROUP, VERSION, KIND = "longctx.io", "v1alpha1", "LongContextJob"
+"""The custom resource's API group, version and kind."""
+API_VERSION = f"{GROUP}/{VERSION}"
+PLURAL, SINGULAR = "longcontextjobs", "longcontextjob"
+
 TRAINER_CONTAINER = "trainer"
 CONFIG_MOUNT = "/etc/longctx"
 CONFIG_FILE = "trainer.yaml"

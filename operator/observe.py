@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from longctx_trainer.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from longctx_trainer.contract.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
 
 from .names import COMPLETION_INDEX_LABEL, TRAINER_CONTAINER
 

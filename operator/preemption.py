@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from longctx_trainer.termination import PREEMPTED_EXIT_CODE
+from longctx_trainer.contract.termination import PREEMPTED_EXIT_CODE
 
 from . import reasons
 from .api.spec import LongContextJobSpec

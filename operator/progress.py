@@ -1,4 +1,4 @@
-"""status.progress from rank 0's Prometheus exposition (the trainer's exporter, trainer/metrics.py).
+"""status.progress from rank 0's Prometheus exposition (the trainer's exporter, trainer/contract/metrics.py).
 
 The operator reads rank 0 over plain http at its pod IP, or at a URL the job's
 longctx.io/metrics-url annotation names, only under a prefix the admin allows

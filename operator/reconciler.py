@@ -265,7 +265,7 @@ class Reconciler:
         """Counts whether the gang fits, in the admission thread over a snapshot of the cache. The
         caller decides and reserves without awaiting in between; a fit counted while another gang
         was reserved is counted again."""
-        gpus = spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else 0
+        gpus = spec.resources.gpus_per_node if not spec.on_cpu else 0
         request = GangRequest(
             pods=spec.resources.nodes,
             gpus_per_pod=gpus,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from longctx_operator.planner import Plan, PlanRequest, plan
 from longctx_operator.planner.plan import AUTO_ATTENTION
-from longctx_trainer.config import Attention
+from longctx_trainer.contract.config import Attention
 
 from .api.quantity import parse_quantity
 from .api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec
@@ -44,7 +44,7 @@ def unplanned_attention(spec: LongContextJobSpec) -> Attention:
 def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:
     """The layout and, on GPUs, the plan that chose or validated it; raises PlanError."""
     ppn = spec.processes_per_node()
-    if spec.resources.gpu_type == "cpu":
+    if spec.on_cpu:
         p = spec.parallelism  # CPU jobs are manual (a rule): the planner models GPUs only
         layout = ResolvedLayout(
             data=p.data,

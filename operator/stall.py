@@ -1,4 +1,4 @@
-"""Hang detection as pure decisions over reads of every rank's health metrics (longctx_trainer.health).
+"""Hang detection as pure decisions over reads of every rank's health metrics (longctx_trainer.contract.health).
 
 The watchdog (watchdog.py) reads each rank's phase, step and step time every interval; `track`
 folds one round of reads into what is known of each rank (when its step or phase last moved);
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from statistics import median
 
-from longctx_trainer.health import PHASES, STARTUP_PHASES
+from longctx_trainer.contract.health import PHASES, STARTUP_PHASES
 
 
 @dataclass(frozen=True)

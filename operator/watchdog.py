@@ -1,4 +1,4 @@
-"""The watchdog: reads every rank's health metrics (longctx_trainer.health) of each Running job and
+"""The watchdog: reads every rank's health metrics (longctx_trainer.contract.health) of each Running job and
 keeps the verdicts of stall.py and straggler.py for lifecycle.decide.
 
 Every rank's exporter is the job's image, read as the progress reads rank 0 (progress.py): each
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from longctx_trainer.health import HEARTBEAT_STEP, PHASE, STEP_SECONDS
+from longctx_trainer.contract.health import HEARTBEAT_STEP, PHASE, STEP_SECONDS
 
 from .api.spec import LongContextJobSpec
 from .cache import Key

@@ -19,18 +19,18 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from . import podenv
 from .checkpoint import Checkpoints
-from .config import TrainerConfig, load_config
+from .contract import podenv
+from .contract.config import TrainerConfig, load_config
+from .contract.metrics import TrainMetrics
+from .contract.termination import Preempted, exit_preempted
 from .data import Batches
 from .distributed import ProcessEnv, initialize
 from .mesh import make_mesh
-from .metrics import TrainMetrics
 from .model import ModelOptions
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
 from .preemption import Preemption
-from .termination import Preempted, exit_preempted
 from .train import StepFunctions, train
 from .weights import WeightsError
 

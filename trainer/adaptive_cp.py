@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .contract.load_balance import permutation
 from .doc_balance import document_lengths
-from .load_balance import permutation
 
 PAD = -1
 """`AdaptiveLayout.slots` entry of a padding slot."""

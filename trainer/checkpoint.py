@@ -11,7 +11,7 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
-from .config import CheckpointConfig
+from .contract.config import CheckpointConfig
 
 
 def checkpoint_location(path: str) -> str | Path:

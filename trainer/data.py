@@ -32,11 +32,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from .adaptive_cp import PAD, PAD_SEGMENT, batch_layout, default_threshold
-from .config import PackingConfig, TrainerConfig
+from .contract.config import PackingConfig, TrainerConfig
+from .contract.sources import TokenSource, document_layout, document_separator, make_source
 from .doc_balance import document_permutation
 from .mesh import CONTEXT
 from .model import TOKENS
-from .sources import TokenSource, document_layout, document_separator, make_source
 
 
 class Documents(NamedTuple):

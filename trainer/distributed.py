@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import jax
 
-from . import podenv
+from .contract import podenv
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .load_balance import permutation
+from .contract.load_balance import permutation
 
 MASK_LAYOUT = "dual_chunk_swap"
 """The static layout whose positions the kernels mask with (they order each document's tokens)."""

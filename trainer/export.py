@@ -20,7 +20,7 @@ import numpy as np
 
 from . import hfconfig
 from .checkpoint import Checkpoints
-from .config import OffloadConfig, ParallelConfig, TrainerConfig, load_config
+from .contract.config import OffloadConfig, ParallelConfig, TrainerConfig, load_config
 from .mesh import make_mesh
 from .train import StepFunctions
 from .weights import EXPORT_DTYPES, require_empty, save_hf_checkpoint

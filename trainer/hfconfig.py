@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .presets import ModelDims, RopeScaling
+from .contract.presets import ModelDims, RopeScaling
 
 FILE = "config.json"
 DEFAULT_ROPE_THETA = 10000.0

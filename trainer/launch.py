@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Mapping
 
-from . import podenv
+from .contract import podenv
 
 TRAINER = [sys.executable, "-m", "longctx_trainer"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import jax
 from jax.sharding import AxisType, Mesh
 
-from .config import ParallelConfig
+from .contract.config import ParallelConfig
 
 DATA, CONTEXT, TENSOR = "data", "context", "tensor"
 AXES = (DATA, CONTEXT, TENSOR)

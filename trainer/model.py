@@ -25,13 +25,13 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import fp8
-from .config import DEFAULT_REMAT_POLICY, FP8_MATMULS, RematPolicy, TrainerConfig
+from .contract.config import DEFAULT_REMAT_POLICY, FP8_MATMULS, LOSS_CHUNK_TOKENS, RematPolicy, TrainerConfig
+from .contract.presets import RMS_NORM_EPS, ModelDims, RopeScaling
 from .mesh import CONTEXT, DATA, FSDP, TENSOR
 from .ops import context_parallel_attention, permutation
 from .ops.adaptive import adaptive_attention
 from .ops.attention import ATTENTION_RESIDUALS
 from .ops.offload import host_offload_available
-from .presets import RMS_NORM_EPS, ModelDims, RopeScaling
 
 # Partition spec of every parameter before divisibility is checked (see `param_specs`).
 # Layer parameters carry a leading `layers` dim (scan), never sharded.
@@ -85,7 +85,7 @@ class ModelOptions:
     document_mask: bool = False  # packed documents: attention and loss stay within each document
     reset_positions: bool = False  # packed documents: RoPE positions restart in each document
     adaptive_ring: int | None = None  # adaptive context parallelism: this batch's ring part (adaptive_cp.py)
-    loss_chunk_tokens: int = 2048  # tokens per device whose logits exist at once
+    loss_chunk_tokens: int = LOSS_CHUNK_TOKENS
     fp8: Fp8Layout | None = None  # None: no FP8
     remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # with remat: what a layer keeps (config.RematPolicy)
 

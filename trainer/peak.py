@@ -8,8 +8,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from . import podenv
-from .hardware import gpu_of_device_kind
+from .contract import podenv
+from .contract.hardware import gpu_of_device_kind
 
 
 def measured_peak_flops(device: jax.Device, size: int = 512, repeats: int = 5) -> float:

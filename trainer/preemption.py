@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from jax.experimental import multihost_utils
 
-from .termination import SigtermNotice
+from .contract.termination import SigtermNotice
 
 
 class Preemption:

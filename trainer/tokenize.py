@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hfconfig
-from .config import token_file_record
+from .contract.config import token_file_record
 
 # End-of-document tokens of common tokenizers: Llama 3, Llama 2 / Mistral, GPT-2 style.
 END_OF_TEXT = ("<|end_of_text|>", "</s>", "<|endoftext|>")

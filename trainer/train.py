@@ -29,30 +29,22 @@ from jax.sharding import PartitionSpec as P
 from . import model
 from .adaptive_cp import PAD_SEGMENT
 from .checkpoint import Checkpoints
-from .config import OptimizerConfig, TrainerConfig
+from .contract.config import OptimizerConfig, TrainerConfig
+from .contract.flops import causal_pairs_within_documents, flops_per_token
+from .contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
+from .contract.schedule import learning_rate_factor
+from .contract.termination import Preempted
 from .data import Batches
-from .flops import causal_pairs_within_documents, flops_per_token
-from .metrics import TrainMetrics
 from .preemption import Preemption
-from .termination import Preempted
 from .weights import load_params
 
 Emit = Callable[[dict], None]
 
 
 def learning_rate_schedule(opt: OptimizerConfig, steps: int) -> optax.Schedule:
-    """Linear warm-up from 0, then cosine decay to 10% at the last step, or constant."""
-    warmup = min(opt.warmup_steps, steps)
-    rest = max(steps - warmup, 1)
-    after = (
-        optax.constant_schedule(opt.learning_rate)
-        if opt.schedule == "constant"
-        else optax.cosine_decay_schedule(opt.learning_rate, rest, alpha=0.1)
-    )
-    if warmup == 0:
-        return after
-    ramp = optax.linear_schedule(0.0, opt.learning_rate, warmup)
-    return optax.join_schedules([ramp, after], [warmup])
+    """The shared schedule (schedule.py) on optax's traced step count."""
+    factor = learning_rate_factor(opt, steps, jnp)
+    return lambda count: opt.learning_rate * factor(count)
 
 
 def _decay_mask(params: dict) -> dict:
@@ -216,7 +208,7 @@ def train(
 
     dims = config.model.dims()
     flops = flops_per_token(dims, config.sequence_length).by_convention()
-    peaks = {"bf16": peak_flops_per_device * mesh.size}
+    peaks = {MFU_PEAK: peak_flops_per_device * mesh.size}
     if fp8_peak_flops_per_device is not None:
         peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
     emit({"event": "compiling"})
@@ -245,7 +237,7 @@ def train(
                     "step": done,
                     "loss": loss,
                     "tokens_per_second": tokens_per_second,
-                    "mfu": mfu[("causal", "bf16")],
+                    "mfu": mfu[(MFU_CONVENTION, MFU_PEAK)],
                     "step_seconds": seconds,
                 }
             )

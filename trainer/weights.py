@@ -36,8 +36,8 @@ import ml_dtypes
 import numpy as np
 
 from . import hfconfig
+from .contract.presets import RMS_NORM_EPS, ModelDims
 from .model import param_shapes
-from .presets import RMS_NORM_EPS, ModelDims
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.hardware import CPU
-
 from .. import reasons
 from ..reasons import Reason
 from .spec import LongContextJobSpec
@@ -58,6 +56,6 @@ def cli_advice(spec: LongContextJobSpec) -> list[Advice]:
     run, and a paragraph about cluster storage on every command would bury what matters. The
     operator still posts the Event when such a job reaches a cluster."""
     found = advice(spec)
-    if spec.resources.gpu_type == CPU:
+    if spec.on_cpu:
         found = [a for a in found if a.reason != reasons.CHECKPOINT_NOT_PERSISTENT]
     return found

@@ -11,15 +11,11 @@ from typing import Any
 
 import yaml
 
+from ..names import GROUP, KIND, PLURAL, SINGULAR, VERSION
 from .rules import rules_at
 from .spec import LongContextJobSpec
 from .status import LongContextJobStatus
 
-GROUP = "longctx.io"
-VERSION = "v1alpha1"
-KIND = "LongContextJob"
-PLURAL = "longcontextjobs"
-SINGULAR = "longcontextjob"
 SHORT_NAMES = ["lcj"]
 CATEGORIES = ["longctx", "all"]
 CRD_NAME = f"{PLURAL}.{GROUP}"

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from longctx_trainer import podenv
-from longctx_trainer.config import BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
-from longctx_trainer.hardware import CPU, FABRICS, GPUS
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract import podenv
+from longctx_trainer.contract.config import BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
+from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
+from longctx_trainer.contract.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
 from ..planner.plan import AUTO_ATTENTION
@@ -240,7 +240,7 @@ _PYTORCH_EXAMPLE_RULES = (
     _pytorch_rule(
         f"self.resources.gpuType == '{CPU}'",
         f"trains on CPU over gloo: resources.gpuType must be {CPU}",
-        lambda s: s.resources.gpu_type == CPU,
+        lambda s: s.on_cpu,
         ".resources.gpuType",
     ),
     _pytorch_rule(
@@ -386,7 +386,7 @@ RULES: tuple[Rule, ...] = (
         "spec",
         "self.parallelism.attention != 'hybrid' || self.resources.gpuType != 'cpu' || has(self.parallelism.ulysses)",
         "hybrid attention on cpu needs parallelism.ulysses (the planner, which picks it, models GPUs only)",
-        lambda s: s.parallelism.attention != "hybrid" or s.resources.gpu_type != CPU or bool(s.parallelism.ulysses),
+        lambda s: s.parallelism.attention != "hybrid" or not s.on_cpu or bool(s.parallelism.ulysses),
         ".parallelism.ulysses",
     ),
     Rule(
@@ -522,7 +522,7 @@ RULES: tuple[Rule, ...] = (
         "spec",
         f"{_NVSHMEM} || self.resources.gpuType != 'cpu'",
         "nvshmem needs GPUs",
-        lambda s: s.communication.collective_permute != "nvshmem" or s.resources.gpu_type != "cpu",
+        lambda s: s.communication.collective_permute != "nvshmem" or not s.on_cpu,
         ".communication.collectivePermute",
     ),
     Rule(
@@ -615,14 +615,14 @@ RULES: tuple[Rule, ...] = (
         "spec",
         "self.resources.gpuType != 'cpu' || self.network.fabric == 'tcp'",
         "gpuType cpu runs over fabric tcp only",
-        lambda s: s.resources.gpu_type != "cpu" or s.network.fabric == "tcp",
+        lambda s: not s.on_cpu or s.network.fabric == "tcp",
         ".network.fabric",
     ),
     Rule(
         "spec",
         "self.resources.gpuType != 'cpu' || self.parallelism.mode == 'manual'",
         "gpuType cpu needs parallelism.mode manual: the planner models GPUs only",
-        lambda s: s.resources.gpu_type != "cpu" or s.parallelism.mode == "manual",
+        lambda s: not s.on_cpu or s.parallelism.mode == "manual",
         ".parallelism.mode",
     ),
     Rule(

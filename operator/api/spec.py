@@ -13,10 +13,19 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from longctx_trainer.config import Attention, CollectivePermute, DataKind, LoadBalance, Precision, RematPolicy, Schedule
-from longctx_trainer.hardware import CPU, FABRICS, GPUS
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.config import (
+    Attention,
+    CollectivePermute,
+    DataKind,
+    LoadBalance,
+    Precision,
+    RematPolicy,
+    Schedule,
+)
+from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
+from longctx_trainer.contract.presets import PRESETS
 
+from ..names import API_VERSION, KIND
 from ..planner.plan import AUTO_ATTENTION
 
 # Patterns are checked by pydantic (Rust regex) and by the API server (Go RE2) alike: ASCII classes
@@ -51,7 +60,7 @@ MAX_COUNT = 2**53
 QualifiedName = Annotated[str, StringConstraints(pattern=QUALIFIED_NAME_PATTERN, max_length=317)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
-# The hardware catalogue (trainer/hardware.py) is the one list of GPU types and fabrics.
+# The hardware catalogue (trainer/contract/hardware.py) is the one list of GPU types and fabrics.
 GpuType = Literal[(CPU, *GPUS)]  # type: ignore[valid-type]
 FabricName = Literal[tuple(FABRICS)]  # type: ignore[valid-type]
 
@@ -470,6 +479,11 @@ class LongContextJobSpec(ApiModel):
         return self.resources.nodes * self.resources.gpus_per_node
 
     @property
+    def on_cpu(self) -> bool:
+        """The job runs on XLA host devices (gpuType cpu), not on GPUs."""
+        return self.resources.gpu_type == CPU
+
+    @property
     def batch_tokens(self) -> int:
         return self.global_batch_tokens or self.sequence_length
 
@@ -492,8 +506,8 @@ class ObjectMeta(BaseModel):
 
 class LongContextJob(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    api_version: Literal["longctx.io/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["LongContextJob"]
+    api_version: Literal[API_VERSION] = Field(alias="apiVersion")
+    kind: Literal[KIND]
     metadata: ObjectMeta
     spec: LongContextJobSpec
     status: dict | None = None

@@ -2,8 +2,8 @@
 layout, its memory per GPU, FLOPs, step-time estimate and offload chunk. No Kubernetes, no JAX.
 """
 
-from longctx_trainer.flops import FlopsPerToken, flops_per_token
-from longctx_trainer.hardware import FABRICS, GIB, GPUS
+from longctx_trainer.contract.flops import FlopsPerToken, flops_per_token
+from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
 
 from .layouts import Layout, Rejection
 from .memory import MemoryBreakdown

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
-from longctx_trainer.hardware import Gpu
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.contract.hardware import Gpu
+from longctx_trainer.contract.presets import ModelDims
 
 from .costs import dtype_bytes, kv_dim
 

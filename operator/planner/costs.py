@@ -1,5 +1,5 @@
 """Bytes per GPU of a Llama-style model (formulas in docs/planner.md); FLOPs per token are
-`longctx_trainer.flops`, shared with the trainer.
+`longctx_trainer.contract.flops`, shared with the trainer.
 
 Everything here is arithmetic over `ModelDims` and a few layout numbers; no layout search.
 Conventions:
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import FP8_MATMULS, Fp8Config
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.contract.config import FP8_MATMULS, LOSS_CHUNK_TOKENS, Fp8Config
+from longctx_trainer.contract.presets import ModelDims
 
 FP32 = 4
 FP8 = 1
@@ -117,9 +117,6 @@ def saved_attention_bytes_per_token(model: ModelDims, precision: str, tensor: in
     backward), q, k and v, and the fp32 log-sum-exp per query head; split over tensor ranks."""
     split = 3 * model.hidden + 2 * kv_dim(model)
     return -(-dtype_bytes(precision) * split // tensor) + FP32 * model.heads // tensor
-
-
-LOSS_CHUNK_TOKENS = 2048  # trainer/model.py ModelOptions.loss_chunk_tokens
 
 
 def loss_chunk_tokens(shard_tokens: int) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention, Precision, ulysses_degree, ulysses_kv_repeat
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.contract.config import Attention, Precision, ulysses_degree, ulysses_kv_repeat
+from longctx_trainer.contract.presets import ModelDims
 
 from .costs import (
     activation_bytes,

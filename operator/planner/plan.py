@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
-from longctx_trainer.config import DEFAULT_REMAT_POLICY, Attention, LoadBalance, Precision, RematPolicy
-from longctx_trainer.flops import FlopsPerToken, flops_per_token
-from longctx_trainer.hardware import FABRICS, GIB, GPUS
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY, Attention, LoadBalance, Precision, RematPolicy
+from longctx_trainer.contract.flops import FlopsPerToken, flops_per_token
+from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
+from longctx_trainer.contract.presets import ModelDims
 
 from .chunking import MIN_CHUNK_TOKENS, chunk_candidates, covering_chunk_tokens
 from .layouts import Layout, Rejection, divisors, enumerate_layouts, structural_rejections

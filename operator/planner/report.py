@@ -4,7 +4,7 @@ dualChunkSwap), so what the table shows can be written back into a job."""
 
 from __future__ import annotations
 
-from longctx_trainer.hardware import FABRICS, GIB, GPUS
+from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
 
 from ..layout import ResolvedLayout
 from .plan import AUTO_ATTENTION, HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod

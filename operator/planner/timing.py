@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.config import Attention, LoadBalance, Precision, ulysses_degree, ulysses_kv_repeat
-from longctx_trainer.flops import flops_per_token
-from longctx_trainer.hardware import Fabric, Gpu
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.contract.config import Attention, LoadBalance, Precision, ulysses_degree, ulysses_kv_repeat
+from longctx_trainer.contract.flops import flops_per_token
+from longctx_trainer.contract.hardware import Fabric, Gpu
+from longctx_trainer.contract.presets import ModelDims
 
 from .chunking import chunk_compute_seconds, chunk_transfer_seconds
 from .costs import FP32, dtype_bytes, kv_dim

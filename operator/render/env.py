@@ -1,12 +1,12 @@
 """The environment of a trainer container: JAX distributed identity, XLA flags, fabric and NVSHMEM.
 
-Variable names come from the pod environment contract (longctx_trainer.podenv), which the
+Variable names come from the pod environment contract (longctx_trainer.contract.podenv), which the
 launcher and the trainer read.
 """
 
 from __future__ import annotations
 
-from longctx_trainer import podenv
+from longctx_trainer.contract import podenv
 
 from .. import names
 from ..api.spec import LongContextJobSpec
@@ -20,7 +20,7 @@ GPU_MEMORY_FRACTION = "0.92"
 
 
 def xla_flags(spec: LongContextJobSpec, layout: ResolvedLayout) -> str:
-    if spec.resources.gpu_type == "cpu":
+    if spec.on_cpu:
         devices = spec.resources.gpus_per_node // layout.processes_per_node
         return f"--xla_force_host_platform_device_count={devices}"
     flags = list(GPU_XLA_FLAGS)
@@ -54,7 +54,7 @@ def layout_env(spec: LongContextJobSpec, layout: ResolvedLayout) -> list[dict]:
 
 def torch_processes_per_pod(spec: LongContextJobSpec, layout: ResolvedLayout) -> int:
     """PyTorch runs one process per GPU; CPU jobs keep the planned processes per node."""
-    return spec.resources.gpus_per_node if spec.resources.gpu_type != "cpu" else layout.processes_per_node
+    return spec.resources.gpus_per_node if not spec.on_cpu else layout.processes_per_node
 
 
 def torch_env(rank0: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> list[dict]:
@@ -95,7 +95,7 @@ def worker_env(
     """
     if spec.trainer is not None and spec.trainer.framework == "pytorch":
         env = torch_env(rank0, spec, layout) + [_var(podenv.GENERATION, str(generation))]
-        if spec.resources.gpu_type != "cpu":
+        if not spec.on_cpu:
             env += [_var(k, v) for k, v in fabric.env.items()]
     else:
         env = jax_env(rank0, spec, layout, generation, fabric)
@@ -127,7 +127,7 @@ def jax_env(
     if ppn > 1:
         env.append(_var(podenv.DEVICES_PER_PROCESS, str(spec.resources.gpus_per_node // ppn)))
     env += [_var(podenv.GENERATION, str(generation)), _var(podenv.XLA_FLAGS, xla_flags(spec, layout))]
-    if spec.resources.gpu_type == "cpu":
+    if spec.on_cpu:
         env.append(_var(podenv.PLATFORMS, "cpu"))
     else:
         env.append(_var(podenv.GPU_MEMORY_FRACTION, GPU_MEMORY_FRACTION))

@@ -1,6 +1,6 @@
 """One profile per network fabric: the pod resources, annotations, sidecars and NCCL env it needs.
 
-Each fabric of the hardware catalogue (`longctx_trainer.hardware`, which says what the fabric is:
+Each fabric of the hardware catalogue (`longctx_trainer.contract.hardware`, which says what the fabric is:
 RDMA or not, and so its capabilities) has exactly one function here; the pod template only places
 what the profile returns. NVSHMEM settings are derived from a profile's NCCL env in `nvshmem.py`.
 

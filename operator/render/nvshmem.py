@@ -6,7 +6,7 @@ XLA uses NVSHMEM for collective-permutes (the ring's K/V rotation) when
 
 from __future__ import annotations
 
-from longctx_trainer.hardware import FABRICS
+from longctx_trainer.contract.hardware import FABRICS
 
 from ..api.spec import LongContextJobSpec
 from .fabrics import FabricProfile

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     CheckpointConfig,
     DataConfig,
     Fp8Config,

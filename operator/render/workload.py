@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from longctx_trainer.config import dump_config
-from longctx_trainer.hardware import FABRICS, GPUS, Fabric
+from longctx_trainer.contract.config import dump_config
+from longctx_trainer.contract.hardware import FABRICS, GPUS, Fabric
 
 from .. import names
 from ..api.quantity import parse_quantity
@@ -62,7 +62,7 @@ def _cpu_and_memory(spec: LongContextJobSpec, config: OperatorConfig) -> dict[st
     """The pod's cpu and memory: the spec's, or for a CPU job (which no GPU count bounds) the
     operator's cpuJobCpu and cpuJobMemory."""
     out: dict[str, str] = {}
-    cpu_job = spec.resources.gpu_type == "cpu"
+    cpu_job = spec.on_cpu
     if cpu := spec.resources.cpu or (config.cpu_job_cpu if cpu_job else None):
         out["cpu"] = cpu
     if memory := spec.resources.memory or (config.cpu_job_memory if cpu_job else None):
@@ -72,7 +72,7 @@ def _cpu_and_memory(spec: LongContextJobSpec, config: OperatorConfig) -> dict[st
 
 def _resources(spec: LongContextJobSpec, fabric: FabricProfile, config: OperatorConfig) -> dict:
     limits: dict[str, str] = {}
-    if spec.resources.gpu_type != "cpu":
+    if not spec.on_cpu:
         limits.update(fabric.resources)
         limits[GPU_RESOURCE] = str(spec.resources.gpus_per_node)  # never a fabric's to change
     limits.update(_cpu_and_memory(spec, config))
@@ -90,14 +90,14 @@ def shared_memory(spec: LongContextJobSpec, config: OperatorConfig) -> str:
 
 def node_selector(spec: LongContextJobSpec) -> dict[str, str]:
     selector = dict(spec.scheduling.node_selector)
-    if spec.resources.gpu_type != "cpu":
+    if not spec.on_cpu:
         selector["nvidia.com/gpu.product"] = GPUS[spec.resources.gpu_type].product
     return selector
 
 
 def tolerations(spec: LongContextJobSpec) -> list[dict]:
     user = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.scheduling.tolerations]
-    return ([GPU_TOLERATION] if spec.resources.gpu_type != "cpu" else []) + user
+    return ([GPU_TOLERATION] if not spec.on_cpu else []) + user
 
 
 NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")

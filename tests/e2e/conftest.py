@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from support.cluster import Kubectl, cluster_bin_path
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "e2e-kind"
 
@@ -59,20 +61,10 @@ class RealCluster:
     @property
     def path(self) -> str:
         """The cached cluster binaries' folders (kubectl, helm), for PATH."""
-        return cluster_path()
+        return cluster_bin_path()
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
-        env = os.environ | {"KUBECONFIG": str(self.kubeconfig), "PATH": f"{cluster_path()}:{os.environ['PATH']}"}
-        result = subprocess.run(
-            ["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=timeout
-        )
-        if check:
-            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}{result.stdout}"
-        return result.stdout
-
-
-def cluster_path() -> str:
-    return subprocess.run([str(CLUSTER / "path")], check=True, capture_output=True, text=True).stdout.strip()
+        return Kubectl(self.kubeconfig).run(*args, input=input, check=check, timeout=timeout).stdout
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,14 @@ quickstart LongContextJob as real CPU trainer pods until it Succeeds, and report
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+
+from support.cluster import Kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -21,13 +21,7 @@ TIMEOUT_SECONDS = 1200
 
 
 def kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> str:
-    path = subprocess.run(
-        [str(REPO / "hack" / "cluster" / "path")], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    env = os.environ | {"KUBECONFIG": str(kubeconfig), "PATH": f"{path}:{os.environ['PATH']}"}
-    result = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout
+    return Kubectl(kubeconfig)(*args, input=input, timeout=120)
 
 
 def test_quickstart_succeeds_with_progress(kind_kubeconfig):

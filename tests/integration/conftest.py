@@ -11,7 +11,6 @@ cannot import this file under --import-mode=importlib).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -27,25 +26,10 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from support.cluster import CLUSTER_SCRIPTS, Kubectl, component_versions
+
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER_SCRIPTS = REPO / "hack" / "cluster"
 T = TypeVar("T")
-
-
-def component_versions() -> dict[str, str]:
-    """The component versions pinned in hack/cluster/versions.env, e.g. {"kubernetes": "v1.36.3"}."""
-    versions = {}
-    for line in (CLUSTER_SCRIPTS / "versions.env").read_text().splitlines():
-        if "=" in line and not line.startswith("#"):
-            key, value = line.split("=", 1)
-            versions[key.removesuffix("_VERSION").lower()] = value.strip()
-    return versions
-
-
-def cluster_bin_path() -> str:
-    """PATH entries holding the cached cluster binaries (kubectl, helm, kwok, etcd...)."""
-    cache = Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx"))
-    return os.pathsep.join(str(cache / f"{name}-{version}" / "bin") for name, version in component_versions().items())
 
 
 def poll_until(check: Callable[[], T], timeout: float = 60, interval: float = 0.5, what: str = "condition") -> T:
@@ -58,41 +42,6 @@ def poll_until(check: Callable[[], T], timeout: float = 60, interval: float = 0.
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last value: {result!r})")
         time.sleep(interval)
-
-
-@dataclass(frozen=True)
-class Kubectl:
-    """Runs the cached kubectl against the test cluster, optionally bound to one namespace."""
-
-    kubeconfig: Path
-    namespace: str | None = None
-
-    @property
-    def env(self) -> dict[str, str]:
-        return os.environ | {
-            "KUBECONFIG": str(self.kubeconfig),
-            "PATH": cluster_bin_path() + os.pathsep + os.environ["PATH"],
-        }
-
-    def run(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
-    ) -> subprocess.CompletedProcess:
-        cmd = ["kubectl", *(["--namespace", self.namespace] if self.namespace else []), *args]
-        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, env=self.env, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
-        return proc
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run(*args, "-o", "json").stdout)
-
-    def apply(self, *manifests: dict) -> subprocess.CompletedProcess:
-        """Applies manifests given as dicts (server-side checks apply: schema, admission)."""
-        docs = "\n---\n".join(yaml.safe_dump(m) for m in manifests)
-        return self.run("apply", "-f", "-", input=docs)
-
-    def pods(self, selector: str) -> list[dict]:
-        return self.json("get", "pods", "-l", selector)["items"]
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def logs_server(cluster, tmp_path_factory):
 def operator(cluster, admin_kubectl, logs_server, tmp_path_factory):
     """The operator, and four GPU nodes of this module's pool whose logs the test server serves."""
     h.install_crd(admin_kubectl)
-    nodes = h.add_pool_nodes(admin_kubectl, POOL, first=840, count=4, status=logs_server.node_status())
+    nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4, status=logs_server.node_status())
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
 
@@ -112,7 +112,7 @@ def pod_names(kubectl, name: str, generation: int) -> dict[int, str]:
 
 EXPORTER = textwrap.dedent("""
     import sys, time
-    from longctx_trainer.metrics import TrainMetrics
+    from longctx_trainer.contract.metrics import TrainMetrics
     m = TrainMetrics(sys.argv[1], 0)
     m.serve(int(sys.argv[2]))
     step = 0

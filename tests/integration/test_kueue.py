@@ -26,8 +26,8 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 def operator(cluster, kueue, admin_kubectl, tmp_path_factory):
     """The operator, watching Kueue's Workloads, and the pool's four nodes in two blocks."""
     h.install_crd(admin_kubectl)
-    nodes = h.add_pool_nodes(admin_kubectl, POOL, first=1024, count=2) + h.add_pool_nodes(
-        admin_kubectl, POOL, first=1056, count=2
+    nodes = h.add_pool_nodes(admin_kubectl, POOL, count=2, align=32) + h.add_pool_nodes(
+        admin_kubectl, POOL, count=2, align=32
     )
     with h.running_operator(
         admin_kubectl, tmp_path_factory.mktemp("operator"), nodes, {"readKueueWorkloads": True}
@@ -99,6 +99,11 @@ def suspend_leftovers(operator, kubectl, wait_until):
     namespace is deleted, so no KWOK pod keeps holding the pool's GPUs."""
     yield
     h.suspend_unfinished(kubectl, wait_until)
+
+
+def pool_nodes(kubectl) -> list[str]:
+    """The pool's node names in index order: two of the first block, then two of the second."""
+    return sorted(n["metadata"]["name"] for n in kubectl.json("get", "nodes", "-l", f"{h.POOL_LABEL}={POOL}")["items"])
 
 
 def kueue_job(name: str, queue: str, pod_annotations: dict, **scheduling) -> dict:
@@ -206,9 +211,8 @@ def test_kueue_topology_places_the_whole_gang_in_one_block(kubectl, queue, wait_
     """One node of the first block is taken, so a gang of two fits only in the second block;
     without Kueue's topology-aware scheduling the scheduler may split it across both."""
     q = queue(nodes=4, topology=[BLOCK_LABEL, HOSTNAME])
-    hog = kueue_job(
-        "hog", q, {"longctx.io/keep-running": "true"}, nodeSelector={h.POOL_LABEL: POOL, HOSTNAME: "sim-gpu-1024"}
-    )
+    first, *_, last = pool_nodes(kubectl)
+    hog = kueue_job("hog", q, {"longctx.io/keep-running": "true"}, nodeSelector={h.POOL_LABEL: POOL, HOSTNAME: first})
     hog["spec"]["resources"]["nodes"] = 1
     kubectl.apply(hog)
     h.wait_phase(kubectl, wait_until, "hog", "Running", timeout=60)
@@ -220,7 +224,8 @@ def test_kueue_topology_places_the_whole_gang_in_one_block(kubectl, queue, wait_
     assert pods[0]["metadata"]["annotations"][f"kueue.x-k8s.io/podset-{mode}-topology"] == BLOCK_LABEL
     nodes = {p["spec"]["nodeName"] for p in pods}
     blocks = {kubectl.json("get", "node", n)["metadata"]["labels"][BLOCK_LABEL] for n in nodes}
-    assert len(nodes) == 2 and blocks == {"block-033"}
+    second_block = kubectl.json("get", "node", last)["metadata"]["labels"][BLOCK_LABEL]
+    assert len(nodes) == 2 and blocks == {second_block}
     # Kueue's topology-aware scheduling chose those nodes (not only the pods' own affinity).
     [workload] = [
         w

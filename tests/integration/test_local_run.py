@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from longctx_operator.localrun import HOST_ENV, PROGRESS_FILE, parse_event
-from longctx_trainer import podenv
+from longctx_trainer.contract import podenv
 from support.manifests import ROOT, load_example
 
 pytestmark = pytest.mark.integration
@@ -91,8 +91,8 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     Face model's loss on batch 0 (fp32, 1e-4 relative: ring attention over context 4)."""
     import numpy as np
 
-    from longctx_trainer.presets import PRESETS
-    from longctx_trainer.sources import SyntheticTokens
+    from longctx_trainer.contract.presets import PRESETS
+    from longctx_trainer.contract.sources import SyntheticTokens
     from support.hf_checkpoint import hf_config, hf_loss, hf_tensors, write_checkpoint
 
     dims = PRESETS["tiny"]

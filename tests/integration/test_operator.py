@@ -32,7 +32,7 @@ READER = {"app.kubernetes.io/name": "prometheus"}
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator, and four GPU nodes of this module's own pool (other tests' pods cannot take them)."""
     h.install_crd(admin_kubectl)
-    nodes = h.add_pool_nodes(admin_kubectl, POOL, first=800, count=4)
+    nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4)
     # Every job is fenced by its own NetworkPolicy (the chart's networkPolicy.enabled).
     fence = {"gangNetworkPolicy": {"enabled": True, "metricsReaders": [{"podSelector": {"matchLabels": READER}}]}}
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes, fence) as op:
@@ -233,7 +233,12 @@ def test_a_completed_job_merely_labelled_with_the_jobs_name_is_not_taken_as_its_
 def gpu_pool(admin_kubectl, namespace):
     """Adds simulated GPU nodes of this test's own pool on request; removes them afterwards."""
     names: list[str] = []
-    yield lambda count: names.extend(h.add_pool_nodes(admin_kubectl, namespace, first=900, count=count))
+
+    def add(count: int) -> list[str]:
+        names.extend(added := h.add_pool_nodes(admin_kubectl, namespace, count=count))
+        return added
+
+    yield add
     h.delete_nodes(admin_kubectl, names)
 
 
@@ -246,11 +251,11 @@ def test_not_enough_gpus_stays_pending_then_starts_when_nodes_are_added(
     assert "needs 2 nodes with 8 free nvidia.com/gpu" in pending["status"]["message"]
     assert h.conditions(pending)[cond.ADMITTED] == ("False", reasons.INSUFFICIENT_GPUS)
     assert h.children(kubectl, "waiting") == {"services": [], "configmaps": [], "jobs": [], "pods": []}
-    gpu_pool(2)
+    added = gpu_pool(2)
     done = h.wait_phase(kubectl, wait_until, "waiting", "Succeeded", timeout=90)
     assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.GANG_FITS)
     nodes = {p["spec"]["nodeName"] for p in kubectl.pods("longctx.io/job-name=waiting")}
-    assert nodes == {"sim-gpu-0900", "sim-gpu-0901"}
+    assert nodes == set(added)
 
 
 def test_suspend_then_resume_runs_the_next_generation(operator, kubectl, wait_until):
@@ -299,7 +304,7 @@ def test_immutable_fields_are_rejected_by_the_api_server(operator, kubectl, wait
 
 EXPORTER = textwrap.dedent("""
     import sys, time
-    from longctx_trainer.metrics import TrainMetrics
+    from longctx_trainer.contract.metrics import TrainMetrics
     m = TrainMetrics(sys.argv[1], 0)
     m.serve(int(sys.argv[2]))
     step = 0

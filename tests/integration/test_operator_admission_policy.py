@@ -19,12 +19,8 @@ def test_an_admission_mode_outside_the_allow_list_is_held_with_its_reason(
     cluster, admin_kubectl, kubectl, wait_until, namespace, tmp_path
 ):
     h.install_crd(admin_kubectl)
-    nodes = h.add_pool_nodes(admin_kubectl, namespace, first=820, count=2)
-    operator = h.OperatorProcess(
-        h.chart_kubeconfig(admin_kubectl, tmp_path), tmp_path / "operator.log", {"admissionModes": ["builtin"]}
-    ).start()
-    try:
-        h.wait_ready(f"http://127.0.0.1:{operator.liveness_port}/healthz")
+    nodes = h.add_pool_nodes(admin_kubectl, namespace, count=2)
+    with h.running_operator(admin_kubectl, tmp_path, nodes, {"admissionModes": ["builtin"]}):
         kubectl.apply(
             h.job_manifest(
                 "skipper",
@@ -46,7 +42,3 @@ def test_an_admission_mode_outside_the_allow_list_is_held_with_its_reason(
         kubectl.run("patch", "lcj", "skipper", "--type=merge", "-p", '{"spec":{"scheduling":{"admission":"builtin"}}}')
         done = h.wait_phase(kubectl, wait_until, "skipper", "Succeeded", timeout=90)
         assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.GANG_FITS)
-    finally:
-        operator.stop()
-        h.delete_nodes(admin_kubectl, nodes)
-        print(operator.log())

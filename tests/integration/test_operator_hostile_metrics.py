@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from prometheus_client import generate_latest
 
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.metrics import TrainMetrics
 from support import operator_harness as h
 from support.hostile_metrics import SLOW_ANSWERS, WORST_BODIES, Handler, serve, slow_answer
 
@@ -70,7 +70,7 @@ class Honest(Handler):
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator (reading progress every second), and two GPU nodes of this module's own pool."""
     h.install_crd(admin_kubectl)
-    nodes = h.add_pool_nodes(admin_kubectl, POOL, first=860, count=2)
+    nodes = h.add_pool_nodes(admin_kubectl, POOL, count=2)
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
 

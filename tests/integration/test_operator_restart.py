@@ -19,14 +19,14 @@ def test_killed_after_the_service_restarted_creates_exactly_one_of_each(
     cluster, admin_kubectl, kubectl, wait_until, namespace, tmp_path
 ):
     h.install_crd(admin_kubectl)
-    nodes = h.add_pool_nodes(admin_kubectl, namespace, first=810, count=2)
+    nodes = h.add_pool_nodes(admin_kubectl, namespace, count=2)
     try:
-        run_crash_and_restart(h.chart_kubeconfig(admin_kubectl, tmp_path), kubectl, wait_until, tmp_path)
+        run_crash_and_restart(admin_kubectl, kubectl, wait_until, tmp_path)
     finally:
         h.delete_nodes(admin_kubectl, nodes)
 
 
-def run_crash_and_restart(kubeconfig, kubectl, wait_until, tmp_path):
+def run_crash_and_restart(admin_kubectl, kubectl, wait_until, tmp_path):
     kubectl.apply(
         {
             "apiVersion": "v1",
@@ -35,7 +35,7 @@ def run_crash_and_restart(kubeconfig, kubectl, wait_until, tmp_path):
             "spec": {"hard": {"count/jobs.batch": "0"}},
         }
     )
-    crashing = h.OperatorProcess(kubeconfig, tmp_path / "first.log").start()
+    crashing = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, tmp_path), tmp_path / "first.log").start()
     try:
         kubectl.apply(
             h.job_manifest("phoenix", pool=kubectl.namespace, pod_annotations={"longctx.io/complete-after": "3s"})
@@ -52,11 +52,9 @@ def run_crash_and_restart(kubeconfig, kubectl, wait_until, tmp_path):
     assert (half["services"], half["jobs"]) == (["phoenix"], [])
     assert kubectl.json("get", "lcj", "phoenix")["status"]["currentWorkload"] == "phoenix-g1"
     kubectl.run("delete", "resourcequota", "no-jobs")
-    second = h.OperatorProcess(kubeconfig, tmp_path / "second.log").start()
-    try:
+    (tmp_path / "second").mkdir()
+    with h.running_operator(admin_kubectl, tmp_path / "second", []):
         done = h.wait_phase(kubectl, wait_until, "phoenix", "Succeeded")
-    finally:
-        second.stop()
     assert done["status"]["workloadGeneration"] == 1
     kids = h.children(kubectl, "phoenix")
     assert (kids["services"], kids["configmaps"], kids["jobs"]) == (["phoenix"], ["phoenix-trainer"], ["phoenix-g1"])

@@ -135,59 +135,56 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
     metrics_port = _consecutive_free_ports(2)
     h.install_crd(admin_kubectl)
     admin_kubectl.run("create", "namespace", namespace)
-    operator = h.OperatorProcess(h.chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log")
-    prometheus = Prometheus(
-        workdir, _prometheus_config(namespace, [metrics_port, metrics_port + 1], operator.metrics_port)
-    )
     run = None
-    try:
-        operator.start()
-        h.wait_ready(f"http://127.0.0.1:{operator.liveness_port}/healthz")
-        job_file = workdir / "job.yaml"
-        job_file.write_text(yaml.safe_dump(_quickstart_job(metrics_port)))
-        run_dir = workdir / "run"
-        run = subprocess.Popen(
-            [sys.executable, "-m", "longctx_operator.cli", "run", str(job_file), "--run-dir", str(run_dir)],
-            stdout=subprocess.DEVNULL,
-            stderr=(workdir / "run.log").open("w"),
+    with h.running_operator(admin_kubectl, workdir, []) as operator:
+        prometheus = Prometheus(
+            workdir, _prometheus_config(namespace, [metrics_port, metrics_port + 1], operator.metrics_port)
         )
-        deadline = time.monotonic() + RUN_TIMEOUT
+        try:
+            job_file = workdir / "job.yaml"
+            job_file.write_text(yaml.safe_dump(_quickstart_job(metrics_port)))
+            run_dir = workdir / "run"
+            run = subprocess.Popen(
+                [sys.executable, "-m", "longctx_operator.cli", "run", str(job_file), "--run-dir", str(run_dir)],
+                stdout=subprocess.DEVNULL,
+                stderr=(workdir / "run.log").open("w"),
+            )
+            deadline = time.monotonic() + RUN_TIMEOUT
 
-        def scrapes_reach(count: int) -> None:
-            while (
-                len(_training_samples(prometheus, namespace)) < count
-                and run.poll() is None
-                and time.monotonic() < deadline
-            ):
-                time.sleep(1)
-            assert run.poll() is None, (workdir / "run.log").read_text()[-3000:]
+            def scrapes_reach(count: int) -> None:
+                while (
+                    len(_training_samples(prometheus, namespace)) < count
+                    and run.poll() is None
+                    and time.monotonic() < deadline
+                ):
+                    time.sleep(1)
+                assert run.poll() is None, (workdir / "run.log").read_text()[-3000:]
 
-        scrapes_reach(TWIN_AFTER_SAMPLES)
-        # The job's twin in the cluster, created once training has been scraped for a while, so
-        # that the operator's reconciles and its admission (none: immediate) fall well inside the
-        # queried window: rate() only counts an increase between two samples inside the window.
-        in_cluster = h.job_manifest(
-            JOB, nodes=1, pod_annotations={"longctx.io/keep-running": "true"}, scheduling={"admission": "none"}
-        )
-        admin_kubectl.run("apply", "--namespace", namespace, "-f", "-", input=yaml.safe_dump(in_cluster))
-        scrapes_reach(MIN_SAMPLES)
-        run.send_signal(signal.SIGINT)  # `longctx run` stops its workers on Ctrl-C
-        assert run.wait(timeout=120) == 130, (workdir / "run.log").read_text()[-3000:]
-        time.sleep(3)  # let the rules evaluate once more with the finished run's data
-        samples = _training_samples(prometheus, namespace)
-        assert samples, f"Prometheus never scraped rank 0 (log: {prometheus.log.read_text()[-2000:]})"
-        at = samples[-1][0]
-        # rank 0's stdout: the trainer's JSON progress lines among gloo's own messages
-        lines = (run_dir / PROGRESS_FILE).read_text().splitlines()
-        progress = [e for e in map(parse_event, lines) if e is not None]
-        yield Scraped(prometheus, namespace, at, math.floor(at - samples[0][0]), progress)
-    finally:
-        if run is not None and run.poll() is None:
+            scrapes_reach(TWIN_AFTER_SAMPLES)
+            # The job's twin in the cluster, created once training has been scraped for a while, so
+            # that the operator's reconciles and its admission (none: immediate) fall well inside the
+            # queried window: rate() only counts an increase between two samples inside the window.
+            in_cluster = h.job_manifest(
+                JOB, nodes=1, pod_annotations={"longctx.io/keep-running": "true"}, scheduling={"admission": "none"}
+            )
+            admin_kubectl.run("apply", "--namespace", namespace, "-f", "-", input=yaml.safe_dump(in_cluster))
+            scrapes_reach(MIN_SAMPLES)
             run.send_signal(signal.SIGINT)  # `longctx run` stops its workers on Ctrl-C
-            run.wait(timeout=60)
-        operator.stop()
-        prometheus.stop()
-        admin_kubectl.run("delete", "namespace", namespace, "--wait=false", check=False)
+            assert run.wait(timeout=120) == 130, (workdir / "run.log").read_text()[-3000:]
+            time.sleep(3)  # let the rules evaluate once more with the finished run's data
+            samples = _training_samples(prometheus, namespace)
+            assert samples, f"Prometheus never scraped rank 0 (log: {prometheus.log.read_text()[-2000:]})"
+            at = samples[-1][0]
+            # rank 0's stdout: the trainer's JSON progress lines among gloo's own messages
+            lines = (run_dir / PROGRESS_FILE).read_text().splitlines()
+            progress = [e for e in map(parse_event, lines) if e is not None]
+            yield Scraped(prometheus, namespace, at, math.floor(at - samples[0][0]), progress)
+        finally:
+            if run is not None and run.poll() is None:
+                run.send_signal(signal.SIGINT)  # `longctx run` stops its workers on Ctrl-C
+                run.wait(timeout=60)
+            prometheus.stop()
+            admin_kubectl.run("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def _panel_queries(dcgm: bool) -> list:

@@ -1,5 +1,5 @@
 """The LongctxStraggler alert fires in a real Prometheus (Debian's) on the trainer's own exporter
-(trainer/metrics.py): three ranks of one job, rank 1 twice as slow a step as the others; the rule
+(trainer/contract/metrics.py): three ranks of one job, rank 1 twice as slow a step as the others; the rule
 is the one in alerts/longctx.rules.yaml with its `for` shortened to a few seconds (promtool's unit
 tests in alerts/tests/ cover the pending period)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.metrics import TrainMetrics
 from support.ports import free_port
 from support.prometheus import Prometheus
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from longctx_operator.localrun import parse_event
-from longctx_trainer import podenv
-from longctx_trainer.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from longctx_trainer.contract import podenv
+from longctx_trainer.contract.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
 from support.ports import free_port
 
 pytestmark = pytest.mark.integration

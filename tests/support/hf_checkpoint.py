@@ -10,7 +10,7 @@ import json
 import numpy as np
 from safetensors.numpy import save_file
 
-from longctx_trainer.presets import ModelDims
+from longctx_trainer.contract.presets import ModelDims
 
 TRANSFORMERS_4, TRANSFORMERS_5 = "transformers-4", "transformers-5"
 

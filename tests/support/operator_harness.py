@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from longctx_operator.api.crd import CRD_NAME
+from longctx_operator.names import API_VERSION, KIND
 from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,10 +84,30 @@ class OperatorProcess:
 POOL_LABEL = "longctx.io/test-pool"
 
 
-def add_pool_nodes(admin_kubectl, pool: str, first: int, count: int, status: dict | None = None) -> list[str]:
-    """Adds `count` simulated GPU nodes (hack/cluster/nodes.py, indices from `first`) labelled
-    longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs; `status`
-    replaces fields of their status (e.g. where the API server finds their kubelet)."""
+class NodeIndices:
+    """Hands out the indices of simulated nodes (hack/cluster/nodes.py names and addresses them by
+    index) so that no two pools of a test session share one, even while an earlier pool's nodes
+    are still being deleted. The cluster's own nodes (hack/cluster/up --nodes N) have 0..N-1."""
+
+    def __init__(self, first: int):
+        self.next = first
+
+    def take(self, count: int, align: int) -> int:
+        """The first of `count` fresh indices, a multiple of `align`."""
+        first = -(-self.next // align) * align
+        self.next = first + count
+        return first
+
+
+POOL_INDICES = NodeIndices(800)
+
+
+def add_pool_nodes(admin_kubectl, pool: str, count: int, status: dict | None = None, align: int = 8) -> list[str]:
+    """Adds `count` simulated GPU nodes (hack/cluster/nodes.py, at fresh indices: NodeIndices)
+    labelled longctx.io/test-pool=<pool>, so a test's gangs neither see nor take other tests' GPUs;
+    `status` replaces fields of their status (e.g. where the API server finds their kubelet). The
+    first index is a multiple of `align`: 8 starts a rack (an NVLink clique), 32 a topology block."""
+    first = POOL_INDICES.take(count, align)
     nodes = json.loads(
         subprocess.run(
             [sys.executable, str(REPO / "hack" / "cluster" / "nodes.py"), "--start", str(first), "--count", str(count)],
@@ -142,8 +164,8 @@ def job_manifest(
     if pod_annotations:
         meta_annotations["longctx.io/pod-annotations"] = json.dumps(pod_annotations)
     return {
-        "apiVersion": "longctx.io/v1alpha1",
-        "kind": "LongContextJob",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "annotations": meta_annotations},
         "spec": spec,
     }
@@ -245,7 +267,7 @@ def install_crd(admin_kubectl) -> None:
     admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
 
     def established() -> bool:
-        crd = admin_kubectl.json("get", "crd", "longcontextjobs.longctx.io")
+        crd = admin_kubectl.json("get", "crd", CRD_NAME)
         return any(
             c["type"] == "Established" and c["status"] == "True"
             for c in (crd.get("status") or {}).get("conditions") or []

@@ -1,12 +1,12 @@
 """Worker of the ring-attention tests: one rank's shard of seeded q, k, v in a load-balance layout,
-its ring forward and its gradients (tests/unit/trainer_torch/test_ring.py)."""
+its ring forward and its gradients (tests/unit/trainer/pytorch/test_ring.py)."""
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from longctx_trainer.load_balance import permutation
+from longctx_trainer.contract.load_balance import permutation
 from longctx_trainer.pytorch.ring import Ring, ring_attention
 
 

@@ -1,22 +1,21 @@
 """Worker of the PyTorch trainer tests: one rank trains a tiny config for a few steps and returns
-its losses (tests/unit/trainer_torch/test_train.py)."""
+its losses (tests/unit/trainer/pytorch/test_train.py)."""
 
 from __future__ import annotations
 
 import torch.distributed as dist
 
-from longctx_trainer.config import DataConfig, ModelConfig, OptimizerConfig, ParallelConfig, TrainerConfig
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.config import DataConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.pytorch.layout import Groups, Layout
+from support.tiny import TINY_MODEL, tiny_trainer_config
 
 
 def tiny_config(data: int, context: int, steps: int, corpus: str) -> TrainerConfig:
-    return TrainerConfig(
-        model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256, tie_embeddings=True),
-        sequence_length=64,
+    return tiny_trainer_config(
+        model=TINY_MODEL.model_copy(update={"tie_embeddings": True}),
         global_batch_tokens=4 * 64,
         steps=steps,
-        precision="fp32",
         parallelism=ParallelConfig(data=data, context=context),
         optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=2),
         data=DataConfig(kind="text", path=corpus, seed=1),

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from longctx_operator.planner import PlanRequest, plan
-from longctx_trainer import hardware
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract import hardware
+from longctx_trainer.contract.presets import PRESETS
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 RUNS = [  # (preset, seq, precision, policy, measured peak over predicted, measured step over predicted)

@@ -15,21 +15,12 @@ from longctx_operator.api import parse_job
 from longctx_operator.layout import ResolvedLayout
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import resolve_layout
-from longctx_trainer.config import TrainerConfig, load_config
+from longctx_trainer.contract.config import TrainerConfig, load_config
+from support.jobs import job_manifest
 from support.manifests import apply_case
 
 TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.beta1", "optimizer.beta2", "data.seed", "checkpoint.keep"}
-BASE = {
-    "apiVersion": "longctx.io/v1alpha1",
-    "kind": "LongContextJob",
-    "metadata": {"name": "c"},
-    "spec": {
-        "model": {"preset": "tiny"},
-        "sequenceLength": 1024,
-        "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 2},
-        "resources": {"nodes": 1, "gpusPerNode": 4, "gpuType": "cpu"},
-    },
-}
+BASE = job_manifest("c", sequence_length=1024, layout=(1, 2, 2), resources=(1, 4, "cpu"))
 LAYOUT = ResolvedLayout(1, 2, 2, 1)
 # (spec change, layout, config path, expected value)
 MAPPING = [

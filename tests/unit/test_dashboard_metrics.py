@@ -9,7 +9,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from longctx_operator import metrics as operator_metrics
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.metrics import TrainMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}

@@ -1,6 +1,6 @@
 """One default per setting: where the API, the trainer's config, the presets and the planner each
 carry the same setting, their defaults agree. The choices themselves are one definition each
-(the Literal types of longctx_trainer.config, spelled in camelCase by the API)."""
+(the Literal types of longctx_trainer.contract.config, spelled in camelCase by the API)."""
 
 import dataclasses
 from typing import get_args
@@ -25,7 +25,7 @@ from longctx_operator.api.spec import (
 )
 from longctx_operator.planner import PlanRequest
 from longctx_operator.planner.costs import dtype_bytes
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     CheckpointConfig,
     DataConfig,
     Fp8Config,
@@ -38,7 +38,7 @@ from longctx_trainer.config import (
     RopeScalingConfig,
     TrainerConfig,
 )
-from longctx_trainer.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.presets import ModelDims, RopeScaling
 
 # Each family: the places that carry it, the first one the API's where there is one.
 FAMILIES = {

@@ -1,4 +1,4 @@
-"""Docs tied to the code they describe: the pod environment's names (trainer/podenv.py) in
+"""Docs tied to the code they describe: the pod environment's names (trainer/contract/podenv.py) in
 docs/operator.md's table and wherever the docs name one. Also tied elsewhere: the data windows
 (tests/unit/trainer/test_data.py) and the progress file (tests/unit/operator/test_localrun.py). And every
 metric the docs name is one the code exports, every `longctx CMD --flag` one the CLI's parser takes."""
@@ -11,8 +11,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from longctx_operator import metrics as operator_metrics
 from longctx_operator.cli import build_parser
-from longctx_trainer import podenv
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract import podenv
+from longctx_trainer.contract.metrics import TrainMetrics
 from support.docs import DOCS, code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def test_the_pod_environment_table_lists_exactly_the_contract():
     listed = table(ROOT / "docs" / "operator.md", "## The pod environment")
     assert len(listed) == len(set(listed)), "a name listed twice"
     assert set(listed) == contract(), (
-        f"in trainer/podenv.py, not in the table: {sorted(contract() - set(listed))}; "
+        f"in trainer/contract/podenv.py, not in the table: {sorted(contract() - set(listed))}; "
         f"in the table, not in podenv: {sorted(set(listed) - contract())}"
     )
 
@@ -50,7 +50,7 @@ def test_every_pod_variable_the_docs_name_is_in_the_contract():
     named = {(doc.name, name) for doc in POD_DOCS for name in ENV_LIKE.findall(doc.read_text())}
     assert named, "the pattern finds nothing: the check would pass vacuously"
     unknown = sorted((doc, name) for doc, name in named if name not in contract())
-    assert not unknown, f"named in the docs, not in trainer/podenv.py: {unknown}"
+    assert not unknown, f"named in the docs, not in trainer/contract/podenv.py: {unknown}"
 
 
 # Metrics and CLI flags the docs name: each must be one the code exports or parses.
@@ -117,11 +117,13 @@ def unknown_flags(text: str) -> list[str]:
 def test_every_metric_the_docs_name_is_exported():
     assert "longctx_train_loss" in METRIC.findall((ROOT / "README.md").read_text()), "the check finds nothing"
     unknown = {doc.name: found for doc in DOCS if (found := unknown_metrics(doc.read_text()))}
-    assert not unknown, f"named in the docs, exported by neither trainer/metrics.py nor operator/metrics.py: {unknown}"
+    assert not unknown, (
+        f"named in the docs, exported by neither trainer/contract/metrics.py nor operator/metrics.py: {unknown}"
+    )
 
 
 def test_the_metrics_reference_defines_each_metric_as_its_help_text():
-    """One definition per metric: its help text in trainer/metrics.py or operator/metrics.py opens
+    """One definition per metric: its help text in trainer/contract/metrics.py or operator/metrics.py opens
     its row in docs/observability.md, the one reference the other docs link to."""
     reference = (ROOT / "docs" / "observability.md").read_text()
     rows = {

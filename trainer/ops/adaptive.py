@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..load_balance import permutation
+from ..contract.load_balance import permutation
 from ..mesh import CONTEXT
 from .all_gather import make_local_attention
 from .attention import _sharded, _within_layout_chunks

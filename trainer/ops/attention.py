@@ -9,9 +9,9 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
-from ..config import Attention, hybrid_split
+from ..contract.config import Attention, hybrid_split
+from ..contract.load_balance import permutation
 from ..doc_balance import MASK_LAYOUT, layout_block
-from ..load_balance import permutation
 from ..mesh import CONTEXT, DATA, TENSOR
 from .all_gather import make_all_gather_attention
 from .chunked import LocalAttention, default_chunk

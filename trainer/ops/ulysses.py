@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from ..config import ulysses_kv_repeat
+from ..contract.config import ulysses_kv_repeat
 from .all_gather import make_local_attention
 from .chunked import LocalAttention, Span
 from .ring import make_ring_attention

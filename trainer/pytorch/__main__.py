@@ -19,10 +19,10 @@ from pathlib import Path
 import torch.distributed as dist
 from pydantic.alias_generators import to_camel
 
-from .. import podenv
-from ..config import TrainerConfig, load_config
-from ..metrics import TrainMetrics
-from ..termination import Preempted, SigtermNotice, exit_preempted
+from ..contract import podenv
+from ..contract.config import TrainerConfig, load_config
+from ..contract.metrics import TrainMetrics
+from ..contract.termination import Preempted, SigtermNotice, exit_preempted
 from .layout import Groups, Layout
 from .train import Checkpoints, measured_peak_flops, train
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from .. import podenv
+from ..contract import podenv
 
 
 class LayoutError(ValueError):

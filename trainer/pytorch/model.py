@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..config import ModelConfig
-from ..presets import RMS_NORM_EPS
+from ..contract.config import ModelConfig
+from ..contract.presets import RMS_NORM_EPS
 from .ring import Ring, ring_attention
 
 

@@ -1,7 +1,7 @@
 """Ring attention over a context-parallel process group, exact and causal, with GQA.
 
 Each rank of the group holds one shard of every sequence, laid out by the job's load-balance
-scheme (trainer/load_balance.py, as in the JAX trainer): with dual_chunk_swap (the default) rank c
+scheme (trainer/contract/load_balance.py, as in the JAX trainer): with dual_chunk_swap (the default) rank c
 holds chunks c and 2C-1-c of 2C, so under the causal mask every rank does the same work; with
 none it holds chunk c, and the last rank does C times the first's work. The ring knows every
 rank's true token positions, from which each block's causal mask follows.

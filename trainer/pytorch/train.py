@@ -1,16 +1,15 @@
-"""The training loop of the PyTorch example: AdamW with the JAX trainer's schedule, gradients
+"""The training loop of the PyTorch example: AdamW with the shared schedule (schedule.py), gradients
 summed over the context ring and the data-parallel group, progress events and metrics under the
-same names as the JAX trainer (longctx_trainer.metrics), checkpoints every interval.
+same names as the JAX trainer (longctx_trainer.contract.metrics), checkpoints every interval.
 
 Events handed to `emit` (rank 0 prints them as JSON lines, which `longctx run` follows):
   {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
   {"event": "checkpoint", "step", "seconds"}, {"event": "resume", "step"}, {"event": "done", "step"},
-  {"event": "preempted", "step"} (see longctx_trainer.termination)
+  {"event": "preempted", "step"} (see longctx_trainer.contract.termination)
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -21,35 +20,19 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from .. import podenv
-from ..config import CheckpointConfig, OptimizerConfig, TrainerConfig
-from ..flops import flops_per_token
-from ..load_balance import permutation
-from ..metrics import TrainMetrics
-from ..sources import TokenSource, make_source
-from ..termination import Preempted, SigtermNotice
+from ..contract import podenv
+from ..contract.config import CheckpointConfig, OptimizerConfig, TrainerConfig
+from ..contract.flops import flops_per_token
+from ..contract.load_balance import permutation
+from ..contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
+from ..contract.schedule import learning_rate_factor
+from ..contract.sources import TokenSource, make_source
+from ..contract.termination import Preempted, SigtermNotice
 from .layout import Groups, Layout
 from .model import Llama
 from .ring import Ring
 
 Emit = Callable[[dict], None]
-
-
-def learning_rate_factor(opt: OptimizerConfig, steps: int) -> Callable[[int], float]:
-    """Multiplier of the learning rate at an optimizer step: linear warm-up from 0, then cosine
-    decay to 10% at the last step, or constant (the JAX trainer's schedule)."""
-    warmup = min(opt.warmup_steps, steps)
-    rest = max(steps - warmup, 1)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return step / warmup
-        if opt.schedule == "constant":
-            return 1.0
-        done = min(step - warmup, rest) / rest
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done))
-
-    return factor
 
 
 def make_optimizer(model: Llama, opt: OptimizerConfig, steps: int):
@@ -61,7 +44,8 @@ def make_optimizer(model: Llama, opt: OptimizerConfig, steps: int):
         lr=opt.learning_rate,
         betas=(opt.beta1, opt.beta2),
     )
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate_factor(opt, steps))
+    factor = learning_rate_factor(opt, steps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(factor(step)))
 
 
 def sequence_positions(config: TrainerConfig, layout: Layout) -> torch.Tensor:
@@ -189,7 +173,7 @@ def train(
         done = step + 1
         losses.append(loss)
         tokens_per_second = global_tokens / seconds
-        mfu = {(c, "bf16"): tokens_per_second * f / peak for c, f in flops.items()} if peak else {}
+        mfu = {(c, MFU_PEAK): tokens_per_second * f / peak for c, f in flops.items()} if peak else {}
         metrics.observe_step(done, global_tokens, seconds, loss, mfu)
         if done % config.log_every == 0 or done == config.steps:
             emit(
@@ -198,7 +182,7 @@ def train(
                     "step": done,
                     "loss": loss,
                     "tokens_per_second": tokens_per_second,
-                    "mfu": mfu.get(("causal", "bf16")),
+                    "mfu": mfu.get((MFU_CONVENTION, MFU_PEAK)),
                     "step_seconds": seconds,
                 }
             )

@@ -22,7 +22,7 @@ from longctx_operator.exposition import (
     rank0_values,
 )
 from longctx_operator.scrape import MAX_BODY_BYTES
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.metrics import TrainMetrics
 from support.hostile_metrics import WORST_BODIES, filled
 
 

@@ -1,6 +1,7 @@
 """`longctx run`'s parsing of rank 0's output and its progress line."""
 
 from longctx_operator.localrun import parse_event, progress_line
+from support.jobs import job_manifest
 
 EVENT = '{"event": "step", "step": 1, "loss": 5.5, "tokens_per_second": 1234.0, "mfu": 0.0025}'
 
@@ -28,18 +29,13 @@ def test_relative_inputs_are_read_from_the_manifest_folder(tmp_path):
     from longctx_operator.localrun import with_inputs_from
 
     job = parse_job(
-        {
-            "apiVersion": "longctx.io/v1alpha1",
-            "kind": "LongContextJob",
-            "metadata": {"name": "j"},
-            "spec": {
-                "model": {"preset": "tiny"},
-                "sequenceLength": 512,
-                "data": {"kind": "text", "path": "../docs"},
-                "initFrom": {"path": "weights"},
-                "checkpoint": {"path": "checkpoints"},
-            },
-        }
+        job_manifest(
+            "j",
+            sequence_length=512,
+            data={"kind": "text", "path": "../docs"},
+            initFrom={"path": "weights"},
+            checkpoint={"path": "checkpoints"},
+        )
     )
     local = with_inputs_from(job, tmp_path / "examples")
     assert local.spec.data.path == str((tmp_path / "docs").resolve())
@@ -115,10 +111,7 @@ def test_before_rank_0_reports_a_checkpoint_the_newest_on_disk_is_the_last(tmp_p
     from longctx_operator.api import parse_job
     from longctx_operator.localrun import LocalRun
 
-    manifest = {"model": {"preset": "tiny"}, "sequenceLength": 512, "checkpoint": {"path": "checkpoints"}}
-    job = parse_job(
-        {"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob", "metadata": {"name": "j"}, "spec": manifest}
-    )
+    job = parse_job(job_manifest("j", sequence_length=512, checkpoint={"path": "checkpoints"}))
     local = LocalRun(job, tmp_path)
     assert local.last_checkpoint() is None
     for name in ("2", "10", "12.orbax-checkpoint-tmp-1"):

@@ -3,19 +3,11 @@ fully qualified DNS name, locally it is this host's loopback."""
 
 from longctx_operator.api import parse_job
 from longctx_operator.localrun import local_workers
+from support.jobs import job_manifest
 
-JOB = {
-    "apiVersion": "longctx.io/v1alpha1",
-    "kind": "LongContextJob",
-    "metadata": {"name": "j", "namespace": "team"},
-    "spec": {
-        "model": {"preset": "tiny"},
-        "sequenceLength": 512,
-        "globalBatchTokens": 2048,
-        "resources": {"nodes": 2, "gpusPerNode": 2, "gpuType": "cpu"},
-        "parallelism": {"mode": "manual", "data": 2, "context": 2, "tensor": 1},
-    },
-}
+JOB = job_manifest(
+    "j", namespace="team", sequence_length=512, globalBatchTokens=2048, layout=(2, 2, 1), resources=(2, 2, "cpu")
+)
 
 
 def test_local_workers_meet_on_loopback_not_at_the_cluster_name(tmp_path):

@@ -17,7 +17,7 @@ from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation, 
 from longctx_operator.preemption import grace_period_seconds
 from longctx_operator.render.workload import render_workload
 from longctx_operator.resolve import resolve_layout
-from longctx_trainer.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from longctx_trainer.contract.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -12,7 +12,7 @@ from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
 from longctx_operator.exposition import MetricsUnreadable
 from longctx_operator.progress import ProgressPoller, metrics_source, parse_progress, progress_patch
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.metrics import TrainMetrics
 from support.hostile_metrics import Handler, serve, slow_answer
 
 

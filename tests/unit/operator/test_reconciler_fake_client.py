@@ -17,6 +17,7 @@ from longctx_operator import reasons
 from longctx_operator.config import OperatorConfig
 from longctx_operator.kube import NotOwned, owner_reference
 from longctx_operator.reconciler import Reconciler
+from support.jobs import job_manifest
 
 KEY = ("team", "fake")
 
@@ -72,23 +73,13 @@ class FakeKube:
 
 
 def job_object(annotations: dict | None = None, scheduling: dict | None = None) -> dict:
-    return {
-        "apiVersion": "longctx.io/v1alpha1",
-        "kind": "LongContextJob",
-        "metadata": {
-            "name": KEY[1],
-            "namespace": KEY[0],
-            "uid": "u-1",
-            "generation": 1,
-            "annotations": annotations or {},
-        },
-        "spec": {
-            "model": {"preset": "tiny"},
-            "sequenceLength": 4096,
-            "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-            "scheduling": scheduling or {"admission": "none"},
-        },
-    }
+    return job_manifest(
+        KEY[1],
+        namespace=KEY[0],
+        metadata={"uid": "u-1", "generation": 1, "annotations": annotations or {}},
+        resources=(2, 8, "h100-80gb"),
+        scheduling=scheduling or {"admission": "none"},
+    )
 
 
 def pod(index: int, phase: str = "Running", ready: bool = True) -> dict:

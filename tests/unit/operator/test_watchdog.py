@@ -4,7 +4,7 @@ from prometheus_client import generate_latest
 
 from longctx_operator.api.spec import LongContextJobSpec
 from longctx_operator.watchdog import bounds, rank_read, targets
-from longctx_trainer.metrics import TrainMetrics
+from longctx_trainer.contract.metrics import TrainMetrics
 
 
 def pod(index, ip="10.0.0.1", deleting=False):

@@ -27,7 +27,7 @@ from longctx_trainer.adaptive_cp import (
     default_threshold,
     variants,
 )
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     DataConfig,
     ModelConfig,
     OptimizerConfig,
@@ -35,10 +35,10 @@ from longctx_trainer.config import (
     ParallelConfig,
     TrainerConfig,
 )
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.data import Batches
 from longctx_trainer.doc_balance import document_lengths
 from longctx_trainer.mesh import make_mesh as make_trainer_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.ops import reference_attention
 from longctx_trainer.ops.adaptive import adaptive_attention
 from longctx_trainer.train import train

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from longctx_trainer.config import ulysses_kv_repeat
+from longctx_trainer.contract.config import ulysses_kv_repeat
 from longctx_trainer.ops import context_parallel_attention, inverse_permutation, permutation, reference_attention
 from support import mutants
 from support.attention import FP32, SEQ, assert_matches_reference, inputs, make_mesh

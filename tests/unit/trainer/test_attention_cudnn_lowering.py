@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 from jax import export
 
-from longctx_trainer.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
 from longctx_trainer.mesh import make_mesh as make_trainer_mesh
 from longctx_trainer.ops import context_parallel_attention, cudnn_compat
 from longctx_trainer.train import StepFunctions

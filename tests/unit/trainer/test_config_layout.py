@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from longctx_trainer.config import ModelConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import ModelConfig, ParallelConfig, TrainerConfig
 
 MODEL = ModelConfig(layers=1, hidden=64, heads=8, kv_heads=2, ffn=128, vocab=256)
 

@@ -4,10 +4,10 @@ import jax
 import numpy as np
 import pytest
 
-from longctx_trainer.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.sources import CorpusWindows, make_source, text_bytes, token_file
 from longctx_trainer.data import Batches
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.sources import CorpusWindows, make_source, text_bytes, token_file
 
 
 def _config(data_config: DataConfig, vocab: int = 256, **parallel) -> TrainerConfig:
@@ -104,7 +104,7 @@ def test_windows_are_as_docs_trainer_md_describes():
 
     import numpy as np
 
-    from longctx_trainer.sources import CorpusWindows
+    from longctx_trainer.contract.sources import CorpusWindows
 
     doc = (Path(__file__).resolve().parents[3] / "docs" / "trainer.md").read_text()
     assert "windows of `sequence_length + 1` tokens" in doc and "start every `sequence_length` tokens" in doc

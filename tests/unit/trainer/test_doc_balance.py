@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from longctx_trainer import data, doc_balance
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     DataConfig,
     ModelConfig,
     OptimizerConfig,
@@ -24,10 +24,10 @@ from longctx_trainer.config import (
     ParallelConfig,
     TrainerConfig,
 )
+from longctx_trainer.contract.load_balance import permutation
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.doc_balance import device_work, document_lengths, document_permutation, layout_block
-from longctx_trainer.load_balance import permutation
 from longctx_trainer.mesh import make_mesh as make_trainer_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.ops import attention, context_parallel_attention, reference_attention
 from longctx_trainer.train import train
 from support.attention import BATCH, FP32, SEQ, assert_matches_reference, inputs, make_mesh

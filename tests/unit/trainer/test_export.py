@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 
 from longctx_trainer import model
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     CheckpointConfig,
     DataConfig,
     ModelConfig,
@@ -26,10 +26,10 @@ from longctx_trainer.config import (
     ParallelConfig,
     TrainerConfig,
 )
+from longctx_trainer.contract.metrics import TrainMetrics
+from longctx_trainer.contract.presets import ModelDims, RopeScaling
 from longctx_trainer.export import ExportError, export_checkpoint
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
-from longctx_trainer.presets import ModelDims, RopeScaling
 from longctx_trainer.train import train
 from longctx_trainer.weights import SafetensorsDir, differences, load_params, save_hf_checkpoint
 from support.hf_checkpoint import hf_config, hf_forward, hf_tensors, write_checkpoint

@@ -1,4 +1,4 @@
-"""The hardware catalogue (longctx_trainer.hardware) is the one place a GPU or a fabric is added:
+"""The hardware catalogue (longctx_trainer.contract.hardware) is the one place a GPU or a fabric is added:
 everything else derives from it, and what cannot (a fabric's pod settings) is checked here."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from longctx_operator.api.spec import NetworkSpec
 from longctx_operator.render.fabrics import PROFILES
-from longctx_trainer.hardware import FABRICS, GPUS
+from longctx_trainer.contract.hardware import FABRICS, GPUS
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # GPU goes into the catalogue before anything else is imported, and nowhere else.
 FAKE_GPU_EVERYWHERE = r"""
 import json, types
-from longctx_trainer import hardware
+from longctx_trainer.contract import hardware
 hardware.GPUS["fake-96gb"] = hardware.Gpu(
     "fake-96gb", "FAKE-GPU-96GB", "FAKE", 1234 * hardware.TERA, None, 96 * hardware.GIB,
     5000 * hardware.GB, "Fake link", 50 * hardware.GB, 600 * hardware.GB)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from longctx_trainer import hfconfig
-from longctx_trainer.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.presets import ModelDims, RopeScaling
 from support.hf_checkpoint import TRANSFORMERS_4, TRANSFORMERS_5, hf_config
 
 LLAMA31 = ModelDims(

@@ -57,7 +57,7 @@ def test_rejects_indivisible_lengths_and_unknown_schemes(scheme, seq):
 def test_accepts_exactly_the_lengths_the_trainer_config_accepts(scheme, context):
     """One divisibility rule (config.sequence_split) for the config, the planner and the layout,
     at context 1 too (dual-chunk-swap still wants two pieces there)."""
-    from longctx_trainer.config import sequence_split
+    from longctx_trainer.contract.config import sequence_split
 
     for seq in range(1, 25):
         if seq % sequence_split(scheme, context):

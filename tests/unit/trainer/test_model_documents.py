@@ -17,25 +17,25 @@ import numpy as np
 import pytest
 
 from longctx_trainer import model
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     DataConfig,
-    ModelConfig,
     OptimizerConfig,
     PackingConfig,
     ParallelConfig,
     TrainerConfig,
 )
+from longctx_trainer.contract.flops import causal_pairs_within_documents, flops_per_token
+from longctx_trainer.contract.metrics import TrainMetrics
+from longctx_trainer.contract.sources import document_layout, document_separator, text_bytes
 from longctx_trainer.data import Batches, Documents
-from longctx_trainer.flops import causal_pairs_within_documents, flops_per_token
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.ops import inverse_permutation
-from longctx_trainer.sources import document_layout, document_separator, text_bytes
 from longctx_trainer.train import train
 from support import mutants
+from support.tiny import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[3]
-MODEL = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
+MODEL = TINY_MODEL
 DIMS = MODEL.dims()
 SEQ = 256
 SEPARATOR = 0  # NUL ends each byte-level document

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from longctx_trainer import model
-from longctx_trainer.config import ModelConfig, ParallelConfig
+from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
 from support import mutants
 
@@ -77,7 +77,7 @@ def test_chunked_cross_entropy_matches_full_logits(chunk_tokens):
 
 def test_rope_scaling_of_factor_one_changes_nothing():
     """What the API documents for turning a preset's scaling off."""
-    from longctx_trainer.presets import RopeScaling
+    from longctx_trainer.contract.presets import RopeScaling
 
     plain = model.rope_frequencies(128, 500000.0)
     np.testing.assert_array_equal(model.rope_frequencies(128, 500000.0, RopeScaling(factor=1.0)), plain)

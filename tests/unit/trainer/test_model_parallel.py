@@ -18,11 +18,12 @@ import optax
 import pytest
 
 from longctx_trainer import model
-from longctx_trainer.config import ModelConfig, ParallelConfig
+from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
 from support import mutants
+from support.tiny import TINY_MODEL
 
-DIMS = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256).dims()
+DIMS = TINY_MODEL.dims()
 SEQ, BATCH = 32, 2
 
 

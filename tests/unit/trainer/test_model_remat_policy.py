@@ -14,7 +14,7 @@ import pytest
 from jax import export
 
 from longctx_trainer import model
-from longctx_trainer.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.ops import attention, cudnn_compat
 from longctx_trainer.train import StepFunctions

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
-from longctx_trainer.config import ModelConfig, OffloadConfig, TrainerConfig
+from longctx_trainer.contract.config import ModelConfig, OffloadConfig, TrainerConfig
 from longctx_trainer.ops import (
     chunked,
     context_parallel_attention,

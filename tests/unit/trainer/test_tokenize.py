@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from longctx_trainer.config import DataConfig, PackingConfig
-from longctx_trainer.sources import document_separator, token_file
+from longctx_trainer.contract.config import DataConfig, PackingConfig
+from longctx_trainer.contract.sources import document_separator, token_file
 from longctx_trainer.tokenize import tokenize_files
 from support.manifests import ROOT
 

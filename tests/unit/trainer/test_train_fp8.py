@@ -15,19 +15,18 @@ import numpy as np
 import pytest
 
 from longctx_trainer import fp8, model
-from longctx_trainer.config import DataConfig, Fp8Config, ModelConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import DataConfig, Fp8Config, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import StepFunctions, train
 from support.hlo import fp8_dots
+from support.tiny import tiny_trainer_config
 
 CORPUS = Path(json.__file__).parent  # byte-level Python sources, on every machine
 
 
 def _config(precision: str, context: int, steps: int, history: int = 16) -> TrainerConfig:
-    return TrainerConfig(
-        model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256),
-        sequence_length=64,
+    return tiny_trainer_config(
         global_batch_tokens=256,
         steps=steps,
         precision=precision,

@@ -6,19 +6,17 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from longctx_trainer.config import DataConfig, ModelConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import DataConfig, OptimizerConfig, ParallelConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import train
+from support.tiny import tiny_trainer_config
 
 
 def _losses(context: int) -> list[float]:
-    config = TrainerConfig(
-        model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256),
-        sequence_length=64,
+    config = tiny_trainer_config(
         global_batch_tokens=128,
         steps=20,
-        precision="fp32",
         parallelism=ParallelConfig(context=context, attention="ring", load_balance="dual_chunk_swap"),
         optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=3),
         data=DataConfig(kind="text", path=str(Path(json.__file__).parent), seed=5),

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     CheckpointConfig,
     DataConfig,
     ModelConfig,
@@ -16,10 +16,10 @@ from longctx_trainer.config import (
     ParallelConfig,
     TrainerConfig,
 )
+from longctx_trainer.contract.metrics import TrainMetrics
+from longctx_trainer.contract.termination import Preempted
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.preemption import Preemption
-from longctx_trainer.termination import Preempted
 from longctx_trainer.train import train
 
 

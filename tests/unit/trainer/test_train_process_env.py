@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from longctx_trainer.config import ParallelConfig
+from longctx_trainer.contract.config import ParallelConfig
 from longctx_trainer.distributed import ProcessEnv, initialize
 from longctx_trainer.mesh import make_mesh
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.config import (
+from longctx_trainer.contract.config import (
     CheckpointConfig,
     DataConfig,
     ModelConfig,
@@ -14,8 +14,8 @@ from longctx_trainer.config import (
     ParallelConfig,
     TrainerConfig,
 )
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import StepFunctions, train
 
 

@@ -6,20 +6,18 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from longctx_trainer.config import DataConfig, ModelConfig, OptimizerConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import DataConfig, OptimizerConfig, ParallelConfig
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics
 from longctx_trainer.train import train
+from support.tiny import tiny_trainer_config
 
 
 def test_loss_falls_on_python_sources():
     corpus = Path(json.__file__).parent  # exists wherever Python does
-    config = TrainerConfig(
-        model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256),
-        sequence_length=64,
+    config = tiny_trainer_config(
         global_batch_tokens=512,
         steps=30,
-        precision="fp32",
         parallelism=ParallelConfig(data=2, context=2),
         optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=5, schedule="constant"),
         data=DataConfig(kind="text", path=str(corpus), seed=0),

@@ -8,11 +8,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.config import CheckpointConfig, ModelConfig, ParallelConfig, TrainerConfig
-from longctx_trainer.flops import flops_per_token
+from longctx_trainer.contract.config import CheckpointConfig, ModelConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.flops import flops_per_token
+from longctx_trainer.contract.metrics import TrainMetrics, package_version
+from longctx_trainer.contract.presets import preset
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.metrics import TrainMetrics, package_version
-from longctx_trainer.presets import preset
 from longctx_trainer.train import train
 from support.ports import free_port
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from longctx_trainer import model
-from longctx_trainer.config import ParallelConfig
+from longctx_trainer.contract.config import ParallelConfig
+from longctx_trainer.contract.presets import ModelDims, RopeScaling
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.presets import ModelDims, RopeScaling
 from longctx_trainer.weights import SafetensorsDir, WeightsError, load_params
 from support.hf_checkpoint import (
     TRANSFORMERS_4,
@@ -175,9 +175,9 @@ def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path, layout):
 
 
 def test_training_starts_from_the_checkpoint_and_not_from_random_weights(tmp_path):
-    from longctx_trainer.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
+    from longctx_trainer.contract.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
+    from longctx_trainer.contract.metrics import TrainMetrics
     from longctx_trainer.data import Batches
-    from longctx_trainer.metrics import TrainMetrics
     from longctx_trainer.train import train
 
     tensors = hf_tensors(DIMS, seed=3)

@@ -9,6 +9,7 @@ import yaml
 
 from longctx_operator.api import parse_job, problems
 from longctx_operator.cli import main
+from support.jobs import job_manifest
 from support.manifests import EXAMPLES, ROOT, apply_case, load_example, malformed_cases
 
 BASE, CASES = malformed_cases()
@@ -52,14 +53,7 @@ def test_examples_are_valid(example):
 
 
 def test_defaults_fill_the_spec():
-    job = parse_job(
-        {
-            "apiVersion": "longctx.io/v1alpha1",
-            "kind": "LongContextJob",
-            "metadata": {"name": "d"},
-            "spec": {"model": {"preset": "tiny"}, "sequenceLength": 1024},
-        }
-    )
+    job = parse_job(job_manifest("d", sequence_length=1024))
     assert job.spec.parallelism.mode == "auto"
     assert job.spec.resources.nodes == 1 and job.spec.resources.gpus_per_node == 8
     assert job.spec.batch_tokens == 1024

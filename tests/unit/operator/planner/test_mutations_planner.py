@@ -5,8 +5,8 @@ the old 1% let through: dropping the fp32 log-sum-exp a ring-attention layer kee
 
 import pytest
 
-from longctx_operator.planner import PlanRequest, costs, plan
-from longctx_trainer.presets import PRESETS
+from longctx_operator.planner import costs, plan
+from support.plans import WORKED_LAYOUT, plan_request
 
 # The worked example's hand-derived activations (test_planner_worked_example.ACTIVATIONS):
 # (layer inputs 262,144 B + one recomputed layer 59,424 B) x 32,768 tokens + the loss chunk.
@@ -14,21 +14,7 @@ ACTIVATIONS = (262_144 + 59_424) * 32_768 + 256_512 * 2048
 
 
 def worked_activations() -> int:
-    return plan(
-        PlanRequest(
-            model=PRESETS["llama3-8b"],
-            sequence_length=262_144,
-            global_batch_tokens=262_144,
-            nodes=4,
-            gpus_per_node=8,
-            gpu="h100-80gb",
-            fabric="infiniband",
-            data=1,
-            context=8,
-            tensor=4,
-            remat_policy="full",  # the figures here are worked out for full remat
-        )
-    ).memory.activations
+    return plan(plan_request(**WORKED_LAYOUT)).memory.activations
 
 
 def test_planner_without_the_log_sum_exp_term_is_caught_only_by_the_exact_tolerance(monkeypatch):

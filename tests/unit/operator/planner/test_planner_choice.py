@@ -2,25 +2,17 @@
 
 import pytest
 
-from longctx_operator.planner import PlanError, PlanRequest, plan
+from longctx_operator.planner import PlanError, plan
 from longctx_operator.planner.layouts import Layout
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.presets import PRESETS
+from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]
 
 
 def request(**overrides):
     """llama3-8b, four 256K sequences per step on 4 nodes x 8 H100 over InfiniBand."""
-    base = dict(
-        model=LLAMA8B,
-        sequence_length=262_144,
-        global_batch_tokens=4 * 262_144,
-        nodes=4,
-        gpus_per_node=8,
-        gpu="h100-80gb",
-        fabric="infiniband",
-    )
-    return PlanRequest(**{**base, **overrides})
+    return plan_request(**{"global_batch_tokens": 4 * 262_144, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from longctx_operator.planner import GPUS, PlanError, PlanRequest, plan
+from longctx_operator.planner import GPUS, PlanError, plan
 from longctx_operator.planner.chunking import (
     MIN_CHUNK_TOKENS,
     chunk_candidates,
@@ -13,7 +13,8 @@ from longctx_operator.planner.chunking import (
     covering_chunk_tokens,
 )
 from longctx_operator.planner.plan import memory_for
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.presets import PRESETS
+from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]
 H100 = GPUS["h100-80gb"]
@@ -57,14 +58,12 @@ def test_chunk_candidates_are_dividing_powers_of_two_above_the_floor():
 )
 def test_planner_takes_the_largest_chunk_that_fits(gpu, preset, sequence, context, tensor):
     model = PRESETS[preset]
-    req = PlanRequest(
+    req = plan_request(
         model=model,
         sequence_length=sequence,
         global_batch_tokens=sequence,
         nodes=1,
-        gpus_per_node=8,
         gpu=gpu,
-        fabric="infiniband",
         data=1,
         context=context,
         tensor=tensor,
@@ -81,20 +80,9 @@ def test_planner_takes_the_largest_chunk_that_fits(gpu, preset, sequence, contex
 
 
 def test_smaller_chunk_means_less_memory_but_exposed_fetches_below_the_covering_size():
-    base = dict(
-        model=LLAMA8B,
-        sequence_length=1_048_576,
-        global_batch_tokens=1_048_576,
-        nodes=1,
-        gpus_per_node=8,
-        gpu="h100-80gb",
-        fabric="infiniband",
-        data=1,
-        context=8,
-        tensor=1,
-    )
-    chosen = plan(PlanRequest(**base))
-    small = plan(PlanRequest(**base, chunk_tokens=1024))
+    base = dict(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1, data=1, context=8, tensor=1)
+    chosen = plan(plan_request(**base))
+    small = plan(plan_request(**base, chunk_tokens=1024))
     assert small.chunk_tokens == 1024 and small.offload
     assert small.memory.total < chosen.memory.total
     assert small.memory.attention_working_set < chosen.memory.attention_working_set
@@ -103,18 +91,8 @@ def test_smaller_chunk_means_less_memory_but_exposed_fetches_below_the_covering_
 
 def test_no_chunk_when_the_shard_is_below_the_covering_size():
     # 8 GPUs of context over a 16K sequence leave 2048-token shards: no chunk >= 2415 divides them.
-    req = PlanRequest(
-        model=LLAMA8B,
-        sequence_length=16_384,
-        global_batch_tokens=16_384,
-        nodes=1,
-        gpus_per_node=8,
-        gpu="h100-80gb",
-        fabric="infiniband",
-        data=1,
-        context=8,
-        tensor=1,
-        offload=True,
+    req = plan_request(
+        sequence_length=16_384, global_batch_tokens=16_384, nodes=1, data=1, context=8, tensor=1, offload=True
     )
     with pytest.raises(PlanError) as error:
         plan(req)

@@ -4,8 +4,9 @@ GPUs without FP8 refused with the field named."""
 
 import pytest
 
-from longctx_operator.planner import PlanError, PlanRequest, plan
-from longctx_trainer.presets import PRESETS
+from longctx_operator.planner import PlanError, plan
+from longctx_trainer.contract.presets import PRESETS
+from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]
 BF16 = 989e12 * 0.5  # sustained H100 FLOP/s, dense bf16
@@ -13,20 +14,8 @@ FP8 = 1979e12 * 0.5  # sustained H100 FLOP/s, dense FP8
 
 
 def request(**overrides):
-    base = dict(
-        model=LLAMA8B,
-        sequence_length=131_072,
-        global_batch_tokens=131_072,
-        nodes=4,
-        gpus_per_node=8,
-        gpu="h100-80gb",
-        fabric="infiniband",
-        data=1,
-        context=16,
-        tensor=2,
-        remat_policy="full",  # the figures here are worked out for full remat
-    )
-    return PlanRequest(**{**base, **overrides})
+    base = dict(sequence_length=131_072, global_batch_tokens=131_072, data=1, context=16, tensor=2, remat_policy="full")
+    return plan_request(**{**base, **overrides})
 
 
 def test_layer_matmuls_run_at_the_fp8_rate_by_hand():

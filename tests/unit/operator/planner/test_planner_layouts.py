@@ -4,25 +4,17 @@ import re
 
 import pytest
 
-from longctx_operator.planner import GIB, PlanError, PlanRequest, plan
+from longctx_operator.planner import GIB, PlanError, plan
 from longctx_operator.planner.layouts import Layout, enumerate_layouts
 from longctx_operator.planner.plan import evaluate
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.presets import PRESETS
+from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]
 
 
 def request(**overrides):
-    base = dict(
-        model=LLAMA8B,
-        sequence_length=262_144,
-        global_batch_tokens=262_144,
-        nodes=3,
-        gpus_per_node=8,
-        gpu="h100-80gb",
-        fabric="infiniband",
-    )
-    return PlanRequest(**{**base, **overrides})
+    return plan_request(**{"nodes": 3, **overrides})
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ Model: layers * per_layer + final norm h + embeddings (vocab*h, twice when untie
 
 import pytest
 
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.presets import PRESETS
 
 EXPECTED = {
     # h=128, head_dim=16: 2*128*128=32,768 + 2*128*2*16=8,192 + 3*128*384=147,456 + 256

@@ -11,9 +11,9 @@ from longctx_operator.planner.costs import saved_attention_bytes_per_token
 from longctx_operator.planner.layouts import Layout
 from longctx_operator.planner.plan import memory_for
 from longctx_operator.planner.timing import StepInputs, compute_seconds
-from longctx_trainer.flops import flops_per_token
-from longctx_trainer.hardware import FABRICS, GPUS
-from longctx_trainer.presets import PRESETS
+from longctx_trainer.contract.flops import flops_per_token
+from longctx_trainer.contract.hardware import FABRICS, GPUS
+from longctx_trainer.contract.presets import PRESETS
 
 ONE_B = PRESETS["1b"]
 

@@ -4,24 +4,14 @@ import json
 
 import pytest
 
-from longctx_operator.planner import GIB, PlanRequest, format_table, plan, to_json
-from longctx_trainer.presets import PRESETS
+from longctx_operator.planner import GIB, format_table, plan, to_json
+from support.plans import plan_request
 
 
 @pytest.fixture(scope="module")
 def issue_example():
     """The issue's command: llama3-8b at 262144 tokens on 32 h100-80gb, 8 per node."""
-    return plan(
-        PlanRequest(
-            model=PRESETS["llama3-8b"],
-            sequence_length=262_144,
-            global_batch_tokens=4 * 262_144,
-            nodes=4,
-            gpus_per_node=8,
-            gpu="h100-80gb",
-            fabric="infiniband",
-        )
-    )
+    return plan(plan_request(global_batch_tokens=4 * 262_144))
 
 
 def test_table_shows_choice_memory_speed_and_rejections(issue_example):

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from longctx_operator.planner import PlanError, PlanRequest, plan
-from longctx_trainer.hardware import GPUS
-from longctx_trainer.presets import PRESETS
+from longctx_operator.planner import PlanError, plan
+from longctx_trainer.contract.hardware import GPUS
+from longctx_trainer.contract.presets import PRESETS
+from support.plans import plan_request
 
 LLAMA8B = PRESETS["llama3-8b"]
 F = 989e12 * 0.5  # sustained H100 FLOP/s
@@ -17,20 +18,7 @@ TCP = 100e9 / 8 / 8 * 0.6  # bytes/s per GPU: 100 GbE per node, 8 GPUs, 60% sust
 
 
 def request(**overrides):
-    base = dict(
-        model=LLAMA8B,
-        sequence_length=262_144,
-        global_batch_tokens=262_144,
-        nodes=4,
-        gpus_per_node=8,
-        gpu="h100-80gb",
-        fabric="infiniband",
-        data=1,
-        context=32,
-        tensor=1,
-        remat_policy="full",  # the figures here are worked out for full remat
-    )
-    return PlanRequest(**{**base, **overrides})
+    return plan_request(**{"data": 1, "context": 32, "tensor": 1, "remat_policy": "full", **overrides})
 
 
 def test_ring_exposure_over_tcp_by_hand():

@@ -8,10 +8,10 @@ matched to within pytest.approx's 1e-12 absolute floor (rel=0).
 
 import pytest
 
-from longctx_operator.planner import PlanRequest, plan
+from longctx_operator.planner import plan
 from longctx_operator.planner.layouts import Layout
 from longctx_operator.planner.plan import memory_for
-from longctx_trainer.presets import PRESETS
+from support.plans import WORKED_LAYOUT, plan_request
 
 GIB = 1024**3
 REL = 1e-9  # exact derivation; 1e-9 only absorbs float summation order
@@ -65,21 +65,7 @@ COMPUTE_SECONDS = (FLOPS_CAUSAL + 82_678_652_928) * 262_144 / 32 / (989e12 * 0.5
 
 @pytest.fixture(scope="module")
 def worked():
-    return plan(
-        PlanRequest(
-            model=PRESETS["llama3-8b"],
-            sequence_length=262_144,
-            global_batch_tokens=262_144,
-            nodes=4,
-            gpus_per_node=8,
-            gpu="h100-80gb",
-            fabric="infiniband",
-            data=1,
-            context=8,
-            tensor=4,
-            remat_policy="full",  # the figures here are worked out for full remat
-        )
-    )
+    return plan(plan_request(**WORKED_LAYOUT))
 
 
 @pytest.mark.parametrize(
@@ -150,16 +136,7 @@ def test_tensor_parallel_all_reduces(worked):
 def _variant(chunk=None, **overrides):
     """Memory of the worked example's layout with some request fields changed (and offload in
     chunks of `chunk` tokens when given)."""
-    base = dict(
-        model=PRESETS["llama3-8b"],
-        sequence_length=262_144,
-        global_batch_tokens=262_144,
-        nodes=4,
-        gpus_per_node=8,
-        gpu="h100-80gb",
-        fabric="infiniband",
-    )
-    return memory_for(PlanRequest(**{**base, **overrides}), Layout(1, 8, 4), chunk)
+    return memory_for(plan_request(**overrides), Layout(1, 8, 4), chunk)
 
 
 def test_without_recompute_every_layer_keeps_its_full_activations():

@@ -16,22 +16,15 @@ from longctx_operator.render import fabrics as fabrics_module
 from longctx_operator.render import render_workload
 from longctx_operator.render import workload as workload_module
 from longctx_operator.resolve import resolve_layout
-from longctx_trainer.config import TrainerConfig
+from longctx_trainer.contract.config import TrainerConfig
+from support.jobs import job_manifest
 from support.manifests import EXAMPLES, apply_case, load_example
 
 ROOT = Path(__file__).resolve().parents[4]
 K8S_VERSION = "1.36"
-BASE = {
-    "apiVersion": "longctx.io/v1alpha1",
-    "kind": "LongContextJob",
-    "metadata": {"name": "job", "namespace": "team"},
-    "spec": {
-        "model": {"preset": "llama3-8b"},
-        "sequenceLength": 131072,
-        "parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 4},
-        "resources": {"nodes": 4, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-    },
-}
+BASE = job_manifest(
+    namespace="team", preset="llama3-8b", sequence_length=131072, layout=(1, 8, 4), resources=(4, 8, "h100-80gb")
+)
 LAYOUT = ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=1)
 
 

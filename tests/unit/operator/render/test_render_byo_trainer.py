@@ -10,25 +10,22 @@ import pytest
 from longctx_operator.api import parse_job, problems
 from longctx_operator.layout import ResolvedLayout
 from longctx_operator.render import render_workload
+from support.jobs import job_manifest
 from support.manifests import apply_case
 
-BASE = {
-    "apiVersion": "longctx.io/v1alpha1",
-    "kind": "LongContextJob",
-    "metadata": {"name": "job", "namespace": "team"},
-    "spec": {
-        "model": {"preset": "llama3-8b"},
-        "sequenceLength": 131072,
-        "parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 4},
-        "resources": {"nodes": 4, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-        "trainer": {
-            "framework": "pytorch",
-            "image": "registry.example.com/team/torch-trainer:1",
-            "command": ["torchrun"],
-            "args": ["--nproc-per-node=8", "train.py", "--lr=3e-4"],
-        },
+BASE = job_manifest(
+    namespace="team",
+    preset="llama3-8b",
+    sequence_length=131072,
+    layout=(1, 8, 4),
+    resources=(4, 8, "h100-80gb"),
+    trainer={
+        "framework": "pytorch",
+        "image": "registry.example.com/team/torch-trainer:1",
+        "command": ["torchrun"],
+        "args": ["--nproc-per-node=8", "train.py", "--lr=3e-4"],
     },
-}
+)
 LAYOUT = ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=1)
 INDEX = {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}
 FABRICS = {

@@ -28,21 +28,11 @@ from longctx_operator.api import spec as api
 from longctx_operator.layout import ResolvedLayout
 from longctx_operator.names import RESERVED_MOUNTS
 from longctx_operator.render import render_workload, render_yaml
+from support.jobs import job_manifest
 
 K8S_VERSION = "1.36"
 MARKER = "zq7marker"
-BASE = {
-    "apiVersion": "longctx.io/v1alpha1",
-    "kind": "LongContextJob",
-    "metadata": {"name": "job", "namespace": "team"},
-    "spec": {
-        "model": {"preset": "tiny"},
-        "sequenceLength": 4096,
-        "parallelism": {"mode": "manual", "data": 1, "context": 2, "tensor": 1},
-        "resources": {"nodes": 1, "gpusPerNode": 2, "gpuType": "h100-80gb"},
-        "network": {"fabric": "tcp"},
-    },
-}
+BASE = job_manifest(namespace="team", layout=(1, 2, 1), resources=(1, 2, "h100-80gb"), network={"fabric": "tcp"})
 LAYOUT = ResolvedLayout(data=1, context=2, tensor=1, processes_per_node=1)
 
 # Text that YAML (or a template) would read as structure: every line break YAML knows, indicators,

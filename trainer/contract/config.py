@@ -162,6 +162,8 @@ FP8_MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 """The layer weights whose matmuls run in FP8 under precision fp8. The LM head stays in bf16 (FP8
 logits hurt the loss most, and its chunked loss scan would need one scaling state per chunk);
 attention stays bf16 with fp32 statistics (`Fp8Config.lm_head` puts the LM head in FP8 too)."""
+LOSS_CHUNK_TOKENS = 2048
+"""Tokens per device whose logits exist at once (the model's loss chunk, the planner's memory)."""
 
 
 class Fp8Config(_Strict):

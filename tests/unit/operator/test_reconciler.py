@@ -1,33 +1,12 @@
-"""The reconciler's own pieces: work-queue semantics, status patches, pod annotations."""
+"""operator/reconciler.py's own pieces: status patches, pod annotations, admission counting,
+refusals, retry backoff and which events wake which jobs."""
 
 import asyncio
 
 from longctx_operator import reasons
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
 from longctx_operator.config import OperatorConfig
-from longctx_operator.reconciler import Reconciler, add_pod_annotations, status_patch
-from longctx_operator.workqueue import WorkQueue
-
-
-def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once():
-    async def scenario():
-        q = WorkQueue()
-        q.add("a"), q.add("a"), q.add("b")
-        first = await q.get()
-        q.add("a")  # re-added while processing: queued again only when done
-        second = await q.get()
-        assert (first, second) == ("a", "b")
-        assert q._queue.empty()
-        q.done("a")
-        assert await asyncio.wait_for(q.get(), 1) == "a"
-        q.add_after("c", 0.05)
-        q.add_after("c", 10)  # a later deadline does not replace an earlier one
-        assert await asyncio.wait_for(q.get(), 1) == "c"
-        q.done("c")
-        q.add_after("c", 0.01)  # a fired timer does not block the next one
-        assert await asyncio.wait_for(q.get(), 1) == "c"
-
-    asyncio.run(scenario())
+from longctx_operator.reconciler import add_pod_annotations, status_patch
 
 
 def test_status_patch_removes_cleared_fields_and_leaves_progress_alone():
@@ -52,65 +31,6 @@ def test_allowed_pod_annotations_join_the_fabric_annotations_which_win():
         "example.com/profile": "on",
         "k8s.v1.cni.cncf.io/networks": "ib0",
     }
-
-
-def test_nodes_are_watched_only_when_builtin_admission_may_run_and_they_can_be_read():
-    import kubernetes
-
-    from longctx_operator.handlers import make_registry, watches
-    from longctx_operator.kube import Kube
-
-    kube = Kube(kubernetes.client.ApiClient())
-
-    def watched(config):
-        return [w.resource for w in watches(config, kube, Reconciler(kube, config), loop=None)]
-
-    assert watched(OperatorConfig()) == ["jobs", "pods", "nodes"]
-    assert watched(OperatorConfig(read_nodes=False)) == ["jobs", "pods"]
-    assert watched(OperatorConfig(admission_modes=["kueue", "none"])) == ["jobs", "pods"]
-    assert watched(OperatorConfig(force_admission="kueue")) == ["jobs", "pods"]
-    assert watched(OperatorConfig(watch_namespaces=["a", "b"])) == ["jobs", "jobs", "pods", "pods", "nodes"]
-    kopf_kinds = {h.selector.any_name for h in make_registry(OperatorConfig())._watching.get_all_handlers()}
-    assert kopf_kinds == {"longcontextjobs"}  # pods, Jobs and nodes only through label-selected watches
-
-
-def test_jobs_and_pods_are_watched_by_the_job_name_label_on_the_api_server():
-    import kubernetes
-
-    from longctx_operator.handlers import watches
-    from longctx_operator.kube import Kube
-    from longctx_operator.names import JOB_NAME_LABEL
-
-    kube = Kube(kubernetes.client.ApiClient())
-    found = watches(OperatorConfig(), kube, Reconciler(kube, OperatorConfig()), loop=None)
-    assert {w.resource: w.selector for w in found} == {
-        "jobs": {"label_selector": JOB_NAME_LABEL},
-        "pods": {"label_selector": JOB_NAME_LABEL},
-        "nodes": {},
-    }
-
-
-def test_jobs_in_excluded_namespaces_are_never_served():
-    from longctx_operator.handlers import make_registry
-
-    [handler] = [
-        h
-        for h in make_registry(
-            OperatorConfig(excluded_namespaces=["kube-system", "infra"])
-        )._watching.get_all_handlers()
-        if h.selector.any_name == "longcontextjobs"
-    ]
-    assert not handler.when(namespace="kube-system") and not handler.when(namespace="infra")
-    assert handler.when(namespace="ml-a")
-
-
-def test_the_explicit_registry_logs_in_with_the_kubernetes_client():
-    """An explicit registry gets none of kopf's default login handlers: without its own, the
-    operator would start and then fail every API call with 'Ran out of valid credentials'."""
-    from longctx_operator.handlers import make_registry
-
-    activities = {h.activity.value for h in make_registry(OperatorConfig())._activities.get_all_handlers()}
-    assert "authentication" in activities
 
 
 def test_builtin_admission_without_node_access_says_so():
@@ -222,20 +142,3 @@ def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
         reconciler.cache.put_job({"metadata": {"namespace": "n", "name": name}, "status": status}, deleted=False)
     reconciler.wake_pending()
     assert reconciler.queue._dirty == {("n", "new"), ("n", "no-room")}
-
-
-def test_kopf_builds_no_diff_base_and_no_handler_needs_one():
-    """kopf's per-event essence is for change and daemon handlers: the operator has none, so it
-    skips building it (a deep copy of every pod and node on every event)."""
-    import kopf
-
-    from longctx_operator.handlers import configure, make_registry
-
-    registry = make_registry(OperatorConfig())
-    assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
-    settings = kopf.OperatorSettings()
-    configure(settings)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": 1}}
-    assert kopf.AnnotationsDiffBaseStorage().build(body=kopf.Body(pod)) is not None  # what kopf would do
-    assert settings.persistence.diffbase_storage.build(body=kopf.Body(pod)) is None
-    assert settings.persistence.diffbase_storage.fetch(body=kopf.Body(pod)) is None

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from longctx_trainer import podenv
-from longctx_trainer.config import OffloadConfig, PackingConfig, RopeScalingConfig
+from longctx_trainer.contract import podenv
+from longctx_trainer.contract.config import OffloadConfig, PackingConfig, RopeScalingConfig
 from longctx_trainer.pytorch.__main__ import check_agrees, unsupported
 from longctx_trainer.pytorch.layout import Layout, LayoutError
 from support.torch_train_worker import tiny_config
@@ -127,7 +127,7 @@ def test_what_the_example_implements_passes(tmp_path):
 
 
 def test_a_refused_setting_ends_the_process_with_one_line(tmp_path):
-    from longctx_trainer.config import dump_config
+    from longctx_trainer.contract.config import dump_config
 
     config = tmp_path / "trainer.yaml"
     config.write_text(dump_config(_with(tiny_config(2, 2, 1, str(tmp_path)), parallelism__attention="ulysses")))

@@ -10,6 +10,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from .config import TrainerConfig
 from .health import HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, STEP_SECONDS, Phase
 
+# The names the operator reads for status.progress (operator/exposition.py).
+STEP = "longctx_train_step"
+TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
+LOSS = "longctx_train_loss"
+MFU = "longctx_train_mfu_ratio"
+LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
+LAST_CHECKPOINT_TIME = "longctx_train_last_checkpoint_timestamp_seconds"
+RESUMED_FROM = "longctx_train_resumed_from_step"
+MFU_CONVENTION = "causal"
+"""The FLOPs-per-token convention of the progress MFU (causal attention counted once)."""
+MFU_PEAK = "bf16"
+"""The peak of the progress MFU; a trainer without the peak label reports against it."""
+
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -33,17 +46,15 @@ class TrainMetrics:
 
         self.tokens = make(Counter, "longctx_train_tokens", "Tokens trained on.")
         self.steps = make(Counter, "longctx_train_steps", "Optimizer steps taken by this process.")
-        self.step = make(Gauge, "longctx_train_step", "Current absolute training step.")
-        self.tokens_per_second = make(
-            Gauge, "longctx_train_tokens_per_second", "Global tokens per second of the last step."
-        )
+        self.step = make(Gauge, STEP, "Current absolute training step.")
+        self.tokens_per_second = make(Gauge, TOKENS_PER_SECOND, "Global tokens per second of the last step.")
         self.step_duration = make(
             Histogram, "longctx_train_step_duration_seconds", "Wall time of one training step.", buckets=STEP_BUCKETS
         )
-        self.loss = make(Gauge, "longctx_train_loss", "Training loss of the last step.")
+        self.loss = make(Gauge, LOSS, "Training loss of the last step.")
         self.mfu = make(
             Gauge,
-            "longctx_train_mfu_ratio",
+            MFU,
             "Model FLOPs utilisation (0..1) by FLOPs-per-token convention (causal, full) and peak (bf16, fp8).",
             ("convention", "peak"),
         )
@@ -53,12 +64,10 @@ class TrainMetrics:
             "Wall time of one checkpoint save.",
             buckets=STEP_BUCKETS,
         )
-        self.last_checkpoint_step = make(Gauge, "longctx_train_last_checkpoint_step", "Step of the latest checkpoint.")
-        self.last_checkpoint_time = make(
-            Gauge, "longctx_train_last_checkpoint_timestamp_seconds", "Unix time of the latest checkpoint."
-        )
+        self.last_checkpoint_step = make(Gauge, LAST_CHECKPOINT, "Step of the latest checkpoint.")
+        self.last_checkpoint_time = make(Gauge, LAST_CHECKPOINT_TIME, "Unix time of the latest checkpoint.")
         self.resumed_from_step = make(
-            Gauge, "longctx_train_resumed_from_step", "Checkpoint step this process resumed from (0: from scratch)."
+            Gauge, RESUMED_FROM, "Checkpoint step this process resumed from (0: from scratch)."
         )
         self.build_info = make(
             Gauge,
