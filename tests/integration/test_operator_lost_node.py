@@ -26,7 +26,7 @@ POOL = "lost-node-tests"
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator and three GPU nodes of this module's pool: a gang of two and a spare."""
     h.install_crd(admin_kubectl)
-    nodes = h.add_pool_nodes(admin_kubectl, POOL, first=850, count=3)
+    nodes = h.add_pool_nodes(admin_kubectl, POOL, count=3)
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
 
