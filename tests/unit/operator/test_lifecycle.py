@@ -217,7 +217,7 @@ def test_failed_rank_restarts_the_gang_after_backoff():
     admitted, _ = step(s, LongContextJobStatus())
     run, _ = step(s, admitted.status, running())
     failed, _ = step(s, run.status, failed_rank(), now=T0 + timedelta(seconds=5))
-    assert failed.actions == (DeleteWorkload(1, UID),)
+    assert failed.actions == (DeleteWorkload(1, UID, broken=True),)
     assert (failed.status.phase, failed.status.restarts, failed.status.current_workload) == ("Restarting", 1, None)
     assert conditions(failed.status)[cond.RESTARTING][0] == "True"
     assert "rank 1" in failed.status.message and "exit code 7" in failed.status.message
@@ -245,7 +245,7 @@ def test_failing_every_time_fails_after_max_restarts():
     status = step(s, status, failed_rank())[0].status
     status = step(s, status, MISSING, now=T0 + timedelta(seconds=20))[0].status
     final, _ = step(s, status, failed_rank(), now=T0 + timedelta(seconds=25))
-    assert final.actions == (DeleteWorkload(2, UID),)
+    assert final.actions == (DeleteWorkload(2, UID, broken=True),)
     assert (final.status.phase, final.status.reason, final.status.restarts) == ("Failed", reasons.RANK_FAILED, 1)
     assert "rank 1 (pod job-g1-1-x) failed: container trainer terminated: Error, exit code 7" in final.status.message
     assert "maxRestarts is 1" in final.status.message
@@ -295,7 +295,7 @@ def test_startup_timeout_counts_as_a_failure():
     waiting, _ = step(s, admitted.status, pending, now=T0 + timedelta(seconds=50))
     assert waiting.actions == () and waiting.requeue_after == pytest.approx(10.5)
     late, _ = step(s, waiting.status, pending, now=T0 + timedelta(seconds=61))
-    assert late.actions == (DeleteWorkload(1, UID),)
+    assert late.actions == (DeleteWorkload(1, UID, broken=True),)
     assert (late.status.phase, late.status.reason) == ("Restarting", reasons.STARTUP_TIMEOUT)
     assert "1 of 2 ranks Running after 60s" in late.status.message
 

@@ -67,7 +67,7 @@ def running_status(s):
 def test_a_stall_restarts_the_gang_naming_the_stopped_rank_counted_apart_from_failures():
     s = spec(restartPolicy={"maxStallRestarts": 1})
     stalled = decide_with(s, running_status(s), GangHealth(1, STALL))
-    assert stalled.actions == (DeleteWorkload(1, UID),)
+    assert stalled.actions == (DeleteWorkload(1, UID, broken=True),)
     assert (stalled.status.phase, stalled.status.reason) == ("Restarting", reasons.STALLED)
     assert (stalled.status.restarts, stalled.status.stall_restarts) == (0, 1)
     assert conditions(stalled.status)[cond.STALLED] == ("True", reasons.STALLED)
@@ -104,7 +104,7 @@ def test_a_straggler_sets_the_condition_naming_rank_pod_and_node_and_restarts_no
 def test_on_straggler_restarts_the_gang_when_asked():
     s = spec(restartPolicy={"onStraggler": True})
     restarted = decide_with(s, running_status(s), GangHealth(1, stragglers=(SLOW,)))
-    assert restarted.actions == (DeleteWorkload(1, UID),) and restarted.status.stall_restarts == 1
+    assert restarted.actions == (DeleteWorkload(1, UID, broken=True),) and restarted.status.stall_restarts == 1
 
 
 def test_a_lost_node_restarts_the_gang_at_once_and_deletes_the_lost_pod_once_its_grace_is_over():
@@ -122,7 +122,7 @@ def test_a_lost_node_restarts_the_gang_at_once_and_deletes_the_lost_pod_once_its
         lost_pods=(LostPod("job-g1-1-x", overdue),),
     )
     restarted = decide_with(s, running_status(s), None, lost)
-    assert restarted.actions == (DeleteWorkload(1, UID),)
+    assert restarted.actions == (DeleteWorkload(1, UID, broken=True),)
     assert (restarted.status.phase, restarted.status.reason) == ("Restarting", reasons.NODE_NOT_READY)
     assert restarted.status.restarts == 1 and "node node-b" in restarted.status.message
     assert restarted.requeue_after == pytest.approx(10)  # the backoff comes first

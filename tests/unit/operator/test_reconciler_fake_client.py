@@ -62,6 +62,9 @@ class FakeKube:
         if self.objects.get(("Job", namespace, name), {}).get("metadata", {}).get("uid") == uid:
             del self.objects[("Job", namespace, name)]
 
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int) -> None:
+        self.calls.append(("delete", "Pod", name, uid, grace_seconds))
+
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         self.calls.append(("patch-status", namespace, name))
         self.job["status"] = merge_patch(self.job.get("status") or {}, status)
@@ -87,6 +90,7 @@ def pod(index: int, phase: str = "Running", ready: bool = True) -> dict:
         "metadata": {
             "namespace": KEY[0],
             "name": f"fake-g1-{index}-x",
+            "uid": f"pod-uid-{index}",
             "labels": {
                 "longctx.io/job-name": KEY[1],
                 "longctx.io/generation": "1",
@@ -231,7 +235,8 @@ def test_a_leftover_of_an_earlier_job_of_the_same_name_is_waited_for():
 
 def test_a_gang_restart_deletes_only_the_job_it_created():
     """Rank 1 fails: the restart deletes generation 1's Job by name and with its uid as a
-    precondition (the API server refuses the delete of any other Job of that name)."""
+    precondition (the API server refuses the delete of any other Job of that name), and stops
+    that Job's pods within BROKEN_GANG_GRACE_SECONDS, each with its uid as a precondition."""
     reconciler, kube = make()
 
     async def go():
@@ -244,7 +249,11 @@ def test_a_gang_restart_deletes_only_the_job_it_created():
 
     run(go())
     assert kube.job["status"]["phase"] == "Restarting"
-    assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "Job", "fake-g1", "uid-fake-g1")]
+    deletes = [c for c in kube.calls if c[0] == "delete"]
+    assert deletes[0] == ("delete", "Job", "fake-g1", "uid-fake-g1")
+    assert sorted(deletes[1:]) == [
+        ("delete", "Pod", p["metadata"]["name"], p["metadata"]["uid"], 5) for p in (pod(0), pod(1))
+    ]
 
 
 def test_builtin_admission_is_counted_off_the_event_loop_and_a_refusal_stands_its_backoff(monkeypatch):

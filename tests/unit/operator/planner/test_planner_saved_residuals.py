@@ -1,0 +1,45 @@
+"""The planner's count of what a layer keeps for the backward equals what the traced trainer keeps."""
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.ad_checkpoint import print_saved_residuals
+
+from longctx_operator.planner.costs import (
+    layer_input_bytes_per_token,
+    saved_attention_bytes_per_token,
+)
+from longctx_trainer.contract.config import ModelConfig, ParallelConfig
+from longctx_trainer.mesh import make_mesh
+from longctx_trainer.model import ModelOptions, init_params, loss_fn
+
+
+def test_saved_tensors_per_layer_match_what_the_trainer_keeps(capsys):
+    """Remat policy save_attention: the bytes of the per-layer residuals (stacked over the layers
+    by the scan) of the traced bf16 program equal the planner's layer input plus
+    saved_attention_bytes_per_token, per token and layer; full remat keeps the input only."""
+    dims = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64).dims()
+    batch, seq = 2, 16
+    mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
+    params = init_params(dims, jax.random.key(0))
+    tokens = np.zeros((batch, seq), np.int32)
+    kept = {}
+    for policy in ("full", "save_attention"):
+        options = ModelOptions(
+            compute_dtype=jnp.bfloat16, remat=True, offload=False, chunk_tokens=None, attention="ring",
+            load_balance="none", remat_policy=policy,
+        )  # fmt: skip
+        capsys.readouterr()
+        print_saved_residuals(partial(loss_fn, dims=dims, mesh=mesh, options=options), params, tokens, tokens)
+        lines = capsys.readouterr().out.splitlines()
+        stacked = [line.split(" ")[0] for line in lines if "from the argument" not in line]
+        stacked = [t for t in stacked if f"[{dims.layers}," in t]
+        kept[policy] = sum(
+            {"bf16": 2, "f32": 4}[t.split("[")[0]] * math.prod(int(d) for d in t.split("[")[1].rstrip("]").split(","))
+            for t in stacked
+        ) // (dims.layers * batch * seq)
+    assert kept["full"] == layer_input_bytes_per_token(dims, "bf16")
+    assert kept["save_attention"] == kept["full"] + saved_attention_bytes_per_token(dims, "bf16", 1)
