@@ -327,7 +327,8 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         assert ended and all(
             c["state"]["terminated"]["exitCode"] == 85 for p in ended for c in p["status"]["containerStatuses"]
         )
-        assert {"event": "preempted", "step": k} in job.logs(ended[0])
+        # the deleted rank's pod may be gone with its logs: the other rank's ended pod says it too
+        assert any({"event": "preempted", "step": k} in job.logs(p) for p in ended)
         resumed = job.wait(
             lambda j: (
                 ((j.get("status") or {}).get("progress") or {}).get("resumedFromStep") == k
