@@ -33,6 +33,7 @@ from .exposition import (
     MetricsUnreadable,
     rank0_values,
 )
+from .jobtasks import RunningJobTasks
 from .lifecycle import timestamp
 from .names import METRICS_URL_ANNOTATION
 from .observe import pod_rank
@@ -49,8 +50,6 @@ MAX_PERCENT_RUNNING = 99.9
 """A Running job is not done, whatever its trainer reports: the phase says when it is."""
 BACKOFF_MAX_SECONDS = 60.0
 """Reads of an endpoint that keeps failing slow down to one a minute (or one an interval if longer)."""
-FOLLOW_CHECK_SECONDS = 1.0
-"""How often the poller looks for Running jobs without a reading task (a walk over the cache)."""
 
 
 def _within(value: float | None, low: float, high: float) -> float | None:
@@ -188,7 +187,7 @@ def progress_patch(progress: ProgressStatus) -> dict:
     return {"progress": progress.model_dump(by_alias=True)}
 
 
-class ProgressPoller:
+class ProgressPoller(RunningJobTasks):
     """The operator's progress timer: one task per Running job reads rank 0's metrics every
     progress interval and patches status.progress. Each task waits only for its own job's reads
     (bounded by scrape.TIMEOUT_SECONDS), backs off while they fail and ends when the job is no
@@ -196,18 +195,19 @@ class ProgressPoller:
     asynchronous (no thread waits on a socket), the exposition is read on a small thread pool,
     and `call` runs a blocking API call off the event loop."""
 
+    task_name = "progress"
+
     def __init__(self, cache, kube, call, config: OperatorConfig):
-        self.cache, self.kube, self.call, self.config = cache, kube, call, config
+        super().__init__(cache, config)
+        self.kube, self.call = kube, call
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exposition")
         self._reads: dict = {}  # job key -> [(monotonic time, step)] of the rate window
         self._refusals: dict = {}  # job key -> the metrics-url refusal last logged
-        self._tasks: dict = {}  # job key -> the task reading it
 
     def forget(self, key) -> None:
         self._reads.pop(key, None)
         self._refusals.pop(key, None)
-        if (task := self._tasks.pop(key, None)) is not None:
-            task.cancel()
+        self._cancel(key)
 
     def _with_completion(self, key, obj: dict, progress: ProgressStatus) -> ProgressStatus:
         total = (obj.get("spec") or {}).get("steps") or LongContextJobSpec.model_fields["steps"].default
@@ -242,10 +242,6 @@ class ProgressPoller:
             self._refusals[key] = source.refused
             log.warning("%s/%s: %s", *key, source.refused)
         return source.url
-
-    def _running(self, key) -> dict | None:
-        obj = self.cache.jobs_of.get(key)
-        return obj if obj is not None and (obj.get("status") or {}).get("phase") == "Running" else None
 
     async def scrape(self, key) -> None:
         """One read of the job's rank 0 and, when it shows training metrics, one status patch.
@@ -288,20 +284,4 @@ class ProgressPoller:
                     log.warning("%s/%s: progress not updated: %s", *key, e)
                 await asyncio.sleep(max(0.0, started + self.next_read_delay(failures) - loop.time()))
         finally:
-            if self._tasks.get(key) is asyncio.current_task():
-                del self._tasks[key]
-
-    async def run(self) -> None:
-        """Starts a task for each Running job that has none, checking every FOLLOW_CHECK_SECONDS
-        (or interval, if shorter)."""
-        try:
-            while True:
-                for key in list(self.cache.jobs_of):
-                    if key not in self._tasks and self._running(key) is not None:
-                        self._tasks[key] = asyncio.create_task(self.follow(key), name=f"progress {key[0]}/{key[1]}")
-                await asyncio.sleep(min(FOLLOW_CHECK_SECONDS, self.config.progress_interval_seconds))
-        finally:
-            tasks = list(self._tasks.values())
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            self._ended(key)

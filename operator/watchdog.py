@@ -25,6 +25,7 @@ from .api.spec import LongContextJobSpec
 from .cache import Key
 from .config import OperatorConfig
 from .exposition import MetricsUnreadable, health_values
+from .jobtasks import RunningJobTasks
 from .observe import pod_rank
 from .scrape import Response, fetch_metrics
 from .stall import GangHealth, RankRead, RankTrack, StallBounds, stall, track
@@ -34,7 +35,6 @@ log = logging.getLogger("longctx.operator")
 
 READS_PER_JOB = 32
 """Endpoints of one job read at once; a larger gang is read in waves."""
-FOLLOW_CHECK_SECONDS = 1.0
 MAX_STEP_SECONDS = 86400.0
 """A longer step time is not believed (a value from a broken or hostile exporter)."""
 
@@ -91,15 +91,17 @@ def _shape(health: GangHealth | None) -> tuple:
     return (health.generation, stalled, tuple(s.rank for s in health.stragglers))
 
 
-class Watchdog:
+class Watchdog(RunningJobTasks):
     """One task per Running job reads all its ranks every progress interval."""
 
+    task_name = "watchdog"
+
     def __init__(self, cache, config: OperatorConfig, changed: Callable[[Key], None]):
-        self.cache, self.config, self.changed = cache, config, changed
+        super().__init__(cache, config)
+        self.changed = changed
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="health")
         self._tracks: dict[Key, tuple[int, dict[int, RankTrack]]] = {}
         self._verdicts: dict[Key, GangHealth] = {}
-        self._tasks: dict[Key, asyncio.Task] = {}
 
     def verdict(self, key: Key) -> GangHealth | None:
         return self._verdicts.get(key)
@@ -107,15 +109,10 @@ class Watchdog:
     def forget(self, key: Key) -> None:
         self._tracks.pop(key, None)
         self._verdicts.pop(key, None)
-        if (task := self._tasks.pop(key, None)) is not None:
-            task.cancel()
+        self._cancel(key)
 
     def stop(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
-
-    def _running(self, key: Key) -> dict | None:
-        obj = self.cache.jobs_of.get(key)
-        return obj if obj is not None and (obj.get("status") or {}).get("phase") == "Running" else None
 
     async def _read(self, url: str | None, limit: asyncio.Semaphore) -> Response | None:
         if url is None:
@@ -178,18 +175,4 @@ class Watchdog:
                     log.warning("%s/%s: ranks not read: %s", *key, e)
                 await asyncio.sleep(max(0.0, started + interval - loop.time()))
         finally:
-            if self._tasks.get(key) is asyncio.current_task():
-                del self._tasks[key]
-
-    async def run(self) -> None:
-        try:
-            while True:
-                for key in list(self.cache.jobs_of):
-                    if key not in self._tasks and self._running(key) is not None:
-                        self._tasks[key] = asyncio.create_task(self.follow(key), name=f"watchdog {key[0]}/{key[1]}")
-                await asyncio.sleep(min(FOLLOW_CHECK_SECONDS, self.config.progress_interval_seconds))
-        finally:
-            tasks = list(self._tasks.values())
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            self._ended(key)
