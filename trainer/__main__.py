@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from .checkpoint import Checkpoints
-from .contract import podenv
 from .contract.config import TrainerConfig, load_config
 from .contract.metrics import TrainMetrics
 from .contract.termination import Preempted, exit_preempted
@@ -82,13 +80,10 @@ def main(argv: list[str] | None = None) -> None:
         process_env = ProcessEnv.from_environ()
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
-    # Served from the start, before the rendezvous, so the operator sees a rank that never joins.
-    metrics = TrainMetrics(config.metrics.job, process_env.process_id)
-    if config.metrics.port:
-        try:
-            metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
-        except OSError as error:  # e.g. the port is taken
-            raise SystemExit(f"longctx_trainer: {error}") from None
+    try:
+        metrics = TrainMetrics.serving(config, process_env.process_id)
+    except OSError as error:  # e.g. the port is taken
+        raise SystemExit(f"longctx_trainer: {error}") from None
     metrics.enter("rendezvous")
     try:
         initialize(process_env, config.communication)

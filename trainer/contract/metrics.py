@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from importlib.metadata import PackageNotFoundError, version
 
@@ -9,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from .config import TrainerConfig
 from .health import HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, STEP_SECONDS, Phase
+from .podenv import LOCAL_PROCESS_ID
 
 # The names the operator reads for status.progress (operator/exposition.py).
 STEP = "longctx_train_step"
@@ -94,6 +96,16 @@ class TrainMetrics:
             start_http_server(port, registry=self.registry)
         except OSError as error:
             raise OSError(f"metrics port {port}: {error.strerror or error}") from None
+
+    @classmethod
+    def serving(cls, config: TrainerConfig, rank: int) -> TrainMetrics:
+        """The process's metrics, served (when metrics.port is set, plus the pod's local process id)
+        from before the rendezvous, so the operator sees a rank that never joins; OSError when the
+        port is taken."""
+        metrics = cls(config.metrics.job, rank)
+        if config.metrics.port:
+            metrics.serve(config.metrics.port + int(os.environ.get(LOCAL_PROCESS_ID, "0")))
+        return metrics
 
     def describe(self, config: TrainerConfig, backend: str) -> None:
         p = config.parallelism

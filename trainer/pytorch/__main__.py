@@ -90,13 +90,10 @@ def main(argv: list[str] | None = None) -> None:
         check_agrees(config, layout)
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer.pytorch: {error}") from None
-    # Served from the start, before the rendezvous, so the operator sees a rank that never joins.
-    metrics = TrainMetrics(config.metrics.job, layout.rank)
-    if config.metrics.port:
-        try:
-            metrics.serve(config.metrics.port + int(os.environ.get(podenv.LOCAL_PROCESS_ID, "0")))
-        except OSError as error:  # e.g. the port is taken
-            raise SystemExit(f"longctx_trainer.pytorch: {error}") from None
+    try:
+        metrics = TrainMetrics.serving(config, layout.rank)
+    except OSError as error:  # e.g. the port is taken
+        raise SystemExit(f"longctx_trainer.pytorch: {error}") from None
     metrics.enter("rendezvous")
     dist.init_process_group(BACKEND, init_method="env://", rank=layout.rank, world_size=layout.world_size)
     groups = Groups.create(layout)
