@@ -57,6 +57,21 @@ def _checkpoints(folder: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
 
+def _check_resumes_after(step: int, config: Path, settings: dict, ckpt: Path, start) -> None:
+    """A second run (`start(config)`, its files named second<rank>) of `settings`, checkpointing
+    to `ckpt` only at its end, resumes from `step` and trains steps step + 1 and step + 2."""
+    config.write_text(yaml.safe_dump({**settings, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}}))
+    workers = start(config)
+    try:
+        assert [w.wait(timeout=300) for w in workers] == [0, 0], (config.parent / "second0.err").read_text()[-3000:]
+    finally:
+        for worker in workers:
+            worker.kill()
+    events = _events(config.parent / "second0.out")
+    assert {"event": "resume", "step": step} in events
+    assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
+
+
 def test_one_signalled_rank_makes_every_rank_save_the_same_step_and_a_restart_resumes_after_it(tmp_path):
     ckpt = tmp_path / "ckpt"
     config = tmp_path / "config.yaml"
@@ -84,18 +99,8 @@ def test_one_signalled_rank_makes_every_rank_save_the_same_step_and_a_restart_re
             in (tmp_path / f"first{rank}.err").read_text()
         )
 
-    config.write_text(
-        yaml.safe_dump({**CONFIG, "steps": step + 2, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}})
-    )
-    workers = _start_ranks(config, f"127.0.0.1:{free_port()}", "second")
-    try:
-        assert [w.wait(timeout=300) for w in workers] == [0, 0], (tmp_path / "second0.err").read_text()[-3000:]
-    finally:
-        for worker in workers:
-            worker.kill()
-    events = _events(tmp_path / "second0.out")
-    assert {"event": "resume", "step": step} in events
-    assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
+    second = {**CONFIG, "steps": step + 2}
+    _check_resumes_after(step, config, second, ckpt, lambda c: _start_ranks(c, f"127.0.0.1:{free_port()}", "second"))
 
 
 def _start_torch_ranks(config: Path, run: str) -> list[subprocess.Popen]:
@@ -151,15 +156,6 @@ def test_the_pytorch_example_agrees_over_torch_distributed_and_resumes_after_the
             in (tmp_path / f"first{rank}.err").read_text()
         )
 
-    config.write_text(
-        yaml.safe_dump({**torch_config, "steps": step + 2, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}})
+    _check_resumes_after(
+        step, config, {**torch_config, "steps": step + 2}, ckpt, lambda c: _start_torch_ranks(c, "second")
     )
-    workers = _start_torch_ranks(config, "second")
-    try:
-        assert [w.wait(timeout=300) for w in workers] == [0, 0], (tmp_path / "second0.err").read_text()[-3000:]
-    finally:
-        for worker in workers:
-            worker.kill()
-    events = _events(tmp_path / "second0.out")
-    assert {"event": "resume", "step": step} in events
-    assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
