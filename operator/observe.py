@@ -140,6 +140,15 @@ class WorkloadObservation:
 MISSING = WorkloadObservation(exists=False)
 
 
+def serving(pod: dict) -> bool:
+    """Whether the pod can still be running its rank: not being deleted and not ended. A rank that
+    ended preempted (exit 85) stays in the list, Failed, beside the pod the Job replaced it with."""
+    return not pod.get("metadata", {}).get("deletionTimestamp") and pod.get("status", {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
+
+
 def pod_rank(pod: dict) -> int | None:
     meta = pod.get("metadata", {})
     index = (meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) or (meta.get("annotations") or {}).get(

@@ -36,7 +36,7 @@ from .exposition import (
 from .jobtasks import RunningJobTasks
 from .lifecycle import timestamp
 from .names import METRICS_URL_ANNOTATION
-from .observe import pod_rank
+from .observe import pod_rank, serving
 from .scrape import Response, fetch_metrics
 
 log = logging.getLogger("longctx.operator")
@@ -231,7 +231,11 @@ class ProgressPoller(RunningJobTasks):
     def rank0_url(self, key, obj: dict) -> str | None:
         status = obj.get("status") or {}
         rank0 = next(
-            (p for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0) if pod_rank(p) == 0),
+            (
+                p
+                for p in self.cache.generation_pods(key, status.get("workloadGeneration") or 0)
+                if pod_rank(p) == 0 and serving(p)
+            ),
             None,
         )
         port = ((obj.get("spec") or {}).get("metrics") or {}).get("port", 9400)

@@ -26,7 +26,7 @@ from .cache import Key
 from .config import OperatorConfig
 from .exposition import MetricsUnreadable, health_values
 from .jobtasks import RunningJobTasks
-from .observe import pod_rank
+from .observe import pod_rank, serving
 from .scrape import Response, fetch_metrics
 from .stall import GangHealth, RankRead, RankTrack, StallBounds, stall, track
 from .straggler import StragglerBounds, mark_slow, stragglers
@@ -53,11 +53,11 @@ def bounds(spec: LongContextJobSpec, status: dict) -> tuple[StallBounds, Straggl
 
 def targets(pods: list[dict], processes_per_pod: int, port: int) -> list[tuple[int, str, str | None, str | None]]:
     """(rank, pod, node, URL or None while the pod has no IP) of every process of the generation's
-    live pods: process l of pod i is rank i * processes_per_pod + l on port + l."""
+    serving pods (observe.serving): process l of pod i is rank i * processes_per_pod + l on port + l."""
     out = []
     for pod in pods:
         index = pod_rank(pod)
-        if index is None or pod["metadata"].get("deletionTimestamp"):
+        if index is None or not serving(pod):
             continue
         ip = (pod.get("status") or {}).get("podIP")
         host = f"[{ip}]" if ip and ":" in ip else ip

@@ -255,3 +255,34 @@ def test_a_read_deletes_what_it_leaves_out_of_the_status():
     patch = progress_patch(ProgressStatus(step=100, percent_complete=99.9))["progress"]
     merged = {k: v for k, v in {**old, **patch}.items() if v is not None}
     assert merged == {"step": 100, "percentComplete": 99.9}
+
+
+class _Pods:
+    """The cache's view of one generation's pods (all that rank0_url reads of it)."""
+
+    def __init__(self, pods: list[dict]):
+        self.pods = pods
+
+    def generation_pods(self, key, generation):
+        return self.pods
+
+
+def _rank_pod(index: int, ip: str, phase: str) -> dict:
+    labels = {"batch.kubernetes.io/job-completion-index": str(index)}
+    return {"metadata": {"name": f"j-g1-{index}-{ip}", "labels": labels}, "status": {"phase": phase, "podIP": ip}}
+
+
+def test_rank_zero_is_read_at_its_replacement_after_a_preemption_in_place():
+    """The rank-0 pod that ended preempted (Failed, exit 85) stays listed before its replacement:
+    reading it would leave the progress frozen at the preempted step."""
+    pods = [
+        _rank_pod(0, "10.0.0.9", "Failed"),
+        _rank_pod(1, "10.0.0.2", "Running"),
+        _rank_pod(0, "10.0.0.1", "Running"),
+    ]
+    poller = ProgressPoller(_Pods(pods), kube=None, call=None, config=OperatorConfig())
+    job = {"metadata": {"name": "j"}, "spec": {}, "status": {"workloadGeneration": 1}}
+    try:
+        assert poller.rank0_url(("team", "j"), job) == "http://10.0.0.1:9400/metrics"
+    finally:
+        poller.stop()

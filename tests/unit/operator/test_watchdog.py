@@ -7,11 +7,12 @@ from longctx_operator.watchdog import bounds, rank_read, targets
 from longctx_trainer.contract.metrics import TrainMetrics
 
 
-def pod(index, ip="10.0.0.1", deleting=False):
-    meta = {"name": f"j-g1-{index}-x", "labels": {"batch.kubernetes.io/job-completion-index": str(index)}}
+def pod(index, ip="10.0.0.1", deleting=False, phase="Running", suffix="x"):
+    meta = {"name": f"j-g1-{index}-{suffix}", "labels": {"batch.kubernetes.io/job-completion-index": str(index)}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": f"n{index}"}, "status": {"podIP": ip} if ip else {}}
+    status = {"phase": phase} | ({"podIP": ip} if ip else {})
+    return {"metadata": meta, "spec": {"nodeName": f"n{index}"}, "status": status}
 
 
 def test_every_process_of_every_live_pod_is_read_at_its_port():
@@ -23,6 +24,14 @@ def test_every_process_of_every_live_pod_is_read_at_its_port():
         (3, "j-g1-1-x", "n1", "http://10.0.0.2:9401/metrics"),
         (4, "j-g1-2-x", "n2", None),
         (5, "j-g1-2-x", "n2", None),
+    ]
+
+
+def test_a_rank_that_ended_preempted_is_read_at_its_replacement_only():
+    """After a preemption in place the ended pod (Failed, exit 85) stays beside its replacement."""
+    ended = pod(0, "10.0.0.9", phase="Failed", suffix="old")
+    assert targets([ended, pod(0, "10.0.0.1"), pod(1, "10.0.0.2", phase="Succeeded")], 1, 9400) == [
+        (0, "j-g1-0-x", "n0", "http://10.0.0.1:9400/metrics")
     ]
 
 
