@@ -47,6 +47,7 @@ OPERATOR_CALLS_NAMESPACED = {
     ("patch", "configmaps", ""),  # kube.create_owned (create-or-update when owned)
     ("list", "pods", ""),
     ("watch", "pods", ""),  # handlers: pod_event
+    ("delete", "pods", ""),  # kube.delete_pod: a broken gang's or lost node's pods (uid precondition)
     ("create", "events", ""),  # kube.post_event
 }
 OPERATOR_CALLS_NETWORK_POLICY = {  # only with networkPolicy.enabled: kube.create_owned
