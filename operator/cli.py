@@ -183,6 +183,7 @@ def cmd_plan(args) -> int:
     import json
     from dataclasses import replace
 
+    from .api.spec import API_LOAD_BALANCE
     from .planner import against_bf16_json, format_against_bf16, format_table, plan, to_json
     from .planner.report import faster_layouts, format_unplanned, unplanned_json
     from .resolve import plan_request
@@ -194,7 +195,7 @@ def cmd_plan(args) -> int:
             _warn(args.file, job)
             if job.spec.on_cpu:  # a manual layout the planner does not model
                 layout, _ = resolve_layout(job.spec)
-                load_balance = job.spec.parallelism.load_balance
+                load_balance = API_LOAD_BALANCE[layout.load_balance]  # what auto resolved to
                 if args.output == "json":
                     print(json.dumps(unplanned_json(layout, load_balance), indent=2))
                 else:
