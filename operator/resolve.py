@@ -32,6 +32,8 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
         offload=spec.offload.enabled,
         chunk_tokens=spec.offload.chunk_tokens,
         host_memory_bytes=parse_quantity(spec.resources.memory) if spec.resources.memory else None,
+        adaptive=p.adaptive,
+        document_lengths=tuple(spec.data.packing.document_lengths or ()),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from longctx_trainer.contract.adaptive import LENGTH_SAMPLES
 from longctx_trainer.contract.config import (
     Attention,
     CollectivePermute,
@@ -392,6 +393,13 @@ class PackingSpec(ApiModel):
     """Token id that ends each document. Default: the end-of-text id that `longctx tokenize`
     recorded beside the token file (<path>.json), or byte 0 (NUL) for text, which ends each file of
     a text directory. Synthetic data needs one."""
+    document_lengths: list[Annotated[int, Field(ge=1, le=16777216)]] | None = Field(
+        None, min_length=1, max_length=LENGTH_SAMPLES
+    )
+    """A sample of the corpus's document lengths in tokens: `longctx tokenize` prints one (the
+    quantiles of the lengths it wrote, also `document_lengths` in <path>.json). `longctx plan` models
+    with it the bytes adaptive context parallelism (parallelism.adaptive) sends over the context
+    axis against the fixed ring's (docs/planner.md)."""
 
 
 class DataSpec(ApiModel):
