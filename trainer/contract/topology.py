@@ -82,9 +82,11 @@ def ring_hops(levels: Sequence[str], rings: Sequence[Sequence[Placement]]) -> di
     return hops
 
 
-def consecutive_ring_hops(members: int, span: int, devices_per_node: int) -> int:
-    """Ring hops that cross nodes when a topology-ordered ring of `members`, each `span`
-    consecutive devices apart, runs over nodes of `devices_per_node` devices (the planner's
-    layout: devices fill nodes in order)."""
-    nodes = [(m * span) // devices_per_node for m in range(members)]
-    return ring_hops((NODE,), [[Placement((str(n),)) for n in nodes]])[NODE]
+def consecutive_ring_hops(members: int, span: int, devices_per_node: int, rings: int = 1) -> int:
+    """The most hops that cross nodes in any of `rings` topology-ordered rings laid one after
+    another over nodes of `devices_per_node` devices (the planner's layout: devices fill nodes in
+    order, ring r's member m is device (r * members + m) * span)."""
+    nodes = [
+        [Placement((str((r * members + m) * span // devices_per_node),)) for m in range(members)] for r in range(rings)
+    ]
+    return ring_hops((NODE,), nodes)[NODE]

@@ -102,6 +102,8 @@ def test_consecutive_ring_hops_of_the_planner_layout():
     assert consecutive_ring_hops(members=8, span=1, devices_per_node=8) == 0
     assert consecutive_ring_hops(members=16, span=1, devices_per_node=8) == 2
     assert consecutive_ring_hops(members=4, span=8, devices_per_node=8) == 4
+    # Eight rings of 3 on nodes of 8: the third (GPUs 6, 7, 8) crosses twice.
+    assert consecutive_ring_hops(members=3, span=1, devices_per_node=8, rings=8) == 2
 
 
 def test_placement_from_the_pod_environment():
