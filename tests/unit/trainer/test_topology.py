@@ -119,12 +119,15 @@ def test_placement_from_the_pod_environment():
         Topology.from_environ({podenv.RANK_ORDER: "random"})
 
 
-# The same loss and gradients on the rack-ordered mesh as on the index-ordered one.
+# The same loss on the rack-ordered mesh as on the index-ordered one: data 2 x context 4, so every
+# context ring holds other devices. Measured 2026-11-26: the two losses are bitwise equal (the
+# devices are relabelled, the computation is the same); the RoPE mutant moves the loss by 2.9e-6
+# relative. The loss only (no gradients): each compilation takes 30-40 s on a loaded 2-core machine.
 DIMS = TINY_MODEL.dims()
-LAYOUT = ParallelConfig(data=2, context=2, tensor=2)
+LAYOUT = ParallelConfig(data=2, context=4)
 
 
-def _loss_and_grads(mesh):
+def _loss(mesh) -> float:
     options = model.ModelOptions(
         compute_dtype=jax.numpy.float32,
         remat=False,
@@ -138,30 +141,25 @@ def _loss_and_grads(mesh):
     )
     tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (2, 33))
     loss = partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options)
-    value, grads = jax.jit(jax.value_and_grad(loss))(params, tokens[:, :-1], tokens[:, 1:])
-    return float(value), jax.tree.map(np.asarray, grads)
+    return float(jax.jit(loss)(params, tokens[:, :-1], tokens[:, 1:]))
 
 
 @pytest.fixture(scope="module")
-def index_ordered():
-    return _loss_and_grads(make_mesh(LAYOUT))
+def index_ordered() -> float:
+    return _loss(make_mesh(LAYOUT))
 
 
-def _assert_reordered_matches(reference):
+def _assert_reordered_matches(reference: float) -> None:
     mesh, report = ordered_mesh(LAYOUT, TOPOLOGY, PLACEMENTS, process_of=_one_process_per_device)
     assert report.order != list(range(8))
-    loss, grads = _loss_and_grads(mesh)
-    np.testing.assert_allclose(loss, reference[0], rtol=1e-6)
-    flat = dict(jax.tree.flatten_with_path(reference[1])[0])
-    for path, g in jax.tree.flatten_with_path(grads)[0]:
-        np.testing.assert_allclose(g, flat[path], rtol=1e-5, atol=1e-7, err_msg=jax.tree_util.keystr(path))
+    np.testing.assert_allclose(_loss(mesh), reference, rtol=1e-7)
 
 
-def test_a_reordered_mesh_computes_the_same_loss_and_gradients(index_ordered):
+def test_a_reordered_mesh_computes_the_same_loss(index_ordered):
     _assert_reordered_matches(index_ordered)
 
 
 def test_the_comparison_fails_on_a_wrong_rope_offset(index_ordered, monkeypatch):
-    mutants.shift_rope_of_last_shard(monkeypatch, context=2)
+    mutants.shift_rope_of_last_shard(monkeypatch, context=4)
     with pytest.raises(AssertionError):
         _assert_reordered_matches(index_ordered)
