@@ -147,6 +147,16 @@ class LocalWorker:
     env: dict[str, str]
 
 
+def downward_value(field_path: str, index: int) -> str:
+    """A downward-API value on this machine: the completion index, this host as the node, and no
+    other pod label (no node topology labels are copied onto a local "pod")."""
+    if field_path == f"metadata.labels['{names.COMPLETION_INDEX_LABEL}']":
+        return str(index)
+    if field_path == "spec.nodeName":
+        return socket.gethostname()
+    return ""
+
+
 def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> list[LocalWorker]:
     """The rendered pods as local processes (pure apart from writing the trainer config)."""
     layout, _ = resolve_layout(job.spec)
@@ -170,8 +180,8 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
     for index in range(workload["spec"]["completions"]):
         env = {}
         for var in container["env"]:
-            if "valueFrom" in var:  # the completion index label: the only downward-API value
-                env[var["name"]] = str(index)
+            if "valueFrom" in var:
+                env[var["name"]] = downward_value(var["valueFrom"]["fieldRef"]["fieldPath"], index)
             else:
                 env[var["name"]] = local.get(var["name"], var["value"])
         env[podenv.COMPLETION_INDEX] = str(index)

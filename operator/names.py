@@ -26,6 +26,9 @@ KUEUE_TOPOLOGY_ANNOTATIONS = {
     "required": "kueue.x-k8s.io/podset-required-topology",
 }
 """On the pod template: the node label whose one domain Kueue places the gang in (its TAS)."""
+ZONE_LABEL = "topology.kubernetes.io/zone"
+"""The node's zone, which Kubernetes copies onto the pods bound to the node (KEP-4742): the
+outermost topology level the trainer orders its rings by (contract/topology.py)."""
 KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_VERSION, KUEUE_WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
 """Kueue's Workload, which it creates for each Job it manages: its conditions say why it waits."""
 

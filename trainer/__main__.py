@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -22,13 +23,14 @@ from .checkpoint import Checkpoints
 from .contract.config import TrainerConfig, load_config
 from .contract.metrics import TrainMetrics
 from .contract.termination import Preempted, exit_preempted
+from .contract.topology import Topology
 from .data import Batches
 from .distributed import ProcessEnv, initialize
-from .mesh import make_mesh
 from .model import ModelOptions
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
 from .preemption import Preemption
+from .topology import exchange, ordered_mesh
 from .train import StepFunctions, train
 from .weights import WeightsError
 
@@ -86,8 +88,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"longctx_trainer: {error}") from None
     metrics.enter("rendezvous")
     try:
+        topology, placement = Topology.from_environ(os.environ)
         initialize(process_env, config.communication)
-        mesh = make_mesh(config.parallelism)
+        mesh, ring = ordered_mesh(config.parallelism, topology, exchange(placement))
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
     rank = jax.process_index()
@@ -112,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
         dump_gradients(fns, config, args.dump_gradients)
     checkpoints = Checkpoints(config.checkpoint) if config.checkpoint.path else None
     emit = _print_json if rank == 0 else (lambda event: None)
+    emit(ring.event())
+    metrics.observe_ring(ring.hops)
     options = ModelOptions.from_config(config)
     kernel, why = attention_kernel(options.compute_dtype, config.model.hidden // config.model.heads)
     emit({"event": "attention_kernel", "kernel": kernel, "why": why})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax
+import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from .contract.config import ParallelConfig
@@ -22,16 +23,15 @@ FSDP = (DATA, CONTEXT)
 
 
 def make_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """Mesh over `devices` (default: all devices of all processes), which must match the layout."""
+    """Mesh over `devices` in their order (default: all devices of all processes), which must
+    match the layout: consecutive devices fill the tensor axis, then the context axis."""
     devices = list(jax.devices() if devices is None else devices)
     if len(devices) != parallel.devices:
         raise ValueError(
             f"layout data={parallel.data} x context={parallel.context} x tensor={parallel.tensor} "
             f"needs {parallel.devices} devices, but {len(devices)} are available"
         )
-    return jax.make_mesh(
-        (parallel.data, parallel.context, parallel.tensor),
-        AXES,
-        axis_types=(AxisType.Auto,) * len(AXES),
-        devices=devices,
-    )
+    # Mesh, not jax.make_mesh: on GPUs make_mesh sorts the devices by id, which would undo the
+    # topology order of the rings (topology.py).
+    shape = (parallel.data, parallel.context, parallel.tensor)
+    return Mesh(np.asarray(devices).reshape(shape), AXES, axis_types=(AxisType.Auto,) * len(AXES))

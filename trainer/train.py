@@ -6,7 +6,8 @@ Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on
   {"event": "init", "from", "notes", "seconds"}  (weights from a Hugging Face checkpoint)
   {"event": "resume", "step"}  (restored from the checkpoint of that step; the next step is step + 1)
   {"event": "compiling"}  (the training step is being compiled: the first step line waits for it)
-The CLI adds {"event": "attention_kernel", ...} and, for fp8, {"event": "fp8", "emulated", "device"}
+The CLI adds {"event": "ring_order", ...} (trainer/topology.py), {"event": "attention_kernel", ...}
+and, for fp8, {"event": "fp8", "emulated", "device"}
 (emulated: the device has no FP8 peak, e.g. a CPU: FP8's rounding without its speed).
   {"event": "preempted", "step"}  (a SIGTERM reached a rank: every rank saved this step; the
   trainer then exits with termination.PREEMPTED_EXIT_CODE, see preemption.py)

@@ -15,6 +15,7 @@ from longctx_trainer.contract.config import Attention, LoadBalance, Precision, u
 from longctx_trainer.contract.flops import flops_per_token
 from longctx_trainer.contract.hardware import Fabric, Gpu
 from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.topology import consecutive_ring_hops
 
 from .chunking import chunk_compute_seconds, chunk_transfer_seconds
 from .costs import FP32, dtype_bytes, kv_dim
@@ -119,6 +120,19 @@ def link_bandwidth(inp: StepInputs, group_span: int) -> float:
     return inp.fabric.achievable_bandwidth
 
 
+def ring_cross_node_hops(inp: StepInputs) -> int:
+    """Hops of the busiest ring (ring, or hybrid's ring of Ulysses groups) that leave a node, in
+    the trainer's topology order (contract/topology.py): every data group's ring counts, so a ring
+    that fits in a node but straddles two (context 3 on 8 GPUs per node) crosses the fabric."""
+    span = inp.layout.tensor * (inp.ulysses if inp.attention == "hybrid" else 1)
+    return consecutive_ring_hops(inp.ring_members, span, inp.gpus_per_node, inp.layout.data)
+
+
+def ring_bandwidth(inp: StepInputs) -> float:
+    """A ring step waits for its slowest hop: NVLink when no hop leaves a node, else the fabric."""
+    return inp.fabric.achievable_bandwidth if ring_cross_node_hops(inp) else inp.gpu.achievable_nvlink
+
+
 def compute_seconds(inp: StepInputs) -> float:
     """Hardware FLOPs at the sustained rate. Recompute runs every layer's forward again: 2 more
     FLOPs per layer weight and a third more causal attention (forward is 1/3 of forward+backward),
@@ -154,7 +168,7 @@ def ring_exposed_seconds(inp: StepInputs) -> float:
     lay, members = inp.layout, inp.ring_members
     if members == 1:
         return 0.0
-    bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
+    bandwidth = ring_bandwidth(inp)
     kv_block = 2 * kv_dim(inp.model) * inp.kv_repeat // lay.tensor * inp.shard_tokens * inp.local_sequences
     forward_comm = kv_block * dtype_bytes(inp.precision) / bandwidth
     backward_comm = kv_block * (dtype_bytes(inp.precision) + FP32) / bandwidth

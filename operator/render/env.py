@@ -6,7 +6,7 @@ launcher and the trainer read.
 
 from __future__ import annotations
 
-from longctx_trainer.contract import podenv
+from longctx_trainer.contract import podenv, topology
 
 from .. import names
 from ..api.spec import LongContextJobSpec
@@ -38,6 +38,31 @@ def _rank_from_completion_index(name: str) -> dict:
         "name": name,
         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{names.COMPLETION_INDEX_LABEL}']"}},
     }
+
+
+def topology_levels(spec: LongContextJobSpec) -> tuple[str, ...]:
+    """The node labels the trainer orders its rings by, outermost first: the zone, then
+    `scheduling.topologyKey` (the node itself is always the innermost level)."""
+    keys = (names.ZONE_LABEL, spec.scheduling.topology_key)
+    return tuple(dict.fromkeys(k for k in keys if k))
+
+
+def topology_env(spec: LongContextJobSpec) -> list[dict]:
+    """Where the pod runs, for the trainer's ring order (contract/topology.py): the node's name and
+    each level's label, read from the pod through the downward API once it is bound; under
+    Kueue's topology-aware scheduling the ranks keep the completion-index order Kueue placed them in."""
+    levels = topology_levels(spec)
+    kueue = spec.scheduling.admission == "kueue" and spec.scheduling.kueue_topology != "none"
+    env = [
+        {"name": podenv.NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        _var(podenv.TOPOLOGY_LEVELS, ",".join(levels)),
+        _var(podenv.RANK_ORDER, topology.ORDER_INDEX if kueue else topology.ORDER_TOPOLOGY),
+    ]
+    for i, key in enumerate(levels):
+        env.append(
+            {"name": podenv.topology_level(i), "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{key}']"}}}
+        )
+    return env
 
 
 def layout_env(spec: LongContextJobSpec, layout: ResolvedLayout) -> list[dict]:
@@ -127,6 +152,7 @@ def jax_env(
     if ppn > 1:
         env.append(_var(podenv.DEVICES_PER_PROCESS, str(spec.resources.gpus_per_node // ppn)))
     env += [_var(podenv.GENERATION, str(generation)), _var(podenv.XLA_FLAGS, xla_flags(spec, layout))]
+    env += topology_env(spec)
     if spec.on_cpu:
         env.append(_var(podenv.PLATFORMS, "cpu"))
     else:

@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from longctx_operator.api import parse_job
 from longctx_operator.localrun import parse_event
+from longctx_operator.names import COMPLETION_INDEX_LABEL
+from longctx_operator.render.env import topology_levels
 from support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -239,6 +242,20 @@ def check_joined(job: Job, generation: int) -> list[list[dict]]:
     return logs
 
 
+def check_ring_order(job: Job, rank0: list[dict]) -> None:
+    """Rank 0 printed the ring order: the ranks sorted by their pods' topology labels (copied
+    from the node where the cluster does so), then their nodes' names (trainer/topology.py); each
+    context ring (four devices of one process) stays on its node."""
+    ring = next((e for e in rank0 if e["event"] == "ring_order"), None)
+    assert ring is not None, rank0[:4]
+    pods = sorted(job.pods(1), key=lambda p: int(p["metadata"]["labels"][COMPLETION_INDEX_LABEL]))
+    levels = topology_levels(parse_job(QUICKSTART).spec)
+    placement = [(*(p["metadata"]["labels"].get(k, "") for k in levels), p["spec"]["nodeName"]) for p in pods]
+    assert ring["order"] == sorted(range(2), key=lambda r: (placement[r], r)), (ring, placement)
+    assert ring["rank_order"] == "topology" and ring["cross_hops"]["node"] == 0, ring
+    print(f"ring order {ring['order']} on nodes {[placement[r][-1] for r in ring['order']]}: {ring['cross_hops']}")
+
+
 def test_quickstart_trains_on_real_pods_and_succeeds(real_cluster, prometheus):
     job = Job(real_cluster, {})
     try:
@@ -261,6 +278,7 @@ def test_quickstart_trains_on_real_pods_and_succeeds(real_cluster, prometheus):
         assert steps == list(range(1, job.steps + 1)), steps
         assert rank0[-1] == {"event": "done", "step": job.steps}
         assert [e["event"] for e in rank1] == ["joined"]  # only rank 0 reports progress
+        check_ring_order(job, rank0)
         interval = QUICKSTART["spec"]["checkpoint"]["intervalSteps"]
         saved = sorted(int(p.name) for p in job.checkpoints.iterdir() if p.name.isdigit())
         assert saved and saved[-1] == job.steps and all(s % interval == 0 or s == job.steps for s in saved), saved

@@ -54,6 +54,11 @@ def test_run_trains_with_two_workers_and_shows_progress(tmp_path):
     assert "tokens/s" in steps[-1] and "checkpoint at step 2" in out
     assert (run_dir / "worker-1.log").exists() and (run_dir / "trainer.yaml").exists()
     assert any((run_dir / "checkpoints").iterdir())
+    # Both workers exchanged their placement: one host, so each context ring (4 devices of one
+    # process) stays on its node (trainer/topology.py).
+    events = [e for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines()) if e]
+    ring = next(e for e in events if e["event"] == "ring_order")
+    assert ring["order"] == [0, 1] and ring["cross_hops"] == {"node": 0}, ring
 
     # The run's last checkpoint as a Hugging Face model: it starts another run where this one ended.
     exported = tmp_path / "hf"

@@ -20,6 +20,7 @@ MFU = "longctx_train_mfu_ratio"
 LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
 LAST_CHECKPOINT_TIME = "longctx_train_last_checkpoint_timestamp_seconds"
 RESUMED_FROM = "longctx_train_resumed_from_step"
+RING_CROSS_HOPS = "longctx_train_ring_cross_hops"
 MFU_CONVENTION = "causal"
 """The FLOPs-per-token convention of the progress MFU (causal attention counted once)."""
 MFU_PEAK = "bf16"
@@ -86,6 +87,12 @@ class TrainMetrics:
         self.heartbeat = make(Gauge, HEARTBEAT, "Unix time of this process's last phase change or finished step.")
         self.heartbeat_step = make(Gauge, HEARTBEAT_STEP, "Absolute step at this process's last heartbeat.")
         self.last_step_seconds = make(Gauge, STEP_SECONDS, "Wall time of this process's last training step.")
+        self.ring_cross_hops = make(
+            Gauge,
+            RING_CROSS_HOPS,
+            "Most hops one context ring of the mesh makes across each topology level (zone, topology key, node).",
+            ("level",),
+        )
         self._labels = {"job_name": job, "rank": str(rank)}
         self._step = 0
         self.enter("starting")
@@ -120,6 +127,11 @@ class TrainMetrics:
             sequence_length=str(config.sequence_length),
             backend=backend,
         ).set(1)
+
+    def observe_ring(self, hops: dict[str, int]) -> None:
+        """The ring order's hops across each topology level the ranks know (trainer/topology.py)."""
+        for level, count in hops.items():
+            self.ring_cross_hops.labels(**self._labels, level=level).set(count)
 
     def enter(self, phase: Phase) -> None:
         """This process is now in `phase` (a heartbeat)."""

@@ -26,6 +26,21 @@ GENERATION = "LONGCTX_GENERATION"
 PEAK_FLOPS = "LONGCTX_PEAK_FLOPS"
 """Optional override of the device's peak FLOP/s for MFU (a job may set it)."""
 
+# Where the process runs (contract/topology.py): its node's name (downward API spec.nodeName), the
+# node label keys of the topology levels, outermost first (comma list), each level's value for
+# this pod (downward API metadata.labels: empty where the label was not copied onto the pod), and
+# whether the ranks are ordered by that placement or kept in index order (Kueue placed them).
+NODE_NAME = "LONGCTX_NODE_NAME"
+TOPOLOGY_LEVELS = "LONGCTX_TOPOLOGY_LEVELS"
+TOPOLOGY_LEVEL_PREFIX = "LONGCTX_TOPOLOGY_LEVEL_"
+RANK_ORDER = "LONGCTX_RANK_ORDER"
+
+
+def topology_level(index: int) -> str:
+    """The variable holding this pod's domain at topology level `index` (0: outermost)."""
+    return f"{TOPOLOGY_LEVEL_PREFIX}{index}"
+
+
 # The planned layout, for any trainer (the bundled one reads its config file; a trainer brought in
 # its own image reads these): parallelism degrees, tokens per sequence, FPDT chunk (0: no offload)
 # and the path of the rendered trainer config.

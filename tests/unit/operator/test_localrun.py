@@ -119,3 +119,20 @@ def test_before_rank_0_reports_a_checkpoint_the_newest_on_disk_is_the_last(tmp_p
     assert local.last_checkpoint() == 10
     local.checkpoint = 8  # rank 0 said so (it resumed from 8)
     assert local.last_checkpoint() == 8
+
+
+def test_local_workers_get_this_host_as_their_node_and_no_topology_labels(tmp_path):
+    import socket
+
+    from longctx_operator.api import parse_job
+    from longctx_operator.localrun import local_workers
+    from longctx_trainer.contract import podenv
+
+    job = parse_job(
+        job_manifest("j", sequence_length=512, globalBatchTokens=1024, layout=(2, 4, 1), resources=(2, 4, "cpu"))
+    )
+    workers = local_workers(job, tmp_path, 1234)
+    assert [w.env[podenv.PROCESS_ID] for w in workers] == ["0", "1"]
+    for worker in workers:
+        assert worker.env[podenv.NODE_NAME] == socket.gethostname()
+        assert worker.env[podenv.topology_level(0)] == ""  # no node label is copied onto a local pod

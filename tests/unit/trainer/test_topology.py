@@ -1,0 +1,165 @@
+"""Topology-ordered rings (contract/topology.py and trainer/topology.py): the ring order from the
+ranks' placements, the hops it makes across each level, and the same loss on a reordered mesh.
+
+Eight simulated processes (one CPU device each: `process_of` maps a device to its process) sit on
+eight nodes in two racks; their completion indices alternate between the racks, the worst case of
+an index-ordered ring (every hop crosses racks).
+"""
+
+from functools import partial
+
+import jax
+import numpy as np
+import pytest
+
+from longctx_trainer import model
+from longctx_trainer.contract import podenv
+from longctx_trainer.contract.config import ParallelConfig
+from longctx_trainer.contract.topology import (
+    NODE,
+    ORDER_INDEX,
+    Placement,
+    Topology,
+    consecutive_ring_hops,
+    ring_hops,
+    ring_order,
+)
+from longctx_trainer.mesh import make_mesh
+from longctx_trainer.topology import context_rings, ordered_mesh
+from support import mutants
+from support.tiny import TINY_MODEL
+
+RACK = "example.com/rack"
+TOPOLOGY = Topology((RACK, NODE), "topology")
+# Rank p on node n<p> in rack p % 2: the index order alternates racks.
+PLACEMENTS = [Placement((f"rack-{p % 2}", f"n{p}")) for p in range(8)]
+
+
+def _one_process_per_device(device: jax.Device) -> int:
+    return device.id
+
+
+def test_eight_ranks_in_two_racks_make_two_cross_rack_hops_instead_of_eight():
+    mesh, report = ordered_mesh(ParallelConfig(context=8), TOPOLOGY, PLACEMENTS, process_of=_one_process_per_device)
+    assert report.order == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert report.hops == {RACK: 2, NODE: 8}
+    assert report.unordered == {RACK: 8, NODE: 8}
+    assert [d.id for d in context_rings(mesh)[0]] == report.order  # the mesh really is in that order
+    assert report.event() == {
+        "event": "ring_order",
+        "order": [0, 2, 4, 6, 1, 3, 5, 7],
+        "rank_order": "topology",
+        "cross_hops": {RACK: 2, NODE: 8},
+        "cross_hops_index_order": {RACK: 8, NODE: 8},
+    }
+
+
+def test_rings_of_four_stay_inside_a_rack():
+    """Data 2 x context 4: each context ring is one rack's four ranks (none crosses), where the
+    index order's rings cross racks at every hop."""
+    _, report = ordered_mesh(
+        ParallelConfig(data=2, context=4), TOPOLOGY, PLACEMENTS, process_of=_one_process_per_device
+    )
+    assert report.hops == {RACK: 0, NODE: 4} and report.unordered == {RACK: 4, NODE: 4}
+
+
+def test_tensor_groups_stay_on_one_node():
+    """Two ranks per node, listed apart: the order puts each node's ranks next to each other, so
+    tensor 2's groups (consecutive devices) are one node's ranks."""
+    placements = [Placement(("rack-0", f"n{p % 4}")) for p in range(8)]
+    mesh, _ = ordered_mesh(
+        ParallelConfig(context=4, tensor=2), TOPOLOGY, placements, process_of=_one_process_per_device
+    )
+    groups = mesh.devices.reshape(-1, 2)
+    assert all(placements[a.id].domains == placements[b.id].domains for a, b in groups)
+
+
+def test_kueue_order_keeps_the_index_order():
+    assert ring_order(PLACEMENTS, ORDER_INDEX) == list(range(8))
+
+
+def test_ties_and_unknown_levels_keep_the_index_order():
+    """A level no rank knows (an empty label) orders nothing and counts no hop."""
+    placements = [Placement(("", "n1")), Placement(("", "n0")), Placement(("", "n1"))]
+    assert ring_order(placements) == [1, 0, 2]
+    _, report = ordered_mesh(
+        ParallelConfig(context=3),
+        TOPOLOGY,
+        placements,
+        devices=jax.devices()[:3],
+        process_of=_one_process_per_device,
+    )
+    assert report.hops == {NODE: 2}
+
+
+def test_ring_hops_counts_the_wrap_around_and_outer_levels():
+    a, b = Placement(("r0", "n0")), Placement(("r1", "n0"))  # same node name in two racks: two nodes
+    assert ring_hops((RACK, NODE), [[a, b]]) == {RACK: 2, NODE: 2}
+    assert ring_hops((RACK, NODE), [[a]]) == {RACK: 0, NODE: 0}
+
+
+def test_consecutive_ring_hops_of_the_planner_layout():
+    assert consecutive_ring_hops(members=8, span=1, devices_per_node=8) == 0
+    assert consecutive_ring_hops(members=16, span=1, devices_per_node=8) == 2
+    assert consecutive_ring_hops(members=4, span=8, devices_per_node=8) == 4
+    # Eight rings of 3 on nodes of 8: the third (GPUs 6, 7, 8) crosses twice.
+    assert consecutive_ring_hops(members=3, span=1, devices_per_node=8, rings=8) == 2
+
+
+def test_placement_from_the_pod_environment():
+    env = {
+        podenv.TOPOLOGY_LEVELS: f"topology.kubernetes.io/zone,{RACK}",
+        podenv.topology_level(0): "zone-a",
+        podenv.NODE_NAME: "gpu-7",
+    }
+    topology, placement = Topology.from_environ(env)
+    assert topology == Topology(("topology.kubernetes.io/zone", RACK, NODE), "topology")
+    assert placement == Placement(("zone-a", "", "gpu-7"))  # the rack label was not on the pod
+    with pytest.raises(ValueError, match=podenv.RANK_ORDER):
+        Topology.from_environ({podenv.RANK_ORDER: "random"})
+
+
+# The same loss on the rack-ordered mesh as on the index-ordered one: data 2 x context 4, so every
+# context ring holds other devices. Measured 2026-11-26: the two losses are bitwise equal (the
+# devices are relabelled, the computation is the same); the RoPE mutant moves the loss by 2.9e-6
+# relative. The loss only (no gradients): each compilation takes 30-40 s on a loaded 2-core machine.
+DIMS = TINY_MODEL.dims()
+LAYOUT = ParallelConfig(data=2, context=4)
+
+
+def _loss(mesh) -> float:
+    options = model.ModelOptions(
+        compute_dtype=jax.numpy.float32,
+        remat=False,
+        offload=False,
+        chunk_tokens=None,
+        attention="ring",
+        load_balance="dual_chunk_swap",
+    )
+    params = jax.jit(partial(model.init_params, DIMS), out_shardings=model.param_shardings(DIMS, mesh))(
+        jax.random.key(1)
+    )
+    tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (2, 33))
+    loss = partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options)
+    return float(jax.jit(loss)(params, tokens[:, :-1], tokens[:, 1:]))
+
+
+@pytest.fixture(scope="module")
+def index_ordered() -> float:
+    return _loss(make_mesh(LAYOUT))
+
+
+def _assert_reordered_matches(reference: float) -> None:
+    mesh, report = ordered_mesh(LAYOUT, TOPOLOGY, PLACEMENTS, process_of=_one_process_per_device)
+    assert report.order != list(range(8))
+    np.testing.assert_allclose(_loss(mesh), reference, rtol=1e-7)
+
+
+def test_a_reordered_mesh_computes_the_same_loss(index_ordered):
+    _assert_reordered_matches(index_ordered)
+
+
+def test_the_comparison_fails_on_a_wrong_rope_offset(index_ordered, monkeypatch):
+    mutants.shift_rope_of_last_shard(monkeypatch, context=4)
+    with pytest.raises(AssertionError):
+        _assert_reordered_matches(index_ordered)
