@@ -27,7 +27,8 @@ from .api.status import LongContextJobStatus
 from .cache import Cache, Key
 from .config import OperatorConfig
 from .kube import Kube, NotOwned
-from .lifecycle import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload, decide
+from .lifecycle.decide import decide
+from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
 from .names import workload_name
 from .observe import MISSING, WorkloadObservation, observe_workload
 from .occupancy import OtherPods

@@ -9,16 +9,11 @@ from longctx_operator import reasons
 from longctx_operator.admission import Admission
 from longctx_operator.api.spec import API_REMAT_POLICY, TRAINER_ATTENTION, LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
-from longctx_operator.lifecycle import (
-    ADMISSION_RETRY_SECONDS,
-    BACKOFF_CAP_SECONDS,
-    BACKOFF_FLOOR_SECONDS,
-    CreateWorkload,
-    DeleteWorkload,
-    decide,
-    resolved,
-    restart_backoff,
-)
+from longctx_operator.lifecycle.admit import ADMISSION_RETRY_SECONDS
+from longctx_operator.lifecycle.decide import decide
+from longctx_operator.lifecycle.decision import CreateWorkload, DeleteWorkload
+from longctx_operator.lifecycle.gang_restart import BACKOFF_CAP_SECONDS, BACKOFF_FLOOR_SECONDS, restart_backoff
+from longctx_operator.lifecycle.planning import resolved
 from longctx_operator.observe import MISSING, KueueVerdict, RankFailure, WorkloadObservation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -102,7 +97,7 @@ def test_the_chosen_remat_policy_is_recorded_and_rendered_again_from_the_status(
 
 
 def test_the_status_says_why_the_layout_was_chosen():
-    from longctx_operator.lifecycle import UNPLANNED_EXPLANATION
+    from longctx_operator.lifecycle.planning import UNPLANNED_EXPLANATION
 
     auto, _ = step(spec(parallelism={"attention": "auto"}), LongContextJobStatus())
     assert auto.status.layout.explanation.startswith("fastest of ")

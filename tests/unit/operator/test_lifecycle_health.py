@@ -12,7 +12,8 @@ from longctx_operator import reasons
 from longctx_operator.admission import Admission
 from longctx_operator.api.spec import LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus
-from longctx_operator.lifecycle import DeleteWorkload, decide
+from longctx_operator.lifecycle.decide import decide
+from longctx_operator.lifecycle.decision import DeleteWorkload
 from longctx_operator.observe import MISSING, LostPod, RankFailure, WorkloadObservation
 from longctx_operator.stall import GangHealth, RankTrack, Stall
 from longctx_operator.straggler import Straggler

@@ -12,7 +12,8 @@ from longctx_operator import reasons
 from longctx_operator.admission import Admission
 from longctx_operator.api.spec import LongContextJob, LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
-from longctx_operator.lifecycle import DeleteWorkload, decide
+from longctx_operator.lifecycle.decide import decide
+from longctx_operator.lifecycle.decision import DeleteWorkload
 from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation, observe_workload
 from longctx_operator.preemption import grace_period_seconds
 from longctx_operator.render.workload import render_workload
