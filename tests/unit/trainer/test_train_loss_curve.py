@@ -3,14 +3,11 @@
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from longctx_trainer.contract.config import DataConfig, OptimizerConfig, ParallelConfig
-from longctx_trainer.contract.metrics import TrainMetrics
-from longctx_trainer.mesh import make_mesh
-from longctx_trainer.train import train
 from support.tiny import tiny_trainer_config
+from support.training import step_losses
 
 
 def _losses(context: int) -> list[float]:
@@ -22,15 +19,7 @@ def _losses(context: int) -> list[float]:
         data=DataConfig(kind="text", path=str(Path(json.__file__).parent), seed=5),
         seed=2,
     )
-    events = []
-    train(
-        config,
-        make_mesh(config.parallelism, jax.devices()[:context]),
-        emit=events.append,
-        metrics=TrainMetrics("test", 0),
-        peak_flops_per_device=1e12,
-    )
-    return [e["loss"] for e in events if e["event"] == "step"]
+    return step_losses(config)
 
 
 def test_context_4_follows_the_context_1_loss_curve():
