@@ -8,6 +8,7 @@ from typing import TypedDict, Unpack
 
 from .. import conditions
 from ..api.status import (
+    FAILED,
     Condition,
     LayoutStatus,
     LongContextJobStatus,
@@ -126,7 +127,7 @@ class Draft:
 
     def fail(self, reason: Reason, message: str) -> Decision:
         """The job ends Failed: terminal, decided no further."""
-        self.set(phase="Failed", reason=reason, message=message, completion_time=timestamp(self.now))
+        self.set(phase=FAILED, reason=reason, message=message, completion_time=timestamp(self.now))
         self.clear(conditions.RUNNING, reason, message)
         self.condition(conditions.FAILED, True, reason, message)
         return self.decision()
