@@ -183,8 +183,10 @@ def cmd_plan(args) -> int:
     import json
     from dataclasses import replace
 
+    from .api.spec import API_LOAD_BALANCE
     from .planner import against_bf16_json, format_against_bf16, format_table, plan, to_json
-    from .planner.report import faster_layouts, format_unplanned, unplanned_json
+    from .planner.adaptive import adaptive_saving
+    from .planner.report import adaptive_json, faster_layouts, format_adaptive, format_unplanned, unplanned_json
     from .resolve import plan_request
 
     where = f"{args.file}: " if args.file else "longctx: "
@@ -194,7 +196,7 @@ def cmd_plan(args) -> int:
             _warn(args.file, job)
             if job.spec.on_cpu:  # a manual layout the planner does not model
                 layout, _ = resolve_layout(job.spec)
-                load_balance = job.spec.parallelism.load_balance
+                load_balance = API_LOAD_BALANCE[layout.load_balance]  # what auto resolved to
                 if args.output == "json":
                     print(json.dumps(unplanned_json(layout, load_balance), indent=2))
                 else:
@@ -226,11 +228,13 @@ def cmd_plan(args) -> int:
             bf16 = plan(replace(request, precision="bf16"))
         except PlanError:  # e.g. bf16 does not fit where fp8 does
             bf16 = None
+    saving = adaptive_saving(chosen)  # with data.packing.documentLengths only
     if args.output == "json":
         out = to_json(chosen) | ({"againstBf16": against_bf16_json(chosen, bf16)} if fp8 else {})
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out | ({"adaptive": adaptive_json(saving)} if saving else {}), indent=2))
     else:
-        print(format_table(chosen) + ("\n" + format_against_bf16(chosen, bf16) if fp8 else ""))
+        table = format_table(chosen) + ("\n" + format_adaptive(saving) if saving else "")
+        print(table + ("\n" + format_against_bf16(chosen, bf16) if fp8 else ""))
     return 0
 
 

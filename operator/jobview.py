@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import get_args
 
 from . import conditions, names
+from .api.spec import AUTO_LOAD_BALANCE
 from .api.status import PENDING, TERMINAL, Phase
 from .names import TRAINER_CONTAINER
 
@@ -95,6 +96,13 @@ def _attention_words(spec: dict, layout: dict) -> str:
     return f"{kind} (parallelism.attention)"
 
 
+def _load_balance_words(spec: dict, layout: dict) -> str:
+    asked = (spec.get("parallelism") or {}).get("loadBalance") or AUTO_LOAD_BALANCE
+    if asked == AUTO_LOAD_BALANCE:
+        return f"{layout['loadBalance']}, chosen by auto (documents with data.packing.documentMask)"
+    return f"{layout['loadBalance']} (parallelism.loadBalance)"
+
+
 def _throughput(layout: dict, progress: dict) -> str | None:
     estimated, measured = layout.get("estimatedTokensPerSecond"), progress.get("tokensPerSecond")
     if estimated is None and measured is None:
@@ -160,6 +168,8 @@ def format_status(job: dict) -> str:
         lines.append(("Layout", f"{layout_words(layout)} = {gpus} devices, {layout.get('processes', '?')} processes"))
         lines.append(("  why", layout.get("explanation") or "not recorded (written by an older operator)"))
         lines.append(("  attention", _attention_words(spec, layout)))
+        if layout.get("loadBalance"):  # recorded since loadBalance auto
+            lines.append(("  load balance", _load_balance_words(spec, layout)))
         offload = "on" + (f", chunks of {layout['chunkTokens']} tokens" if layout.get("chunkTokens") else "")
         lines.append(("  offload", offload if layout.get("offload") else "off"))
         if layout.get("memoryPerGpu"):

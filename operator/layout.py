@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY, Attention, RematPolicy
+from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY, Attention, LoadBalance, RematPolicy
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class ResolvedLayout:
     ulysses: int = 1  # the Ulysses group size of attention hybrid
     step_seconds: float | None = None  # the planner's estimate of one step (None: not planned)
     remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # the planner's choice; CPU jobs (no planner): full
+    load_balance: LoadBalance = "dual_chunk_swap"  # the trainer's spelling; what loadBalance auto resolved to
 
     @property
     def devices(self) -> int:

@@ -7,7 +7,7 @@ from longctx_operator.planner.plan import AUTO_ATTENTION
 from longctx_trainer.contract.config import Attention
 
 from .api.quantity import parse_quantity
-from .api.spec import TRAINER_ATTENTION, TRAINER_LOAD_BALANCE, LongContextJobSpec
+from .api.spec import TRAINER_ATTENTION, LongContextJobSpec
 from .layout import ResolvedLayout
 from .model import model_config
 
@@ -28,10 +28,12 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
         tensor=p.tensor,
         attention=p.attention if p.attention == AUTO_ATTENTION else TRAINER_ATTENTION[p.attention],
         ulysses=p.ulysses,
-        load_balance=TRAINER_LOAD_BALANCE[p.load_balance],
+        load_balance=spec.trainer_load_balance(),
         offload=spec.offload.enabled,
         chunk_tokens=spec.offload.chunk_tokens,
         host_memory_bytes=parse_quantity(spec.resources.memory) if spec.resources.memory else None,
+        adaptive=p.adaptive,
+        document_lengths=tuple(spec.data.packing.document_lengths or ()),
     )
 
 
@@ -55,6 +57,7 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
             chunk_tokens=spec.offload.chunk_tokens,
             attention=unplanned_attention(spec),
             ulysses=p.ulysses or 1,
+            load_balance=spec.trainer_load_balance(),
         )
         return layout, None
     chosen = plan(plan_request(spec))
@@ -69,5 +72,6 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
         ulysses=chosen.ulysses,
         step_seconds=spec.batch_tokens / chosen.tokens_per_second,
         remat_policy=chosen.remat_policy,
+        load_balance=chosen.request.load_balance,
     )
     return layout, chosen

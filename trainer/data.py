@@ -31,7 +31,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from .adaptive_cp import PAD, PAD_SEGMENT, batch_layout, default_threshold
+from .adaptive_cp import PAD, PAD_SEGMENT, batch_layout
 from .contract.config import PackingConfig, TrainerConfig
 from .contract.sources import TokenSource, document_layout, document_separator, make_source
 from .doc_balance import document_permutation
@@ -103,7 +103,7 @@ class Batches:
         first = step * self.batch_size
         natural = [self._row(self.source.sample(first + row)) for row in range(self.batch_size)]
         segments = np.stack([row["segments"] for row in natural])
-        layouts = batch_layout(segments, self.adaptive, default_threshold(self.seq, self.adaptive))
+        layouts = batch_layout(segments, self.adaptive)
         rows = {}
         for row, (fields, layout) in enumerate(zip(natural, layouts, strict=True)):
             pad = layout.slots == PAD

@@ -5,7 +5,9 @@ file is one document, encoded with the tokenizer.json of the model being trained
 Hugging Face checkpoint directory) and followed by the end-of-text token, and the ids are appended
 to a flat .bin file in the width `sources.token_file` reads for the model's vocabulary (uint16 up to
 65,536 ids, else uint32). Beside it, <output>.json records the end-of-text id (which `data.packing`
-splits documents at), the vocabulary, the documents and the tokens. Large files are encoded in
+splits documents at), the vocabulary, the documents, the tokens and a sample of the documents'
+lengths (`contract.adaptive.length_sample`, also printed: `data.packing.documentLengths`, with which
+`longctx plan` models adaptive context parallelism). Large files are encoded in
 blocks of whole lines, so memory stays bounded. Imports no JAX, and numpy only when it runs: the
 operator's CLI, whose image has no numpy, declares these arguments from here.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import hfconfig
+from .contract.adaptive import length_sample
 from .contract.config import token_file_record
 
 # End-of-document tokens of common tokenizers: Llama 3, Llama 2 / Mistral, GPT-2 style.
@@ -35,6 +38,7 @@ class Written:
     documents: int
     tokens: int
     dtype: str
+    document_lengths: list[int]  # `length_sample` of the documents' lengths (end-of-text included)
 
 
 def load_tokenizer(path: str | Path):
@@ -121,9 +125,11 @@ def tokenize_files(
     partial = output.with_name(output.name + ".partial")  # an existing output survives a failure
     files = _text_files(inputs, skip={output.resolve(), partial.resolve(), token_file_record(output).resolve()})
     tokens = 0
+    lengths = []
     try:
         with partial.open("wb") as out:
             for file in files:
+                before = tokens
                 for block in _blocks(file):
                     ids = np.asarray(tokenizer.encode(block, add_special_tokens=False).ids, dtype=np.int64)
                     if ids.size and ids.max() >= vocab:
@@ -132,16 +138,18 @@ def tokenize_files(
                     tokens += ids.size
                 np.asarray([eos], dtype).tofile(out)
                 tokens += 1
+                lengths.append(tokens - before)
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
-    written = Written(len(files), tokens, np.dtype(dtype).name)
+    written = Written(len(files), tokens, np.dtype(dtype).name, length_sample(lengths))
     record = {
         "end_of_text": eos,
         "vocab": vocab,
         "documents": written.documents,
         "tokens": tokens,
         "dtype": written.dtype,
+        "document_lengths": written.document_lengths,
     }
     token_file_record(output).write_text(json.dumps(record, indent=1) + "\n")
     return written
@@ -176,6 +184,7 @@ def run(args: argparse.Namespace, prefix: str) -> None:
     except (OSError, TokenizeError) as error:
         raise SystemExit(f"{prefix}: {error}") from None
     print(f"{prefix}: {written.documents} documents, {written.tokens:,} tokens ({written.dtype}) -> {args.output}")
+    print(f"{prefix}: data.packing.documentLengths (for longctx plan): {json.dumps(written.document_lengths)}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from longctx_trainer.contract.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
 from ..planner.plan import AUTO_ATTENTION
-from .spec import TRAINER_LOAD_BALANCE, LongContextJobSpec, ModelSpec
+from .spec import AUTO_LOAD_BALANCE, LongContextJobSpec, ModelSpec
 
 RDMA_FABRICS = tuple(name for name, fabric in FABRICS.items() if fabric.rdma)
 GPU_NIC_NETWORKS = {name: f.gpu_nic_networks for name, f in FABRICS.items() if f.gpu_nic_networks}
@@ -118,7 +118,7 @@ def _sequence_divisible(s: LongContextJobSpec) -> bool:
     context = s.parallelism.context
     if context is None:
         return True
-    return s.sequence_length % sequence_split(TRAINER_LOAD_BALANCE[s.parallelism.load_balance], context) == 0
+    return s.sequence_length % sequence_split(s.trainer_load_balance(), context) == 0
 
 
 def _dims_set(m: ModelSpec) -> list[bool]:
@@ -443,8 +443,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "spec",
         "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance in "
-        "['dualChunkSwap', 'documents'] ? 2 : 1) * self.parallelism.context) == 0",
-        "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap or documents)",
+        f"['dualChunkSwap', 'documents', '{AUTO_LOAD_BALANCE}'] ? 2 : 1) * self.parallelism.context) == 0",
+        "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap, documents or auto)",
         _sequence_divisible,
         ".sequenceLength",
     ),
@@ -458,14 +458,16 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "spec",
         "!self.parallelism.adaptive || (self.data.packing.documentMask && self.parallelism.attention == 'ring' "
-        "&& self.parallelism.loadBalance == 'dualChunkSwap' && !(has(self.offload.enabled) && self.offload.enabled))",
-        "parallelism.adaptive needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap, no offload",
+        f"&& self.parallelism.loadBalance in ['dualChunkSwap', '{AUTO_LOAD_BALANCE}'] "
+        "&& !(has(self.offload.enabled) && self.offload.enabled))",
+        "parallelism.adaptive needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap or auto, "
+        "no offload",
         lambda s: (
             not s.parallelism.adaptive
             or (
                 s.data.packing.document_mask
                 and s.parallelism.attention == "ring"
-                and s.parallelism.load_balance == "dualChunkSwap"
+                and s.trainer_load_balance() == "dual_chunk_swap"
                 and not s.offload.enabled
             )
         ),

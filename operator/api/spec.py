@@ -13,6 +13,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from longctx_trainer.contract.adaptive import LENGTH_SAMPLES
 from longctx_trainer.contract.config import (
     Attention,
     CollectivePermute,
@@ -84,7 +85,11 @@ API_REMAT_POLICY = {trainer: api for api, trainer in TRAINER_REMAT_POLICY.items(
 ApiRematPolicy = Literal[tuple(TRAINER_REMAT_POLICY)]  # type: ignore[valid-type]
 ApiAttentionKind = Literal[tuple(TRAINER_ATTENTION)]  # type: ignore[valid-type]
 ApiAttention = Literal[(*TRAINER_ATTENTION, AUTO_ATTENTION)]  # type: ignore[valid-type]
-ApiLoadBalance = Literal[tuple(TRAINER_LOAD_BALANCE)]  # type: ignore[valid-type]
+AUTO_LOAD_BALANCE = "auto"
+"""`parallelism.loadBalance: auto`: documents with a document mask, else dualChunkSwap
+(`LongContextJobSpec.trainer_load_balance`)."""
+ApiLoadBalanceKind = Literal[tuple(TRAINER_LOAD_BALANCE)]  # type: ignore[valid-type]
+ApiLoadBalance = Literal[(*TRAINER_LOAD_BALANCE, AUTO_LOAD_BALANCE)]  # type: ignore[valid-type]
 
 
 class ApiModel(BaseModel):
@@ -179,15 +184,16 @@ class ParallelismSpec(ApiModel):
     ulysses: int | None = Field(None, ge=2, le=65536)
     """Ulysses group size of attention hybrid: divides context, below it; heads / tensor must divide
     by it. Omitted: the planner picks it (GPU jobs; CPU jobs must set it)."""
-    load_balance: ApiLoadBalance = "dualChunkSwap"
+    load_balance: ApiLoadBalance = AUTO_LOAD_BALANCE
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves
     tokens; documents places packed documents by mirrored block pairs, per batch, so the work
     under the document mask is even and blocks still hold one document (needs
-    data.packing.documentMask; docs/attention.md)."""
+    data.packing.documentMask; docs/attention.md); auto is documents with
+    data.packing.documentMask (unless adaptive), else dualChunkSwap (status.layout.loadBalance)."""
     adaptive: bool = False
     """Per-batch adaptive context parallelism: documents up to half a device's shard are attended
     on one device, only longer ones over the ring, whose size per batch is one of a few compiled
-    variants (needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap, no
+    variants (needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap or auto, no
     offload, and sequenceLength / context divisible by 32; docs/attention.md)."""
 
 
@@ -392,6 +398,13 @@ class PackingSpec(ApiModel):
     """Token id that ends each document. Default: the end-of-text id that `longctx tokenize`
     recorded beside the token file (<path>.json), or byte 0 (NUL) for text, which ends each file of
     a text directory. Synthetic data needs one."""
+    document_lengths: list[Annotated[int, Field(ge=1, le=16777216)]] | None = Field(
+        None, min_length=1, max_length=LENGTH_SAMPLES
+    )
+    """A sample of the corpus's document lengths in tokens: `longctx tokenize` prints one (the
+    quantiles of the lengths it wrote, also `document_lengths` in <path>.json). `longctx plan` models
+    with it the bytes adaptive context parallelism (parallelism.adaptive) sends over the context
+    axis against the fixed ring's (docs/planner.md)."""
 
 
 class DataSpec(ApiModel):
@@ -491,6 +504,18 @@ class LongContextJobSpec(ApiModel):
     @property
     def batch_tokens(self) -> int:
         return self.global_batch_tokens or self.sequence_length
+
+    def trainer_load_balance(self) -> LoadBalance:
+        """The load balancing the trainer runs (its spelling): the spec's, or what auto resolves to:
+        documents when the document mask is on (its work balance is 1.08 max/mean against
+        dual-chunk-swap's 1.55-1.72, docs/attention.md), except with adaptive context parallelism,
+        whose ring stream is laid out by dual-chunk-swap; dual-chunk-swap otherwise."""
+        chosen = self.parallelism.load_balance
+        if chosen != AUTO_LOAD_BALANCE:
+            return TRAINER_LOAD_BALANCE[chosen]
+        if self.data.packing.document_mask and not self.parallelism.adaptive:
+            return "documents"
+        return "dual_chunk_swap"
 
     def processes_per_node(self) -> int:
         """Explicit value, else one per GPU with NVSHMEM, else one per pod."""

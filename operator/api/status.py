@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .spec import ApiAttentionKind, ApiModel, ApiRematPolicy
+from .spec import ApiAttentionKind, ApiLoadBalanceKind, ApiModel, ApiRematPolicy
 
 Phase = Literal["Pending", "Admitted", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 PENDING: Phase = "Pending"
@@ -49,6 +49,9 @@ class LayoutStatus(ApiModel):
     """The attention kind the trainer runs (the planner's choice under attention: auto)."""
     ulysses: int | None = None
     """The Ulysses group size of attention hybrid (the planner's choice unless the spec set it)."""
+    load_balance: ApiLoadBalanceKind | None = None
+    """The load balancing the trainer runs (what loadBalance auto resolved to: documents with
+    data.packing.documentMask, else dualChunkSwap)."""
     remat_policy: ApiRematPolicy | None = None
     """What each layer keeps for its backward, the planner's choice: saveAttention (attention's
     output and residuals, so the backward never reruns attention's forward) where it fits in

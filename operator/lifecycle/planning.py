@@ -6,7 +6,15 @@ from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY
 
 from .. import conditions, reasons
 from ..api.advice import advice
-from ..api.spec import API_ATTENTION, API_REMAT_POLICY, TRAINER_ATTENTION, TRAINER_REMAT_POLICY, LongContextJobSpec
+from ..api.spec import (
+    API_ATTENTION,
+    API_LOAD_BALANCE,
+    API_REMAT_POLICY,
+    TRAINER_ATTENTION,
+    TRAINER_LOAD_BALANCE,
+    TRAINER_REMAT_POLICY,
+    LongContextJobSpec,
+)
 from ..api.status import LayoutStatus
 from ..layout import ResolvedLayout
 from ..planner import Plan, PlanError
@@ -28,6 +36,7 @@ def layout_status(spec: LongContextJobSpec, layout: ResolvedLayout, plan: Plan |
         chunk_tokens=layout.chunk_tokens,
         attention=API_ATTENTION[layout.attention],
         ulysses=layout.ulysses if layout.attention == "hybrid" else None,
+        load_balance=API_LOAD_BALANCE[layout.load_balance],
         remat_policy=API_REMAT_POLICY[layout.remat_policy],
         memory_per_gpu=f"{plan.memory.total / 2**30:.1f}Gi" if plan else None,
         estimated_tokens_per_second=round(plan.tokens_per_second, 1) if plan else None,
@@ -51,6 +60,7 @@ def resolved(layout: LayoutStatus, spec: LongContextJobSpec) -> ResolvedLayout:
         if layout.estimated_tokens_per_second
         else None,
         remat_policy=TRAINER_REMAT_POLICY[layout.remat_policy] if layout.remat_policy else DEFAULT_REMAT_POLICY,
+        load_balance=TRAINER_LOAD_BALANCE[layout.load_balance] if layout.load_balance else spec.trainer_load_balance(),
     )
 
 

@@ -58,6 +58,8 @@ class PlanRequest:
     remat_policy: RematPolicy | None = None  # with recompute; None: save_attention where it fits, else full
     memory_margin: float = 0.9  # use at most this fraction of HBM
     host_memory_bytes: float | None = None  # per pod (resources.memory); None: not checked
+    adaptive: bool = False  # parallelism.adaptive (the step time models the fixed ring; adaptive.py the bytes)
+    document_lengths: tuple[int, ...] = ()  # data.packing.documentLengths: a sample; () = none given
 
     @property
     def devices(self) -> int:

@@ -4,9 +4,12 @@ dualChunkSwap), so what the table shows can be written back into a job."""
 
 from __future__ import annotations
 
+import math
+
 from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
 
 from ..layout import ResolvedLayout
+from .adaptive import AdaptiveSaving
 from .plan import AUTO_ATTENTION, HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
 
 _MEMORY_ROWS = (
@@ -290,4 +293,27 @@ def against_bf16_json(fp8: Plan, bf16: Plan | None) -> dict:
         "tokensPerSecond": bf16.tokens_per_second,
         "memoryPerGPU": bf16.memory.total,
         "speedup": bf16.step_seconds / fp8.step_seconds,
+    }
+
+
+def format_adaptive(saving: AdaptiveSaving) -> str:
+    """`longctx plan`'s lines on adaptive context parallelism for the job's document lengths."""
+    parts = ", ".join(f"{ring:,} tokens in {n}" for ring, n in saving.ring_parts)
+    ratio = "no ring at all" if saving.ratio == math.inf else f"{saving.ratio:.2f}x fewer"
+    verb = "moves" if saving.enabled else "would move (parallelism.adaptive is off)"
+    return (
+        f"Adaptive context parallelism {verb} {_gib(saving.adaptive_bytes)} GiB per GPU and step over the "
+        f"context axis against the fixed ring's {_gib(saving.fixed_bytes)} GiB: {ratio}\n"
+        f"  (data.packing.documentLengths, {saving.steps} steps drawn; ring part per device: {parts})\n"
+    )
+
+
+def adaptive_json(saving: AdaptiveSaving) -> dict:
+    return {
+        "enabled": saving.enabled,
+        "fixedBytesPerStep": saving.fixed_bytes,
+        "adaptiveBytesPerStep": saving.adaptive_bytes,
+        "ratio": None if saving.ratio == math.inf else saving.ratio,
+        "stepsDrawn": saving.steps,
+        "ringParts": [{"ringTokens": ring, "steps": n} for ring, n in saving.ring_parts],
     }

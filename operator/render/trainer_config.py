@@ -14,7 +14,7 @@ from longctx_trainer.contract.config import (
     TrainerConfig,
 )
 
-from ..api.spec import TRAINER_LOAD_BALANCE, LongContextJobSpec
+from ..api.spec import LongContextJobSpec
 from ..layout import ResolvedLayout
 from ..model import model_config
 
@@ -35,7 +35,7 @@ def trainer_config(name: str, spec: LongContextJobSpec, layout: ResolvedLayout) 
             tensor=layout.tensor,
             attention=layout.attention,
             ulysses=layout.ulysses,
-            load_balance=TRAINER_LOAD_BALANCE[spec.parallelism.load_balance],
+            load_balance=layout.load_balance,
             adaptive=spec.parallelism.adaptive,
         ),
         offload=OffloadConfig(enabled=layout.offload, chunk_tokens=layout.chunk_tokens),

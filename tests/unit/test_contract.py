@@ -95,7 +95,16 @@ MAPPING = [
         "parallelism.ulysses",
         2,
     ),
-    ({"spec.parallelism.loadBalance": "striped"}, LAYOUT, "parallelism.load_balance", "striped"),
+    ({"spec.parallelism.loadBalance": "striped"}, None, "parallelism.load_balance", "striped"),
+    ({}, None, "parallelism.load_balance", "dual_chunk_swap"),  # auto without a document mask
+    # auto with the document mask: the documents layout (status.layout.loadBalance says so)
+    ({"spec.data.packing": {"documentMask": True, "separator": 7}}, None, "parallelism.load_balance", "documents"),
+    (
+        {"spec.parallelism.adaptive": True, "spec.data.packing": {"documentMask": True, "separator": 7}},
+        None,
+        "parallelism.load_balance",
+        "dual_chunk_swap",  # auto under adaptive: its ring stream is dual-chunk-swap's
+    ),
     (
         {"spec.parallelism.adaptive": True, "spec.data.packing": {"documentMask": True, "separator": 7}},
         LAYOUT,

@@ -53,6 +53,7 @@ FAMILIES = {
 # Defaults that differ on purpose.
 DIFFERENT = {
     ("checkpoint", "path"): "the API's is a directory in the pod; the trainer alone may run without",
+    ("parallelism", "load_balance"): "the API's auto is resolved per job (LongContextJobSpec.trainer_load_balance)",
 }
 # API spelling -> trainer spelling, where they differ.
 SPELLINGS = {"attention": TRAINER_ATTENTION, "load_balance": TRAINER_LOAD_BALANCE}

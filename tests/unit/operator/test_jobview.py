@@ -47,6 +47,15 @@ def test_status_explains_the_layout_and_compares_estimated_with_measured_tokens_
     assert lines["Pods"].strip() == "-l longctx.io/job-name=llama,longctx.io/generation=2 (container trainer)"
 
 
+def test_status_says_which_load_balance_auto_chose_or_that_it_was_pinned():
+    chosen = jobview.format_status(job(layout=LAYOUT | {"loadBalance": "documents"}))
+    assert "load balance: documents, chosen by auto (documents with data.packing.documentMask)" in chosen
+    pinned = job(layout=LAYOUT | {"loadBalance": "striped"})
+    pinned["spec"]["parallelism"]["loadBalance"] = "striped"
+    assert "load balance: striped (parallelism.loadBalance)" in " ".join(jobview.format_status(pinned).split())
+    assert "load balance" not in jobview.format_status(job(layout=LAYOUT))  # not recorded (older operator)
+
+
 def test_status_of_a_pinned_attention_says_so_and_a_job_not_planned_says_why():
     pinned = job(layout=LAYOUT | {"attention": "ring"})
     pinned["spec"]["parallelism"] = {"attention": "ring"}

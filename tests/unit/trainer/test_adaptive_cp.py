@@ -18,15 +18,8 @@ import numpy as np
 import pytest
 
 from longctx_trainer import adaptive_cp
-from longctx_trainer.adaptive_cp import (
-    PAD,
-    PAD_SEGMENT,
-    Variant,
-    adaptive_layout,
-    batch_layout,
-    default_threshold,
-    variants,
-)
+from longctx_trainer.adaptive_cp import PAD, PAD_SEGMENT, adaptive_layout, batch_layout
+from longctx_trainer.contract.adaptive import Variant, default_threshold, variants
 from longctx_trainer.contract.config import (
     DataConfig,
     ModelConfig,
@@ -82,7 +75,7 @@ def test_variants():
 
 @pytest.mark.parametrize("long, ring", [(0, 0), (60, 8), (200, 32)])
 def test_layout_keeps_every_token_once_and_short_documents_whole(long, ring):
-    layouts = batch_layout(rows(long), CONTEXT, THRESHOLD)
+    layouts = batch_layout(rows(long), CONTEXT)
     for segments, layout in zip(rows(long), layouts, strict=True):
         assert layout.variant.ring == ring
         real = layout.slots[layout.slots != PAD]

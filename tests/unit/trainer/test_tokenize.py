@@ -4,13 +4,14 @@ The tokenizer is a small BPE trained here with the `tokenizers` library and save
 tokenizer.json a Hugging Face checkpoint carries.
 """
 
+import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from longctx_trainer.contract.config import DataConfig, PackingConfig
+from longctx_trainer.contract.config import DataConfig, PackingConfig, token_file_record
 from longctx_trainer.contract.sources import document_separator, token_file
 from longctx_trainer.tokenize import tokenize_files
 from support.manifests import ROOT
@@ -51,6 +52,10 @@ def test_documents_are_encoded_in_order_each_ending_with_end_of_text(tmp_path, t
     # The record beside it names the separator `data.packing` splits documents at.
     data = DataConfig(kind="tokens", path=str(tmp_path / "tokens.bin"), packing=PackingConfig(document_mask=True))
     assert document_separator(data) == eos
+    # ... and a sample of the documents' lengths (end-of-text included) for `longctx plan`.
+    lengths = sorted([len(tokenizer.encode(TEXT[0]).ids) + 1, len(tokenizer.encode(TEXT[1]).ids) + 1])
+    assert written.document_lengths == lengths
+    assert json.loads(token_file_record(tmp_path / "tokens.bin").read_text())["document_lengths"] == lengths
 
 
 def test_the_width_follows_the_models_vocabulary_and_blocks_split_at_lines(tmp_path, tokenizer_dir, monkeypatch):
@@ -119,7 +124,6 @@ def test_cli_reports_what_it_wrote(tmp_path, tokenizer_dir):
 
 
 def test_vocab_comes_from_the_checkpoint_and_the_output_is_never_an_input(tmp_path, tokenizer_dir):
-    import json
 
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()

@@ -3,9 +3,11 @@ rendered again from it."""
 
 from datetime import timedelta
 
+import pytest
+
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
-from longctx_operator.api.spec import API_REMAT_POLICY, TRAINER_ATTENTION
+from longctx_operator.api.spec import API_REMAT_POLICY, TRAINER_ATTENTION, TRAINER_LOAD_BALANCE
 from longctx_operator.api.status import LongContextJobStatus
 from longctx_operator.lifecycle.planning import resolved
 from support.lifecycle import T0, conditions, running, spec, step
@@ -32,6 +34,25 @@ def test_the_chosen_remat_policy_is_recorded_and_rendered_again_from_the_status(
     assert resolved(d.status.layout, spec()).remat_policy == chosen
     # A status recorded before the layout carried it: full remat, as the trainer ran then.
     assert resolved(d.status.layout.model_copy(update={"remat_policy": None}), spec()).remat_policy == "full"
+
+
+@pytest.mark.parametrize(
+    "packing,adaptive,expected",
+    [
+        ({}, False, "dualChunkSwap"),  # auto without a document mask
+        ({"documentMask": True, "separator": 0}, False, "documents"),  # auto with one
+        ({"documentMask": True, "separator": 0}, True, "dualChunkSwap"),  # adaptive's ring is dual-chunk-swap's
+    ],
+)
+def test_auto_load_balance_is_resolved_recorded_and_rendered_again(packing, adaptive, expected):
+    job = spec(data={"packing": packing}, parallelism={"adaptive": adaptive})
+    assert job.parallelism.load_balance == "auto"  # the API's default
+    d, _ = step(job, LongContextJobStatus())
+    assert d.status.layout.load_balance == expected
+    assert d.actions[0].layout.load_balance == TRAINER_LOAD_BALANCE[expected]
+    assert resolved(d.status.layout, job) == d.actions[0].layout  # what a restart renders
+    pinned = spec(data={"packing": packing}, parallelism={"loadBalance": "striped"})
+    assert step(pinned, LongContextJobStatus())[0].status.layout.load_balance == "striped"
 
 
 def test_the_status_says_why_the_layout_was_chosen():
