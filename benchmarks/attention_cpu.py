@@ -53,8 +53,8 @@ import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 
 from longctx_trainer.doc_balance import device_work, document_permutation  # noqa: E402
+from longctx_trainer.mesh import HEADS, TOKENS  # noqa: E402
 from longctx_trainer.ops import context_parallel_attention, permutation, reference_attention  # noqa: E402
-from longctx_trainer.ops.attention import ACTIVATION_SPEC, SEGMENT_SPEC  # noqa: E402
 
 HEAD_DIM = 64
 CONTEXT = 8
@@ -124,9 +124,7 @@ def peer_attention(peer, mesh, seq):
     def local(q, k, v):
         return peer.ring_attention(q, k, v, None, None, None, "context", True, options)
 
-    sharded = jax.shard_map(
-        local, mesh=mesh, in_specs=(ACTIVATION_SPEC,) * 3, out_specs=ACTIVATION_SPEC, check_vma=False
-    )
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=(HEADS,) * 3, out_specs=HEADS, check_vma=False)
 
     def attention(q, k, v):
         repeat = q.shape[2] // k.shape[2]
@@ -204,7 +202,7 @@ def main():
     one_device = jax.make_mesh(
         (1, 1, 1), ("data", "context", "tensor"), axis_types=(AxisType.Auto,) * 3, devices=jax.devices()[:1]
     )
-    sharding = NamedSharding(mesh, ACTIVATION_SPEC)
+    sharding = NamedSharding(mesh, HEADS)
     variants = {
         "ring": ("ring", dict(impl="ring")),
         "ring lb=none": ("ring lb=none", dict(impl="ring", load_balance="none")),
@@ -279,7 +277,7 @@ def main():
                 errors.append((name, _max_error(peer_grads[0], grads[0], slice(None) if natural_order else layout)))
         segments = document_segments(seq, args.document_tokens)
         if "docs" in rows_wanted:
-            layout_segments = jax.device_put(segments[:, layout], NamedSharding(mesh, SEGMENT_SPEC))
+            layout_segments = jax.device_put(segments[:, layout], NamedSharding(mesh, TOKENS))
 
             def masked(q, k, v, segments=layout_segments):
                 return context_parallel_attention(
@@ -288,7 +286,7 @@ def main():
 
             rows.append((f"ring+docs{args.document_tokens}", *_measure(_grad_fn(masked), sharded, args.reps, True)))
             balanced = document_permutation(segments[0], CONTEXT)
-            balanced_segments = jax.device_put(segments[:, balanced], NamedSharding(mesh, SEGMENT_SPEC))
+            balanced_segments = jax.device_put(segments[:, balanced], NamedSharding(mesh, TOKENS))
 
             def balanced_masked(q, k, v, segments=balanced_segments):
                 return context_parallel_attention(

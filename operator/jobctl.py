@@ -27,10 +27,10 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from . import jobview
+from .api.status import TERMINAL
 from .cli import UsageError
-from .names import GROUP, PLURAL, VERSION, workload_name
+from .names import GROUP, PLURAL, TRAINER_CONTAINER, VERSION, workload_name
 from .observe import controller_of
-from .render.workload import TRAINER_CONTAINER
 
 REQUEST_TIMEOUT = (10, 60)
 """(connect, read) seconds of every request but a followed log stream (read: no limit)."""
@@ -201,7 +201,7 @@ def _set_suspend(cluster: Cluster, name: str, suspend: bool) -> int:
     job = read_job(cluster, name)
     phase = jobview.phase_of(job)
     verb = "suspend" if suspend else "resume"
-    if phase in jobview.TERMINAL_PHASES:
+    if phase in TERMINAL:
         raise UsageError(f"{name} is {phase}: a finished job cannot be {verb}d")
     if bool((job.get("spec") or {}).get("suspend")) == suspend:
         print(f"longcontextjob {name} is {'already' if suspend else 'not'} suspended")
@@ -389,7 +389,7 @@ def _follow(args, cluster: Cluster, job: dict) -> int:
             else:
                 waiting.append(rank)
         streams = [t for t in streams if t.is_alive()]
-        if phase in jobview.TERMINAL_PHASES and not streams and not waiting:
+        if phase in TERMINAL and not streams and not waiting:
             status = job.get("status") or {}
             if phase == "Failed":
                 raise UsageError(f"{args.job} is Failed ({status.get('reason')}: {status.get('message')})")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .api.status import RUNNING
 from .config import OperatorConfig
 
 FOLLOW_CHECK_SECONDS = 1.0
@@ -26,7 +27,7 @@ class RunningJobTasks:
 
     def _running(self, key) -> dict | None:
         obj = self.cache.jobs_of.get(key)
-        return obj if obj is not None and (obj.get("status") or {}).get("phase") == "Running" else None
+        return obj if obj is not None and (obj.get("status") or {}).get("phase") == RUNNING else None
 
     def _cancel(self, key) -> None:
         if (task := self._tasks.pop(key, None)) is not None:

@@ -12,11 +12,10 @@ from typing import get_args
 
 from . import conditions, names
 from .api.spec import AUTO_LOAD_BALANCE
-from .api.status import Phase
-from .render.workload import TRAINER_CONTAINER
+from .api.status import PENDING, TERMINAL, Phase
+from .names import TRAINER_CONTAINER
 
 PHASES: tuple[str, ...] = get_args(Phase)
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 _DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
@@ -37,7 +36,7 @@ def _status(job: dict) -> dict:
 
 
 def phase_of(job: dict) -> str:
-    return _status(job).get("phase") or "Pending"
+    return _status(job).get("phase") or PENDING
 
 
 def _age(created: str | None, now: datetime) -> str:
@@ -193,7 +192,7 @@ def wait_verdict(job: dict, target: str) -> WaitVerdict:
     phase = phase_of(job)
     if phase == target:
         return WaitVerdict(True)
-    if phase in TERMINAL_PHASES:
+    if phase in TERMINAL:
         status = _status(job)
         why = f" ({status.get('reason')}: {status.get('message')})" if status.get("reason") else ""
         return WaitVerdict(True, f"{job['metadata']['name']} is {phase}{why}; it will never be {target}")

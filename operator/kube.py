@@ -20,9 +20,8 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from . import metrics
-from .lifecycle import timestamp
 from .names import GROUP, KIND, PLURAL, VERSION
-from .observe import controller_of
+from .observe import controller_of, timestamp
 
 COMPONENT = "longctx-operator"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from .api.status import Phase
+from .api.status import PENDING, Phase
 
 RECONCILES = Counter("longctx_operator_reconciles", "Reconciliations of LongContextJobs by result.", ["result"])
 RECONCILE_DURATION = Histogram(
@@ -41,7 +41,7 @@ PHASES = Phase.__args__
 def count_phases(phases: list[str | None]) -> None:
     """Sets longctx_operator_jobs from the phases of every known job (None counts as Pending)."""
     for phase in PHASES:
-        JOBS.labels(phase=phase).set(sum(1 for p in phases if (p or "Pending") == phase))
+        JOBS.labels(phase=phase).set(sum(1 for p in phases if (p or PENDING) == phase))
 
 
 def track_job(namespace: str, name: str) -> None:

@@ -3,7 +3,8 @@ planner request (its dimensions) and by the rendered trainer config."""
 
 from __future__ import annotations
 
-from longctx_trainer.contract.config import ModelConfig, RopeScalingConfig
+from longctx_trainer.contract.config import ModelConfig
+from longctx_trainer.contract.presets import RopeScaling
 
 from .api.spec import ModelSpec
 
@@ -11,7 +12,7 @@ from .api.spec import ModelSpec
 def model_config(model: ModelSpec) -> ModelConfig:
     rope = {}  # what the spec sets; the rest is the preset's (or the defaults)
     if model.rope_scaling:
-        rope["rope_scaling"] = RopeScalingConfig(**model.rope_scaling.model_dump())
+        rope["rope_scaling"] = RopeScaling(**model.rope_scaling.model_dump())
     if model.rope_theta:
         rope["rope_theta"] = model.rope_theta
     if model.preset:

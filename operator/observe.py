@@ -21,6 +21,11 @@ def controller_of(obj: dict) -> dict | None:
     return next((ref for ref in obj.get("metadata", {}).get("ownerReferences") or [] if ref.get("controller")), None)
 
 
+def timestamp(now: datetime) -> str:
+    """`now` as the API server writes times (RFC 3339 in UTC, whole seconds); parse_time reads it back."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def parse_time(value: str | None) -> datetime | None:
     """An RFC 3339 timestamp as the API server writes it (e.g. 2026-01-02T03:04:05Z)."""
     if not value:

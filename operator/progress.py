@@ -34,9 +34,8 @@ from .exposition import (
     rank0_values,
 )
 from .jobtasks import RunningJobTasks
-from .lifecycle import timestamp
 from .names import METRICS_URL_ANNOTATION
-from .observe import pod_rank, serving
+from .observe import pod_rank, serving, timestamp
 from .scrape import Response, fetch_metrics
 
 log = logging.getLogger("longctx.operator")

@@ -23,11 +23,12 @@ from . import metrics, policy, reasons
 from .admission import Admission, GangRequest, Reservations, admission_backoff, admit_gang, scheduling_for
 from .annotations import pod_annotations
 from .api.spec import LongContextJob, LongContextJobSpec
-from .api.status import LongContextJobStatus
+from .api.status import PENDING, LongContextJobStatus
 from .cache import Cache, Key
 from .config import OperatorConfig
 from .kube import Kube, NotOwned
-from .lifecycle import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload, decide
+from .lifecycle.decide import decide
+from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
 from .names import workload_name
 from .observe import MISSING, WorkloadObservation, observe_workload
 from .occupancy import OtherPods
@@ -199,7 +200,7 @@ class Reconciler:
             status = obj.get("status") or {}
             state = self._state(key)
             if (
-                status.get("phase") in (None, "Pending")
+                status.get("phase") in (None, PENDING)
                 and not status.get("currentWorkload")
                 and not state.failures
                 and state.admission_due <= now
@@ -362,7 +363,7 @@ class Reconciler:
         if new.restarts > old.restarts:
             metrics.GANG_RESTARTS.labels(*key).inc(new.restarts - old.restarts)
         state = self._state(key)
-        if new.phase == "Pending" and new.current_workload is None and state.waiting_since is None:
+        if new.phase == PENDING and new.current_workload is None and state.waiting_since is None:
             state.waiting_since = time.monotonic()
         for action in decision.actions:
             if isinstance(action, CreateWorkload) and action.generation != old.workload_generation:

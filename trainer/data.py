@@ -35,8 +35,7 @@ from .adaptive_cp import PAD, PAD_SEGMENT, batch_layout
 from .contract.config import PackingConfig, TrainerConfig
 from .contract.sources import TokenSource, document_layout, document_separator, make_source
 from .doc_balance import document_permutation
-from .mesh import CONTEXT
-from .model import TOKENS
+from .mesh import CONTEXT, TOKENS
 
 
 class Documents(NamedTuple):

@@ -22,7 +22,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .contract.presets import ModelDims, RopeScaling
+from pydantic import ValidationError
+
+from .contract.presets import ROPE_HIGH_FREQ_FACTOR, ROPE_LOW_FREQ_FACTOR, ModelDims, RopeScaling
 
 FILE = "config.json"
 DEFAULT_ROPE_THETA = 10000.0
@@ -98,12 +100,15 @@ def rope(config: dict) -> Rope:
     if kind != "llama3":
         return Rope(theta, kind, parameters, None)
     original = given.get("original_max_position_embeddings") or config.get("max_position_embeddings")
-    scaling = RopeScaling(
-        factor=float(given["factor"]),
-        low_freq_factor=float(given.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(given.get("high_freq_factor", 4.0)),
-        original_context=int(original or DEFAULT_MAX_POSITIONS),
-    )
+    try:
+        scaling = RopeScaling(
+            factor=float(given["factor"]),
+            low_freq_factor=float(given.get("low_freq_factor", ROPE_LOW_FREQ_FACTOR)),
+            high_freq_factor=float(given.get("high_freq_factor", ROPE_HIGH_FREQ_FACTOR)),
+            original_context=int(original or DEFAULT_MAX_POSITIONS),
+        )
+    except ValidationError as e:
+        raise HfConfigError(f"{FILE}: rope_scaling: {'; '.join(err['msg'] for err in e.errors())}") from None
     return Rope(theta, kind, parameters, scaling)
 
 

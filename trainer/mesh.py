@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
+from jax.sharding import PartitionSpec as P
 
 from .contract.config import ParallelConfig
 
@@ -20,6 +21,12 @@ DATA, CONTEXT, TENSOR = "data", "context", "tensor"
 AXES = (DATA, CONTEXT, TENSOR)
 # Parameters and optimizer state are ZeRO-3 sharded over every non-tensor device.
 FSDP = (DATA, CONTEXT)
+# The activations' shardings, for the model and the attention ops alike: batch over data, the
+# sequence over context, heads and the FFN width over tensor.
+TOKENS = P(DATA, CONTEXT)  # [batch, seq]
+ACTIVATION = P(DATA, CONTEXT, None)  # [batch, seq, hidden]
+HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
+FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
 
 
 def make_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 from . import fp8
 from .contract.config import DEFAULT_REMAT_POLICY, FP8_MATMULS, LOSS_CHUNK_TOKENS, RematPolicy, TrainerConfig
 from .contract.presets import RMS_NORM_EPS, ModelDims, RopeScaling
-from .mesh import CONTEXT, DATA, FSDP, TENSOR
+from .mesh import ACTIVATION, CONTEXT, DATA, FFN, FSDP, HEADS, TENSOR, TOKENS
 from .ops import context_parallel_attention, permutation
 from .ops.adaptive import adaptive_attention
 from .ops.attention import ATTENTION_RESIDUALS
@@ -52,10 +52,6 @@ _TOP_SPECS = {
     "lm_head": P(FSDP, TENSOR),  # [hidden, vocab]
 }
 
-ACTIVATION = P(DATA, CONTEXT, None)  # [batch, seq, hidden]
-HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
-FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
-TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 
 FP8_STATE = "fp8"  # params key of the FP8 scaling state: params["fp8"]["layers"][matmul]
 

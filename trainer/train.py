@@ -36,6 +36,7 @@ from .contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
 from .contract.schedule import learning_rate_factor
 from .contract.termination import Preempted
 from .data import Batches
+from .mesh import TOKENS
 from .preemption import Preemption
 from .weights import load_params
 
@@ -93,7 +94,7 @@ class StepFunctions:
             transform_non_params=lambda _: replicated,
         )
         self.state_shardings = {"params": params, "opt_state": opt_state, "step": replicated}
-        tokens = NamedSharding(mesh, model.TOKENS)
+        tokens = NamedSharding(mesh, TOKENS)
         self._compiled = {}
         self.init = jax.jit(self._init, out_shardings=self.state_shardings)
         self.init_with = jax.jit(self._init_with, out_shardings=self.state_shardings, donate_argnums=0)

@@ -158,7 +158,7 @@ def differences(dims: ModelDims, config: dict) -> tuple[list[str], list[str]]:
     if not math.isclose(rope.theta, dims.rope_theta, rel_tol=1e-9):
         notes.append(f"rope_theta {dims.rope_theta:g} (the checkpoint was trained with {rope.theta:g})")
     if rope.scaling != dims.rope_scaling or not rope.implemented:  # differs, or a type not implemented
-        ours = "no rope_scaling" if dims.rope_scaling is None else f"rope_scaling {dims.rope_scaling}"
+        ours = "no rope_scaling" if dims.rope_scaling is None else f"rope_scaling {dims.rope_scaling!r}"
         notes.append(f"{ours} (the checkpoint has {rope.parameters or 'none'})")
     return fatal, notes
 

@@ -24,7 +24,12 @@ from longctx_trainer.contract.config import (
     Schedule,
 )
 from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
-from longctx_trainer.contract.presets import PRESETS
+from longctx_trainer.contract.presets import (
+    PRESETS,
+    ROPE_HIGH_FREQ_FACTOR,
+    ROPE_LOW_FREQ_FACTOR,
+    ROPE_ORIGINAL_CONTEXT,
+)
 
 from ..names import API_VERSION, KIND
 from ..planner.plan import AUTO_ATTENTION
@@ -107,11 +112,11 @@ class RopeScalingSpec(ApiModel):
 
     factor: float = Field(gt=0, le=1024)
     """How much long wavelengths are stretched (8 in Llama 3.1, 32 in Llama 3.2)."""
-    low_freq_factor: float = Field(1.0, gt=0)
+    low_freq_factor: float = Field(ROPE_LOW_FREQ_FACTOR, gt=0)
     """Wavelengths longer than originalContext / lowFreqFactor are stretched by factor."""
-    high_freq_factor: float = Field(4.0, gt=0)
+    high_freq_factor: float = Field(ROPE_HIGH_FREQ_FACTOR, gt=0)
     """Wavelengths shorter than originalContext / highFreqFactor are kept; in between, interpolated."""
-    original_context: int = Field(8192, ge=1, le=MAX_COUNT)
+    original_context: int = Field(ROPE_ORIGINAL_CONTEXT, ge=1, le=MAX_COUNT)
     """Context the model was first trained at (original_max_position_embeddings)."""
 
 

@@ -9,6 +9,15 @@ from pydantic import Field
 from .spec import ApiAttentionKind, ApiLoadBalanceKind, ApiModel, ApiRematPolicy
 
 Phase = Literal["Pending", "Admitted", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+PENDING: Phase = "Pending"
+ADMITTED: Phase = "Admitted"
+STARTING: Phase = "Starting"
+RUNNING: Phase = "Running"
+RESTARTING: Phase = "Restarting"
+SUCCEEDED: Phase = "Succeeded"
+FAILED: Phase = "Failed"
+SUSPENDED: Phase = "Suspended"
+TERMINAL: tuple[Phase, ...] = (SUCCEEDED, FAILED)
 
 
 class Condition(ApiModel):

@@ -26,7 +26,6 @@ from .trainer_config import trainer_config
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-TRAINER_CONTAINER = names.TRAINER_CONTAINER
 
 
 @dataclass(frozen=True)
@@ -278,7 +277,7 @@ def _job(
             )
     volumes, mounts = _volumes(name, spec, fabric, config)
     trainer = {
-        "name": TRAINER_CONTAINER,
+        "name": names.TRAINER_CONTAINER,
         "image": (spec.trainer and spec.trainer.image) or spec.image or config.trainer_image,
         "imagePullPolicy": config.trainer_image_pull_policy,
         "command": (spec.trainer and spec.trainer.command) or BUNDLED_TRAINER_COMMAND,

@@ -21,7 +21,6 @@ from longctx_operator.api.spec import (
     OptimizerSpec,
     PackingSpec,
     ParallelismSpec,
-    RopeScalingSpec,
 )
 from longctx_operator.planner import PlanRequest
 from longctx_operator.planner.costs import dtype_bytes
@@ -35,15 +34,13 @@ from longctx_trainer.contract.config import (
     PackingConfig,
     ParallelConfig,
     Precision,
-    RopeScalingConfig,
     TrainerConfig,
 )
-from longctx_trainer.contract.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.presets import ModelDims
 
 # Each family: the places that carry it, the first one the API's where there is one.
 FAMILIES = {
     "optimizer": (OptimizerSpec, OptimizerConfig),
-    "rope scaling": (RopeScalingSpec, RopeScalingConfig, RopeScaling),
     "model": (ModelSpec, ModelConfig, ModelDims),
     "parallelism": (ParallelismSpec, ParallelConfig, PlanRequest),
     "data": (DataSpec, DataConfig),

@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .presets import PRESETS, ModelDims, RopeScaling
+from .presets import PRESETS, ROPE_THETA, ModelDims, RopeScaling
 
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
@@ -84,21 +84,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RopeScalingConfig(_Strict):
-    """Llama 3.1-style RoPE frequency scaling (see presets.RopeScaling)."""
-
-    factor: float = Field(gt=0)
-    low_freq_factor: float = Field(1.0, gt=0)
-    high_freq_factor: float = Field(4.0, gt=0)
-    original_context: int = Field(8192, gt=0)
-
-    @model_validator(mode="after")
-    def _check_band(self) -> RopeScalingConfig:
-        if self.high_freq_factor <= self.low_freq_factor:
-            raise ValueError("rope_scaling.high_freq_factor must be above low_freq_factor")
-        return self
-
-
 class ModelConfig(_Strict):
     """Resolved model dimensions (a preset is expanded before rendering)."""
 
@@ -110,8 +95,8 @@ class ModelConfig(_Strict):
     ffn: int = Field(gt=0)
     vocab: int = Field(gt=0)
     tie_embeddings: bool = False
-    rope_theta: float = Field(500000.0, gt=0)
-    rope_scaling: RopeScalingConfig | None = None
+    rope_theta: float = Field(ROPE_THETA, gt=0)
+    rope_scaling: RopeScaling | None = None
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelConfig:
@@ -126,11 +111,7 @@ class ModelConfig(_Strict):
         return cls(preset=name, **asdict(PRESETS[name]))
 
     def dims(self) -> ModelDims:
-        scaling = self.rope_scaling
-        return ModelDims(
-            **self.model_dump(exclude={"preset", "rope_scaling"}),
-            rope_scaling=RopeScaling(**scaling.model_dump()) if scaling else None,
-        )
+        return ModelDims(**self.model_dump(exclude={"preset", "rope_scaling"}), rope_scaling=self.rope_scaling)
 
 
 class ParallelConfig(_Strict):

@@ -9,19 +9,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 RMS_NORM_EPS = 1e-5
 """Llama 3's RMSNorm epsilon: the JAX model, the PyTorch example and Hugging Face export share it."""
+ROPE_THETA = 500000.0
+"""Llama 3's RoPE base frequency: the default of explicit dimensions."""
+# Llama 3.1's RoPE scaling band, the defaults of RopeScaling and of the API's ropeScaling.
+ROPE_LOW_FREQ_FACTOR = 1.0
+ROPE_HIGH_FREQ_FACTOR = 4.0
+ROPE_ORIGINAL_CONTEXT = 8192
 
 
-@dataclass(frozen=True)
-class RopeScaling:
+class RopeScaling(BaseModel):
     """Llama 3.1's RoPE frequency scaling ("rope_type": "llama3" in Hugging Face configs): long
-    wavelengths are stretched by `factor`, short ones kept, the band between interpolated."""
+    wavelengths are stretched by `factor`, short ones kept, the band between interpolated. The
+    one description of it: presets, the trainer's ModelConfig and the model all hold this type."""
 
-    factor: float
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_context: int = 8192  # original_max_position_embeddings
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    factor: float = Field(gt=0)
+    low_freq_factor: float = Field(ROPE_LOW_FREQ_FACTOR, gt=0)
+    high_freq_factor: float = Field(ROPE_HIGH_FREQ_FACTOR, gt=0)
+    original_context: int = Field(ROPE_ORIGINAL_CONTEXT, gt=0)  # original_max_position_embeddings
+
+    @model_validator(mode="after")
+    def _check_band(self) -> RopeScaling:
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError("rope_scaling.high_freq_factor must be above low_freq_factor")
+        return self
 
 
 @dataclass(frozen=True)
@@ -35,7 +51,7 @@ class ModelDims:
     ffn: int
     vocab: int
     tie_embeddings: bool = False
-    rope_theta: float = 500000.0
+    rope_theta: float = ROPE_THETA
     rope_scaling: RopeScaling | None = None
 
     @property

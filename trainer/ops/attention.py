@@ -12,15 +12,13 @@ from jax.sharding import PartitionSpec as P
 from ..contract.config import Attention, hybrid_split
 from ..contract.load_balance import permutation
 from ..doc_balance import MASK_LAYOUT, layout_block
-from ..mesh import CONTEXT, DATA, TENSOR
+from ..mesh import CONTEXT, DATA, HEADS, TENSOR, TOKENS
 from .all_gather import make_all_gather_attention
 from .chunked import LocalAttention, default_chunk
 from .ring import make_ring_attention
 from .token_ring import make_token_ring_attention
 from .ulysses import make_ulysses_attention
 
-ACTIVATION_SPEC = P(DATA, CONTEXT, TENSOR, None)
-SEGMENT_SPEC = P(DATA, CONTEXT)
 PER_DEVICE = P((DATA, CONTEXT, TENSOR))  # one block per device, stacked: how residuals leave shard_map
 ATTENTION_RESIDUALS = "attention_residuals"
 """The name of attention's residuals for its backward (remat policy save_attention keeps them)."""
@@ -94,7 +92,7 @@ def _sharded(local: LocalAttention, mesh):
 
     check_vma=False: the loops' fresh accumulators (zeros, -inf) merge with per-device values;
     every output is genuinely per-device, nothing relies on replication checks."""
-    in_specs = (ACTIVATION_SPEC,) * 3 + (SEGMENT_SPEC,)
+    in_specs = (HEADS,) * 3 + (TOKENS,)
 
     def per_device_fwd(q, k, v, segments):
         out, residuals = local.fwd(q, k, v, segments)
@@ -106,7 +104,7 @@ def _sharded(local: LocalAttention, mesh):
 
     def forward(q, k, v, segments):
         out, residuals = jax.shard_map(
-            per_device_fwd, mesh=mesh, in_specs=in_specs, out_specs=(ACTIVATION_SPEC, PER_DEVICE), check_vma=False
+            per_device_fwd, mesh=mesh, in_specs=in_specs, out_specs=(HEADS, PER_DEVICE), check_vma=False
         )(q, k, v, segments)
         return out, checkpoint_name(residuals, ATTENTION_RESIDUALS)
 
@@ -118,8 +116,8 @@ def _sharded(local: LocalAttention, mesh):
         dq, dk, dv = jax.shard_map(
             per_device_bwd,
             mesh=mesh,
-            in_specs=(PER_DEVICE, ACTIVATION_SPEC),
-            out_specs=(ACTIVATION_SPEC,) * 3,
+            in_specs=(PER_DEVICE, HEADS),
+            out_specs=(HEADS,) * 3,
             check_vma=False,
         )(residuals, do)
         return dq, dk, dv, None

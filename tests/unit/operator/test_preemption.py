@@ -2,52 +2,30 @@
 policy, a preempted rank told from a failed one (observe), and the lifecycle's decisions on
 recorded observations: a preemption in place and a failure both say why in status.lastRestart."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
 
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
-from longctx_operator.admission import Admission
 from longctx_operator.api.spec import LongContextJob, LongContextJobSpec
 from longctx_operator.api.status import LongContextJobStatus, ProgressStatus
-from longctx_operator.lifecycle import DeleteWorkload, decide
-from longctx_operator.observe import MISSING, RankFailure, WorkloadObservation, observe_workload
+from longctx_operator.lifecycle.decision import DeleteWorkload
+from longctx_operator.observe import RankFailure, WorkloadObservation, observe_workload
 from longctx_operator.preemption import grace_period_seconds
 from longctx_operator.render.workload import render_workload
 from longctx_operator.resolve import resolve_layout
 from longctx_trainer.contract.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from support.lifecycle import T0, UID, conditions, running, step
+from support.lifecycle import spec as lifecycle_spec
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-UID = "job-g1-uid"
 
 
 def spec(**scheduling) -> LongContextJobSpec:
-    return LongContextJobSpec.model_validate(
-        {
-            "model": {"preset": "tiny"},
-            "sequenceLength": 4096,
-            "steps": 100,
-            "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 10},
-            "checkpoint": {"persistentVolumeClaim": "shared"},
-            "scheduling": {"admission": "none", "startupTimeoutSeconds": 60, **scheduling},
-        }
-    )
-
-
-def running() -> WorkloadObservation:
-    return WorkloadObservation(exists=True, uid=UID, created=T0, total=2, running=2, ready=2)
-
-
-def step(s, status, observed=MISSING, now=T0):
-    return decide("job", s, 1, status, observed, now, lambda: Admission(True, reasons.GANG_FITS, "fits")), None
-
-
-def conditions(status):
-    return {c.type: (c.status, c.reason) for c in status.conditions}
+    """The lifecycle tests' job, 100 steps, admitted with no admission check."""
+    return lifecycle_spec(steps=100, scheduling={"admission": "none", **scheduling})
 
 
 def _job(name: str) -> LongContextJob:

@@ -1,6 +1,6 @@
 """Which pods a generation's delete stops sooner than their grace period (reconciler.stop_pods)."""
 
-from longctx_operator.lifecycle import BROKEN_GANG_GRACE_SECONDS, DeleteWorkload
+from longctx_operator.lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, DeleteWorkload
 from longctx_operator.reconciler import stop_pods
 
 

@@ -28,15 +28,15 @@ from longctx_trainer.contract.config import (
     ParallelConfig,
     TrainerConfig,
 )
-from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.data import Batches
 from longctx_trainer.doc_balance import document_lengths
 from longctx_trainer.mesh import make_mesh as make_trainer_mesh
 from longctx_trainer.ops import reference_attention
 from longctx_trainer.ops.adaptive import adaptive_attention
-from longctx_trainer.train import train
 from support import mutants
 from support.attention import FP32, HEAD_DIM, HEADS, assert_matches_reference, make_mesh
+from support.tiny import tiny_trainer_config
+from support.training import step_losses
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from adaptive_cp import context_bytes, numpy_source_lengths  # noqa: E402  (the benchmark's own corpus)
@@ -188,29 +188,15 @@ def _line_corpus(directory: Path) -> str:
 
 
 def _config(path: str, adaptive: bool) -> TrainerConfig:
-    return TrainerConfig(
-        model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256),
+    return tiny_trainer_config(
         sequence_length=256,
         global_batch_tokens=512,
         steps=20,
-        precision="fp32",
         parallelism=ParallelConfig(context=4, attention="ring", adaptive=adaptive),
         optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=3),
         data=DataConfig(kind="text", path=path, seed=5, packing=PackingConfig(document_mask=True)),
         seed=2,
     )
-
-
-def _losses(config: TrainerConfig) -> list[float]:
-    events = []
-    train(
-        config,
-        make_trainer_mesh(config.parallelism, jax.devices()[:4]),
-        emit=events.append,
-        metrics=TrainMetrics("test", 0),
-        peak_flops_per_device=1e12,
-    )
-    return [e["loss"] for e in events if e["event"] == "step"]
 
 
 def test_adaptive_training_follows_the_fixed_loss_curve(tmp_path):
@@ -221,7 +207,7 @@ def test_adaptive_training_follows_the_fixed_loss_curve(tmp_path):
     batches = Batches(config, make_trainer_mesh(config.parallelism, jax.devices()[:4]))
     rings = {batches.ring(step) for step in range(20)}
     assert len(rings) > 1 and min(rings) < 64  # some batches skip most of the ring
-    adaptive_losses, fixed = _losses(config), _losses(_config(path, adaptive=False))
+    adaptive_losses, fixed = step_losses(config), step_losses(_config(path, adaptive=False))
     assert len(adaptive_losses) == len(fixed) == 20
     np.testing.assert_allclose(adaptive_losses, fixed, rtol=0, atol=1e-4)
     assert fixed[-1] < fixed[0] - 1.0

@@ -17,43 +17,25 @@ import pytest
 from longctx_trainer.ops import context_parallel_attention, inverse_permutation, permutation, reference_attention
 from longctx_trainer.ops.chunked import FULL, MASKED, SKIP, Span, _relation
 from support import mutants
-from support.attention import BATCH, FP32, SEQ, assert_matches_reference, inputs, make_mesh
+from support.attention import (
+    FP32,
+    SEQ,
+    assert_matches_reference,
+    case_id,
+    inputs,
+    make_mesh,
+    masked_reference,
+    packed_segments,
+)
 
-
-def document_ids(lengths) -> np.ndarray:
-    """[SEQ] document id of each token, documents of `lengths` back to back."""
-    assert sum(lengths) == SEQ
-    return np.repeat(np.arange(len(lengths)), lengths).astype(np.int32)
-
-
-def packed_segments(seed: int = 0) -> np.ndarray:
-    """[BATCH, SEQ]: row 0 has one-token documents and one document of 110 tokens, which covers
-    part of every shard in every layout used here (shards of 16 tokens and down); row 1 has random
-    lengths (1 to 24 tokens, several of one token)."""
-    rng = np.random.default_rng(seed)
-    lengths, left = [], SEQ
-    while left:
-        length = min(left, int(rng.choice([1, 1, rng.integers(2, 25)])))
-        lengths.append(length)
-        left -= length
-    rows = [document_ids([1, 1, 3, 110, 1, 12]), document_ids(lengths)]
-    assert any(length == 1 for length in lengths) and len(lengths) > 8
-    return np.stack(rows[:BATCH])
-
-
-@functools.cache
-def masked_reference(kv_heads, causal):
-    (q, k, v), do = inputs(kv_heads)
-    segments = jnp.asarray(packed_segments())
-    out, vjp = jax.vjp(functools.partial(reference_attention, causal=causal, segments=segments), q, k, v)
-    return out, vjp(do)
+SEED = 0  # the random lengths of packed_segments's second row
 
 
 def masked_context_parallel(mesh, *, kv_heads, causal, **options):
     """Output and (dq, dk, dv) in natural order; tokens and document ids in the layout order."""
     context, scheme = mesh.shape["context"], options.get("load_balance", "dual_chunk_swap")
     perm, inverse = permutation(SEQ, context, scheme), inverse_permutation(SEQ, context, scheme)
-    segments = jnp.asarray(packed_segments())[:, perm]
+    segments = jnp.asarray(packed_segments(SEED))[:, perm]
 
     @jax.jit
     def run(q, k, v, do):
@@ -91,17 +73,11 @@ CASES = [
 ]
 
 
-def _id(case):
-    impl, layout, causal, kv_heads, options = case
-    extra = "-".join(f"{k}={v}" for k, v in options.items())
-    return f"{impl}-{'x'.join(map(str, layout))}-{'causal' if causal else 'full'}-kv{kv_heads}-{extra}"
-
-
-@pytest.mark.parametrize("case", CASES, ids=_id)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_document_masked_matches_reference_forward_and_gradients(case):
     impl, layout, causal, kv_heads, options = case
     result = masked_context_parallel(make_mesh(*layout), kv_heads=kv_heads, causal=causal, impl=impl, **options)
-    assert_matches_reference(result, masked_reference(kv_heads, causal), FP32)
+    assert_matches_reference(result, masked_reference(kv_heads, causal, SEED), FP32)
 
 
 def test_document_check_fails_when_token_ring_partials_return_to_the_wrong_owner(monkeypatch):
@@ -115,11 +91,11 @@ def test_the_mask_matters():
     comparisons above could not pass without masking."""
     (q, k, v), _ = inputs(2)
     unmasked = reference_attention(q, k, v, causal=True)
-    assert float(jnp.max(jnp.abs(masked_reference(2, True)[0] - unmasked))) > 0.5
+    assert float(jnp.max(jnp.abs(masked_reference(2, True, SEED)[0] - unmasked))) > 0.5
 
 
 @pytest.mark.parametrize("mutant", [mutants.ignore_document_mask, mutants.skip_pairs_of_one_document])
-@pytest.mark.parametrize("case", [CASES[0], CASES[9], CASES[14], CASES[16]], ids=_id)
+@pytest.mark.parametrize("case", [CASES[0], CASES[9], CASES[14], CASES[16]], ids=case_id)
 def test_document_check_fails_on_mutant(mutant, case, monkeypatch):
     mutant(monkeypatch)
     with pytest.raises(AssertionError):

@@ -18,43 +18,41 @@ import pytest
 from longctx_trainer import data, doc_balance
 from longctx_trainer.contract.config import (
     DataConfig,
-    ModelConfig,
     OptimizerConfig,
     PackingConfig,
     ParallelConfig,
-    TrainerConfig,
 )
 from longctx_trainer.contract.load_balance import permutation
-from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.doc_balance import device_work, document_lengths, document_permutation, layout_block
 from longctx_trainer.mesh import make_mesh as make_trainer_mesh
-from longctx_trainer.ops import attention, context_parallel_attention, reference_attention
-from longctx_trainer.train import train
-from support.attention import BATCH, FP32, SEQ, assert_matches_reference, inputs, make_mesh
+from longctx_trainer.ops import attention, context_parallel_attention
+from support.attention import (
+    FP32,
+    SEQ,
+    assert_matches_reference,
+    case_id,
+    document_ids,
+    inputs,
+    make_mesh,
+    masked_reference,
+    packed_segments,
+)
+from support.tiny import tiny_trainer_config
+from support.training import step_losses
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from attention_cpu import document_segments  # noqa: E402  (the benchmark's own distribution)
 
-
-def ids(lengths) -> np.ndarray:
-    return np.repeat(np.arange(len(lengths)), lengths).astype(np.int32)
-
-
-def packed_segments(seed: int = 3) -> np.ndarray:
-    """[BATCH, SEQ]: row 0 has one-token documents around one of 110 tokens, which spans every
-    shard; row 1 random lengths from 1 to 24, several of one token."""
-    rng = np.random.default_rng(seed)
-    lengths, left = [], SEQ
-    while left:
-        length = min(left, int(rng.choice([1, 1, rng.integers(2, 25)])))
-        lengths.append(length)
-        left -= length
-    assert lengths.count(1) > 1
-    return np.stack([ids([1, 1, 3, 110, 1, 12]), ids(lengths)])[:BATCH]
+SEED = 3  # the random lengths of packed_segments's second row
 
 
 def test_layout_is_a_permutation_keeping_each_documents_order():
-    for segments in (*packed_segments(), ids([SEQ]), ids([1] * SEQ), document_segments(4096, 300)[0]):
+    for segments in (
+        *packed_segments(SEED),
+        document_ids([SEQ]),
+        document_ids([1] * SEQ),
+        document_segments(4096, 300)[0],
+    ):
         for context in (1, 2, 4, 8):
             perm = document_permutation(segments, context)
             assert sorted(perm) == list(range(len(segments)))
@@ -65,7 +63,7 @@ def test_layout_is_a_permutation_keeping_each_documents_order():
 
 
 def test_one_document_is_dual_chunk_swap():
-    np.testing.assert_array_equal(document_permutation(ids([SEQ]), 8), permutation(SEQ, 8, "dual_chunk_swap"))
+    np.testing.assert_array_equal(document_permutation(document_ids([SEQ]), 8), permutation(SEQ, 8, "dual_chunk_swap"))
 
 
 @pytest.mark.parametrize("seq, before", [(8192, 1.55), (32768, 1.72)])
@@ -93,21 +91,13 @@ def test_blocks_hold_one_document_as_in_the_natural_order(seq):
 
 
 def test_document_lengths():
-    np.testing.assert_array_equal(document_lengths(ids([1, 4, 1, 1, 9])), [1, 4, 1, 1, 9])
+    np.testing.assert_array_equal(document_lengths(document_ids([1, 4, 1, 1, 9])), [1, 4, 1, 1, 9])
 
 
 def laid_out(context):
     """Per-row permutations and their inverses for `packed_segments`."""
-    perms = np.stack([document_permutation(row, context) for row in packed_segments()])
+    perms = np.stack([document_permutation(row, context) for row in packed_segments(SEED)])
     return perms, np.argsort(perms, axis=1)
-
-
-@functools.cache
-def masked_reference(kv_heads, causal):
-    (q, k, v), do = inputs(kv_heads)
-    segments = jnp.asarray(packed_segments())
-    out, vjp = jax.vjp(functools.partial(reference_attention, causal=causal, segments=segments), q, k, v)
-    return out, vjp(do)
 
 
 def documents_context_parallel(mesh, *, kv_heads, causal, **options):
@@ -117,7 +107,7 @@ def documents_context_parallel(mesh, *, kv_heads, causal, **options):
     def rows(x, index):
         return jnp.take_along_axis(x, jnp.asarray(index).reshape(*index.shape, *(1,) * (x.ndim - 2)), axis=1)
 
-    segments = rows(jnp.asarray(packed_segments()), perms)
+    segments = rows(jnp.asarray(packed_segments(SEED)), perms)
 
     @jax.jit
     def run(q, k, v, do):
@@ -141,17 +131,11 @@ CASES = [
 ]
 
 
-def _id(case):
-    impl, layout, causal, kv_heads, options = case
-    extra = "-".join(f"{k}={v}" for k, v in options.items())
-    return f"{impl}-{'x'.join(map(str, layout))}-{'causal' if causal else 'full'}-kv{kv_heads}-{extra}"
-
-
-@pytest.mark.parametrize("case", CASES, ids=_id)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_documents_layout_matches_reference_forward_and_gradients(case):
     impl, layout, causal, kv_heads, options = case
     result = documents_context_parallel(make_mesh(*layout), kv_heads=kv_heads, causal=causal, impl=impl, **options)
-    assert_matches_reference(result, masked_reference(kv_heads, causal), FP32)
+    assert_matches_reference(result, masked_reference(kv_heads, causal, SEED), FP32)
 
 
 def _mask_by_layout_order(monkeypatch):
@@ -165,7 +149,7 @@ def _place_blocks_in_slot_order(monkeypatch):
 
 
 @pytest.mark.parametrize("mutant", [_mask_by_layout_order, _place_blocks_in_slot_order])
-@pytest.mark.parametrize("case", [CASES[0], CASES[4]], ids=_id)
+@pytest.mark.parametrize("case", [CASES[0], CASES[4]], ids=case_id)
 def test_documents_check_fails_on_mutant(mutant, case, monkeypatch):
     mutant(monkeypatch)
     with pytest.raises(AssertionError):
@@ -178,12 +162,9 @@ def test_documents_needs_the_document_mask():
 
 
 def _config(context, load_balance, document_mask=True):
-    return TrainerConfig(
-        model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256),
-        sequence_length=64,
+    return tiny_trainer_config(
         global_batch_tokens=128,
         steps=20,
-        precision="fp32",
         parallelism=ParallelConfig(context=context, attention="ring", load_balance=load_balance),
         optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=3),
         data=DataConfig(
@@ -209,21 +190,9 @@ def test_data_path_lays_each_row_out():
         np.testing.assert_array_equal(row, document_permutation(seg, 4))
 
 
-def _losses(config) -> list[float]:
-    events = []
-    train(
-        config,
-        make_trainer_mesh(config.parallelism, jax.devices()[: config.parallelism.context]),
-        emit=events.append,
-        metrics=TrainMetrics("test", 0),
-        peak_flops_per_device=1e12,
-    )
-    return [e["loss"] for e in events if e["event"] == "step"]
-
-
 def test_documents_layout_follows_the_fixed_layouts_loss_curve():
     """20 steps with the mask, context 4, fp32: documents against the default dual-chunk-swap."""
-    documents, fixed = _losses(_config(4, "documents")), _losses(_config(4, "dual_chunk_swap"))
+    documents, fixed = step_losses(_config(4, "documents")), step_losses(_config(4, "dual_chunk_swap"))
     assert len(documents) == len(fixed) == 20
     np.testing.assert_allclose(documents, fixed, rtol=0, atol=1e-4)
     assert fixed[-1] < fixed[0] - 1.0

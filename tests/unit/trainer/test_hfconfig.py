@@ -11,7 +11,14 @@ from longctx_trainer.contract.presets import ModelDims, RopeScaling
 from support.hf_checkpoint import TRANSFORMERS_4, TRANSFORMERS_5, hf_config
 
 LLAMA31 = ModelDims(
-    layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=500000.0, rope_scaling=RopeScaling(8.0)
+    layers=2,
+    hidden=32,
+    heads=4,
+    kv_heads=2,
+    ffn=48,
+    vocab=64,
+    rope_theta=500000.0,
+    rope_scaling=RopeScaling(factor=8.0),
 )
 
 
@@ -46,6 +53,12 @@ def test_llama3_scaling_read_as_transformers_5_standardizes_it():
     """The older `type` key names the type; a missing original context is max_position_embeddings."""
     config = {"max_position_embeddings": 4096, "rope_parameters": {"type": "llama3", "factor": 4.0}}
     assert hfconfig.rope(config).scaling == RopeScaling(factor=4.0, original_context=4096)
+
+
+def test_a_scaling_band_upside_down_is_named():
+    band = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0}
+    with pytest.raises(hfconfig.HfConfigError, match="rope_scaling: .*high_freq_factor must be above low_freq_factor"):
+        hfconfig.rope({"rope_scaling": band})
 
 
 def test_another_scaling_type_is_kept_for_the_message_but_not_implemented():

@@ -6,15 +6,12 @@ import functools
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
 from longctx_trainer.contract.config import DataConfig, OptimizerConfig, ParallelConfig
-from longctx_trainer.contract.metrics import TrainMetrics
-from longctx_trainer.mesh import make_mesh
-from longctx_trainer.train import train
 from support.tiny import tiny_trainer_config
+from support.training import step_losses
 
 
 @functools.cache
@@ -27,15 +24,7 @@ def _losses(context: int, attention: str = "ring") -> list[float]:
         data=DataConfig(kind="text", path=str(Path(json.__file__).parent), seed=5),
         seed=2,
     )
-    events = []
-    train(
-        config,
-        make_mesh(config.parallelism, jax.devices()[:context]),
-        emit=events.append,
-        metrics=TrainMetrics("test", 0),
-        peak_flops_per_device=1e12,
-    )
-    return [e["loss"] for e in events if e["event"] == "step"]
+    return step_losses(config)
 
 
 @pytest.mark.parametrize("attention", ["ring", "token_ring"])

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from longctx_trainer.contract import podenv
-from longctx_trainer.contract.config import OffloadConfig, PackingConfig, RopeScalingConfig
+from longctx_trainer.contract.config import OffloadConfig, PackingConfig
+from longctx_trainer.contract.presets import RopeScaling
 from longctx_trainer.pytorch.__main__ import check_agrees, unsupported
 from longctx_trainer.pytorch.layout import Layout, LayoutError
 from support.torch_train_worker import tiny_config
@@ -94,7 +95,7 @@ def _with(config, **changes):
         ({"data__packing": PackingConfig(document_mask=True)}, "data.packing: "),
         ({"data__packing": PackingConfig(reset_positions=True)}, "data.packing: "),
         ({"communication": "nvshmem"}, "communication.collectivePermute: nvshmem: "),
-        ({"model__rope_scaling": RopeScalingConfig(factor=8)}, "model.ropeScaling: "),
+        ({"model__rope_scaling": RopeScaling(factor=8)}, "model.ropeScaling: "),
         ({"precision": "bf16"}, "precision: bf16: "),
         ({"init_from": "/weights"}, "initFrom: "),
     ],
@@ -123,7 +124,7 @@ def test_what_the_example_implements_passes(tmp_path):
     config = tiny_config(2, 2, 1, str(tmp_path))
     assert unsupported(config) is None
     assert unsupported(_with(config, parallelism__load_balance="striped")) is None
-    assert unsupported(_with(config, model__rope_scaling=RopeScalingConfig(factor=1))) is None  # factor 1: none
+    assert unsupported(_with(config, model__rope_scaling=RopeScaling(factor=1))) is None  # factor 1: none
 
 
 def test_a_refused_setting_ends_the_process_with_one_line(tmp_path):
