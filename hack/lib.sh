@@ -41,6 +41,20 @@ bin_dirs() {
 
 cluster_path() { local IFS=:; local dirs; mapfile -t dirs < <(bin_dirs); echo "${dirs[*]}"; }
 
+# The sandbox (pause) image of the real nodes and of kind's node image (hack/kind/node-image), built
+# here from pause.c and cached by the hash of its sources.
+pause_image() {
+  local hash; hash="$(cat "$cluster_dir/pause/pause.c" "$cluster_dir/pause/image.py" | sha256sum | cut -c1-12)"
+  local dir="$cache_root/pause-$hash"
+  if [[ ! -f "$dir/pause.tar" ]]; then
+    mkdir -p "$dir"
+    gcc -static -Os -Wall -Wextra -o "$dir/pause" "$cluster_dir/pause/pause.c"
+    python3 "$cluster_dir/pause/image.py" "$dir/pause" "localhost/longctx/pause:$hash" "$dir/pause.tar.partial"
+    mv "$dir/pause.tar.partial" "$dir/pause.tar"
+  fi
+  echo "localhost/longctx/pause:$hash $dir/pause.tar"
+}
+
 # Sockets and runtime state of a cluster's real nodes (hack/cluster/real-nodes): under /run, since a
 # unix socket path must stay under 108 bytes and a cluster's state folder may be a long tmp path.
 real_nodes_run_dir() { echo "/run/longctx/$(sha256sum <<<"$1" | cut -c1-12)"; }

@@ -1,5 +1,6 @@
 """End to end on kind: the chart's operator (its image, built and loaded by hack/e2e-kind) runs the
-quickstart LongContextJob as real CPU trainer pods until it Succeeds, and reports live progress."""
+quickstart LongContextJob as real CPU trainer pods until it Succeeds, and reports live progress; the
+training is read from the trainer containers' own logs too, not only from the job's status."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from longctx_operator.localrun import parse_event
 from support.cluster import Kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -22,6 +24,12 @@ TIMEOUT_SECONDS = 1200
 
 def kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> str:
     return Kubectl(kubeconfig)(*args, input=input, timeout=120)
+
+
+def trainer_events(kubeconfig: Path, namespace: str, pod: str) -> list[dict]:
+    """The trainer's JSON progress lines in the pod's trainer container log."""
+    log = kubectl(kubeconfig, "logs", "--namespace", namespace, pod, "-c", "trainer")
+    return [event for line in log.splitlines() if (event := parse_event(line)) is not None]
 
 
 def test_quickstart_succeeds_with_progress(kind_kubeconfig):
@@ -46,5 +54,17 @@ def test_quickstart_succeeds_with_progress(kind_kubeconfig):
         assert status.get("phase") == "Succeeded", f"status: {json.dumps(status, indent=1)}\n{pods}"
         assert status["workers"]["succeeded"] == 2
         assert seen_progress.get("tokensPerSecond", 0) > 0 and seen_progress.get("step", 0) >= 1, seen_progress
+        selector = "longctx.io/job-name=quickstart"
+        listed = json.loads(kubectl(kind_kubeconfig, "get", "pods", "-n", namespace, "-l", selector, "-o", "json"))
+        trainers = sorted(listed["items"], key=lambda pod: pod["metadata"]["name"])
+        assert len({pod["spec"]["nodeName"] for pod in trainers}) == 2, pods  # two workers, one pod each
+        steps = manifest["spec"]["steps"]
+        for rank, pod in enumerate(trainers):
+            events = trainer_events(kind_kubeconfig, namespace, pod["metadata"]["name"])
+            joined = events[0]
+            assert joined["event"] == "joined" and joined["rank"] == rank and joined["processes"] == 2, events[:3]
+            assert events[-1] == {"event": "done", "step": steps}, events[-3:]
+        rank0 = trainer_events(kind_kubeconfig, namespace, trainers[0]["metadata"]["name"])
+        assert [e["step"] for e in rank0 if e["event"] == "step"] == list(range(1, steps + 1)), rank0
     finally:
         kubectl(kind_kubeconfig, "delete", "namespace", namespace, "--wait=false")
