@@ -188,8 +188,8 @@ class Reconciler:
         self._event_at.setdefault(key, time.monotonic())
 
     def node_event(self, obj: dict, deleted: bool) -> None:
-        self.cache.put_node(obj, deleted)
-        self.wake_pending()
+        if self.cache.put_node(obj, deleted):
+            self.wake_pending()  # a node came, went, or changed its GPUs, taints, labels or readiness
 
     def wake_pending(self) -> None:
         """Re-checks the jobs waiting for builtin admission (GPUs may have been freed) whose last

@@ -142,3 +142,30 @@ def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
         reconciler.cache.put_job({"metadata": {"namespace": "n", "name": name}, "status": status}, deleted=False)
     reconciler.wake_pending()
     assert reconciler.queue._dirty == {("n", "new"), ("n", "no-room")}
+
+
+def test_a_node_heartbeat_wakes_no_one_a_cordon_does():
+    """Most node events are status heartbeats (new condition times): they change nothing admission
+    reads, so they must not requeue every waiting job (at 2,000 nodes they arrive tens per second)."""
+    from longctx_operator.reconciler import Reconciler
+
+    def node(beat: str, unschedulable: bool = False) -> dict:
+        return {
+            "metadata": {"name": "a", "labels": {}, "resourceVersion": beat},
+            "spec": {"unschedulable": unschedulable},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": beat}],
+            },
+        }
+
+    reconciler = Reconciler(kube=None, config=OperatorConfig())
+    reconciler.cache.put_job({"metadata": {"namespace": "n", "name": "waiting"}, "status": {}}, deleted=False)
+    reconciler.node_event(node("2026-11-26T10:00:00Z"), deleted=False)
+    assert reconciler.queue._dirty == {("n", "waiting")}
+    reconciler.queue._dirty.clear()
+    cached = reconciler.cache.nodes["a"]
+    reconciler.node_event(node("2026-11-26T10:00:20Z"), deleted=False)
+    assert reconciler.queue._dirty == set() and reconciler.cache.nodes["a"] is cached
+    reconciler.node_event(node("2026-11-26T10:00:40Z", unschedulable=True), deleted=False)
+    assert reconciler.queue._dirty == {("n", "waiting")}
