@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # jobset_controller's support.cluster
 import jobset_controller
 
 from longctx_operator.annotations import pod_annotations
