@@ -368,14 +368,16 @@ class Controller:
 
 def delete_gangs(cluster: Cluster, namespace: str, timeout: float = 300) -> None:
     """Deletes a namespace's Jobs in the foreground (the Job controller drops its pod finalizers, which
-    KWOK's pods would otherwise keep), waits for their pods to go, then deletes the namespace."""
+    KWOK's pods would otherwise keep), waits for their pods to go, then deletes the namespace and
+    waits for it to go: the next system's controller (longctx's watches every namespace) must not
+    find this one's gangs and serve them again."""
     cluster.kubectl("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground", "--wait=false")
     deadline = time.monotonic() + timeout
     while cluster.kubectl("get", "pods", "-n", namespace, "-o", "name").strip():
         if time.monotonic() > deadline:
             raise TimeoutError(f"pods of {namespace} still there after {timeout}s")
         time.sleep(1)
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    cluster.kubectl("delete", "namespace", namespace, f"--timeout={timeout:.0f}s")
 
 
 def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
