@@ -432,8 +432,15 @@ STAGE_LABELS = {
 }
 
 
+UNRUN_NODE = "busy-nowhere"
+"""The node the unrelated pods are bound to: no such node exists, so neither the scheduler nor KWOK
+works on them (KWOK runs a few pods a second on this machine: thousands of extra pods kept the
+gangs' pods from Running for minutes, 2026-11-26), while the API server still stores them, sends
+their events and lists them (what the operator's cost could grow with)."""
+
+
 class Churn:
-    """Keeps `count` unrelated pods (no controller, tolerating every taint, no GPUs) in their own
+    """Keeps `count` unrelated pods (no controller, no GPUs, bound to UNRUN_NODE) in their own
     namespace, and from start() replaces `rate` of them per second: the oldest deleted, a new one
     created, each one request."""
 
@@ -462,7 +469,7 @@ class Churn:
             "metadata": {"name": name, "labels": {"app": "busy"}},
             "spec": {
                 "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}],
-                "tolerations": [{"operator": "Exists"}],
+                "nodeName": UNRUN_NODE,
             },
         }
         self.alive.append(name)
