@@ -59,9 +59,13 @@ class OtherPods:
         self._at = 0.0
 
     def current(self) -> Occupancy:
+        """The last list's Occupancy, listed again when it ended more than MAX_AGE_SECONDS ago. Its
+        age counts from the end of the list, not the start: a list slower than MAX_AGE_SECONDS (a
+        busy cluster's thousands of pods on a loaded API server) must not make every count list
+        again (50 gangs waited minutes for their counts that way, 2026-11-26)."""
         if self._last is None or self.clock() - self._at > MAX_AGE_SECONDS:
-            self._at = self.clock()
             self._last = occupancy(pod for list_call in self.lists for pod in self._list(list_call))
+            self._at = self.clock()
         return self._last
 
     @staticmethod
