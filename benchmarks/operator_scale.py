@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # jobset_controller's support.cluster
 import jobset_controller
 
 from longctx_operator.annotations import pod_annotations
@@ -53,6 +54,7 @@ from longctx_operator.names import JOB_NAME_LABEL
 from longctx_operator.reconciler import add_pod_annotations
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import resolve_layout
+from support.cluster import Kubectl, KubectlError
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
@@ -75,30 +77,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cluster_path() -> str:
-    return subprocess.run([str(SCRIPTS / "path")], capture_output=True, text=True, check=True).stdout.strip()
-
-
-class KubectlError(subprocess.CalledProcessError):
-    def __str__(self) -> str:
-        return f"{super().__str__()}: {self.stderr.strip()}"
-
-
-class Cluster:
-    def __init__(self, kubeconfig: Path):
-        self.env = os.environ | {
-            "KUBECONFIG": str(kubeconfig),
-            "PATH": cluster_path() + os.pathsep + os.environ["PATH"],
-        }
-        self.kubeconfig = kubeconfig
-
-    def kubectl(self, *args: str, input: str | None = None) -> str:
-        done = subprocess.run(["kubectl", *args], input=input, env=self.env, capture_output=True, text=True)
-        if done.returncode:
-            raise KubectlError(done.returncode, ["kubectl", *args], done.stdout, done.stderr)
-        return done.stdout
 
 
 def manifest(name: str, namespace: str, pods: int) -> dict:
@@ -323,7 +301,7 @@ def percentile(values: list[float], q: float) -> float:
 class Controller:
     """No controller (raw), the JobSet controller, or the longctx operator, as a process."""
 
-    def __init__(self, system: str, cluster: Cluster, scratch: Path):
+    def __init__(self, system: str, cluster: Kubectl, scratch: Path):
         self.system, self.cluster, self.scratch = system, cluster, scratch
         self.process: subprocess.Popen | None = None
         self.jobset: jobset_controller.JobSetController | None = None
@@ -365,16 +343,18 @@ class Controller:
             self.process.wait(timeout=30)
 
 
-def delete_gangs(cluster: Cluster, namespace: str, timeout: float = 300) -> None:
+def delete_gangs(cluster: Kubectl, namespace: str, timeout: float = 300) -> None:
     """Deletes a namespace's Jobs in the foreground (the Job controller drops its pod finalizers, which
-    KWOK's pods would otherwise keep), waits for their pods to go, then deletes the namespace."""
-    cluster.kubectl("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground", "--wait=false")
+    KWOK's pods would otherwise keep), waits for their pods to go, then deletes the namespace and
+    waits for it to go: the next system's controller (longctx's watches every namespace) must not
+    find this one's gangs and serve them again."""
+    cluster("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground", "--wait=false", timeout=None)
     deadline = time.monotonic() + timeout
-    while cluster.kubectl("get", "pods", "-n", namespace, "-o", "name").strip():
+    while cluster("get", "pods", "-n", namespace, "-o", "name").strip():
         if time.monotonic() > deadline:
             raise TimeoutError(f"pods of {namespace} still there after {timeout}s")
         time.sleep(1)
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    cluster("delete", "namespace", namespace, f"--timeout={timeout:.0f}s", timeout=None)
 
 
 def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
@@ -384,14 +364,14 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
     return next(le for le, n in counts.items() if n >= q * total) if total else float("nan")
 
 
-def run_system(system: str, cluster: Cluster, args, scratch: Path, audit: Path | None, label: str = "") -> dict:
+def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path | None, label: str = "") -> dict:
     namespace = f"scale-{system}{label}-{os.getpid()}"
-    cluster.kubectl("create", "namespace", namespace)
+    cluster("create", "namespace", namespace)
     while True:
         try:
-            cluster.kubectl("get", "serviceaccount", "default", "-n", namespace)
+            cluster("get", "serviceaccount", "default", "-n", namespace)
             break
-        except subprocess.CalledProcessError:
+        except KubectlError:
             time.sleep(0.5)
     controller = Controller(system, cluster, scratch)
     controller.start()
@@ -429,12 +409,19 @@ STAGE_LABELS = {
 }
 
 
+UNRUN_NODE = "busy-nowhere"
+"""The node the unrelated pods are bound to: no such node exists, so neither the scheduler nor KWOK
+works on them (KWOK runs a few pods a second on this machine: thousands of extra pods kept the
+gangs' pods from Running for minutes, 2026-11-26), while the API server still stores them, sends
+their events and lists them (what the operator's cost could grow with)."""
+
+
 class Churn:
-    """Keeps `count` unrelated pods (no controller, tolerating every taint, no GPUs) in their own
+    """Keeps `count` unrelated pods (no controller, no GPUs, bound to UNRUN_NODE) in their own
     namespace, and from start() replaces `rate` of them per second: the oldest deleted, a new one
     created, each one request."""
 
-    def __init__(self, cluster: Cluster, count: int, rate: float):
+    def __init__(self, cluster: Kubectl, count: int, rate: float):
         import kubernetes
 
         config = kubernetes.client.Configuration()
@@ -444,7 +431,7 @@ class Churn:
         api.user_agent = "longctx-bench-churn"
         self.core = kubernetes.client.CoreV1Api(api)
         self.namespace = f"busy-{os.getpid()}"
-        cluster.kubectl("create", "namespace", self.namespace)
+        cluster("create", "namespace", self.namespace)
         self.count, self.rate, self.made = count, rate, 0
         self.alive: list[str] = []
         self.stopped = threading.Event()
@@ -459,7 +446,7 @@ class Churn:
             "metadata": {"name": name, "labels": {"app": "busy"}},
             "spec": {
                 "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}],
-                "tolerations": [{"operator": "Exists"}],
+                "nodeName": UNRUN_NODE,
             },
         }
         self.alive.append(name)
@@ -524,7 +511,7 @@ def report(results: dict[str, dict], args, nodes: int) -> None:
 IDLE = "longctx-idle"
 
 
-def start_cluster(nodes: int, state: Path, args) -> tuple[Cluster, Path]:
+def start_cluster(nodes: int, state: Path, args) -> tuple[Kubectl, Path]:
     """A private control plane with `nodes` simulated nodes, an audit log and the CRD."""
     policy = state.with_suffix(".audit-policy.json")
     policy.write_text(json.dumps(AUDIT_POLICY))
@@ -541,11 +528,13 @@ def start_cluster(nodes: int, state: Path, args) -> tuple[Cluster, Path]:
         },
     )
     print(f"cluster with {nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
-    cluster = Cluster(state / "kubeconfig")
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    cluster = Kubectl(state / "kubeconfig")
+    cluster("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     for attempt in range(20):  # `kubectl wait` fails outright while the new CRD has no conditions
         try:
-            cluster.kubectl("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+            cluster(
+                "wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s", timeout=None
+            )
             break
         except KubectlError:
             if attempt == 19:
@@ -558,7 +547,7 @@ def stop_cluster(state: Path) -> None:
     subprocess.run([str(SCRIPTS / "down")], env=os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}, check=False)
 
 
-def busy(cluster: Cluster, args, scratch: Path, audit: Path) -> dict[str, dict]:
+def busy(cluster: Kubectl, args, scratch: Path, audit: Path) -> dict[str, dict]:
     """longctx on the idle cluster, then longctx and JobSet while unrelated pods churn."""
     results = {IDLE: run_system("longctx", cluster, args, scratch, audit, label="-idle")}
     report({IDLE: results[IDLE]}, args, args.busy_nodes)  # printed at once: the busy runs are long
@@ -607,7 +596,7 @@ def main() -> int:
             nodes = args.nodes if scenario == "quiet" else args.busy_nodes
             try:
                 if args.cluster_dir:
-                    cluster, audit = Cluster(state / "kubeconfig"), state / "logs" / "audit.log"
+                    cluster, audit = Kubectl(state / "kubeconfig"), state / "logs" / "audit.log"
                 else:
                     cluster, audit = start_cluster(nodes, state, args)
                 if scenario == "quiet":

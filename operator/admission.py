@@ -13,6 +13,7 @@ event loop (it reads every node), over the jobs' own pods and the others' occupa
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from . import reasons
@@ -25,6 +26,7 @@ BACKOFF_MAX_SECONDS = 30.0
 
 GPU = "nvidia.com/gpu"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+MAX_SHAPES = 64  # gang shapes NodeMatches remembers (the least recently counted is forgotten)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Admission:
     fits: bool
     reason: Reason
     message: str
+    available: int = 0
+    """Nodes the gang could take when counted (its own included): a fit stands while nodes reserved
+    for other gangs since then leave it enough."""
 
 
 def _quantity(value) -> int:
@@ -142,6 +147,29 @@ def node_matches(node: dict, request: GangRequest) -> bool:
     )
 
 
+class NodeMatches:
+    """Which nodes match each gang shape (node selector and tolerations), remembered per node object.
+    The cache replaces a node's object only when what admission reads of it changes
+    (cache.Cache.put_node), so a count matches only the nodes that changed since the last count of
+    the same shape, instead of every node's labels and taints (most of a count's time at 2,000
+    nodes). Used by the admission thread only; MAX_SHAPES shapes at most."""
+
+    def __init__(self):
+        self._shapes: OrderedDict[str, dict[str, tuple[dict, bool]]] = OrderedDict()
+
+    def matching(self, request: GangRequest, nodes: list[dict]) -> list[dict]:
+        shape = json.dumps([request.node_selector, request.tolerations], sort_keys=True)
+        known = self._shapes.pop(shape, {})
+        current: dict[str, tuple[dict, bool]] = {}
+        for node in nodes:
+            seen = known.get(name := node["metadata"]["name"])
+            current[name] = seen if seen is not None and seen[0] is node else (node, node_matches(node, request))
+        self._shapes[shape] = current  # the nodes gone since are forgotten with the old map
+        while len(self._shapes) > MAX_SHAPES:
+            self._shapes.popitem(last=False)
+        return [node for node, matches in current.values() if matches]
+
+
 def free_gpus(nodes: list[dict], pods: list[dict], held: dict[str, int] | None = None) -> dict[str, int]:
     """Allocatable GPUs of each node minus those requested by its pods that still hold resources and
     those `held` there by pods not in `pods` (occupancy.py)."""
@@ -183,19 +211,24 @@ def admit_gang(
     pods: list[dict],
     reserved_nodes: int = 0,
     held: dict[str, int] | None = None,
+    matches: NodeMatches | None = None,
 ) -> Admission:
     """Whether `request` fits now. `reserved_nodes`: nodes promised to gangs admitted a moment ago
-    whose pods the caller has not seen yet; `held`: GPUs per node of bound pods not in `pods`."""
+    whose pods the caller has not seen yet; `held`: GPUs per node of bound pods not in `pods`;
+    `matches`: the node matching remembered from earlier counts."""
     if request.gpus_per_pod == 0:
         return Admission(True, reasons.NO_GPUS_REQUESTED, "the gang requests no GPUs; the scheduler places it")
-    matching = [n for n in nodes if node_matches(n, request)]
+    matching = (matches or NodeMatches()).matching(request, nodes)
     free = free_gpus(matching, pods, held)
     candidates = [n for n in matching if free[n["metadata"]["name"]] >= request.gpus_per_pod]
     waiting = waiting_gpu_pods(pods, candidates, free) + reserved_nodes
     available = max(0, len(candidates) - waiting)
     if available >= request.pods:
         return Admission(
-            True, reasons.GANG_FITS, f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each"
+            True,
+            reasons.GANG_FITS,
+            f"{request.pods} of {available} free nodes with {request.gpus_per_pod} {GPU} each",
+            available,
         )
     selector = ",".join(f"{k}={v}" for k, v in sorted(request.node_selector.items())) or "any"
     return Admission(
@@ -204,6 +237,7 @@ def admit_gang(
         f"the gang needs {request.pods} nodes with {request.gpus_per_pod} free {GPU} "
         f"(node selector {selector}); {available} available of {len(matching)} matching "
         f"nodes ({waiting} taken by GPU pods waiting to be scheduled there)",
+        available,
     )
 
 
@@ -223,12 +257,13 @@ class Reservations:
     def __init__(self, hold_seconds: float, clock):
         self.hold_seconds, self.clock = hold_seconds, clock
         self._held: dict = {}
-        self.version = 0
-        """Counts reservations made: a verdict computed before the last one may count its nodes as free."""
+        self.reserved_total = 0
+        """Nodes reserved so far, all gangs together: a count made while it grew may have counted
+        that many of its free nodes that are no longer free."""
 
     def reserve(self, key, nodes: int, generation: int) -> None:
         self._held[key] = _Reservation(nodes, generation, self.clock() + self.hold_seconds)
-        self.version += 1
+        self.reserved_total += nodes
 
     def forget(self, key) -> None:
         self._held.pop(key, None)
@@ -244,6 +279,13 @@ class Reservations:
             elif other != key:
                 held += r.nodes - seen
         return held
+
+
+def still_fits(verdict: Admission, request: GangRequest, reserved_since: int) -> bool:
+    """Whether a fit counted before other gangs reserved `reserved_since` nodes still fits without
+    counting again: when even all those nodes were among its free ones, enough are left. (Counting
+    again after every reservation made 50 gangs arriving at once count about 50 x 16 / 2 times.)"""
+    return verdict.fits and verdict.available - reserved_since >= request.pods
 
 
 def admission_backoff(refusals: int) -> float:

@@ -68,13 +68,19 @@ def trim_pod(pod: dict) -> dict:
 
 
 def trim_node(node: dict) -> dict:
+    """What builtin admission reads of a node; its Ready condition without the heartbeat times, so a
+    node's status heartbeat leaves the trimmed node unchanged (Cache.put_node)."""
     meta, spec, status = node.get("metadata", {}), node.get("spec", {}), node.get("status", {})
     return {
         "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
         "spec": {"taints": spec.get("taints") or [], "unschedulable": spec.get("unschedulable")},
         "status": {
             "allocatable": status.get("allocatable") or {},
-            "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"],
+            "conditions": [
+                {"type": "Ready", "status": c.get("status")}
+                for c in status.get("conditions") or []
+                if c.get("type") == "Ready"
+            ],
         },
     }
 
@@ -177,11 +183,17 @@ class Cache:
             del self.pods_of[job]
         return self._owner_of(job) if job is not None else None
 
-    def put_node(self, obj: dict, deleted: bool) -> None:
+    def put_node(self, obj: dict, deleted: bool) -> bool:
+        """Whether what admission reads of the node changed: a heartbeat (most node events) does not,
+        and leaves the cached node object as it was (admission.NodeMatches keeps its verdict)."""
+        name = obj["metadata"]["name"]
         if deleted:
-            self.nodes.pop(obj["metadata"]["name"], None)
-        else:
-            self.nodes[obj["metadata"]["name"]] = trim_node(obj)
+            return self.nodes.pop(name, None) is not None
+        trimmed = trim_node(obj)
+        if self.nodes.get(name) == trimmed:
+            return False
+        self.nodes[name] = trimmed
+        return True
 
     def owned_workload(self, key: Key, generation: int) -> dict | None:
         """The Job of `generation` when this LongContextJob (its uid) is its controller."""

@@ -3,7 +3,7 @@
 The operator watches only its jobs' pods (watch.py, by label). Builtin admission must still know
 the GPUs other pods hold on each node and the GPU pods waiting to be scheduled. Rather than decode
 every pod event of the cluster, it lists the other pods (`!longctx.io/job-name`, not finished) when
-a gang is counted and the last list is older than MAX_AGE_SECONDS, and keeps only a count per
+a gang is counted and the last list ended over MAX_AGE_SECONDS ago, and keeps only a count per
 node and the few waiting GPU pods. The cost is one paginated list per MAX_AGE_SECONDS while gangs
 wait for admission, nothing otherwise, whatever the pod churn. A pod labelled with the job-name
 label by someone else is in the operator's own watch, so every pod is counted once.
@@ -59,9 +59,13 @@ class OtherPods:
         self._at = 0.0
 
     def current(self) -> Occupancy:
+        """The last list's Occupancy, listed again when it ended more than MAX_AGE_SECONDS ago. Its
+        age counts from the end of the list, not the start: a list slower than MAX_AGE_SECONDS (a
+        busy cluster's thousands of pods on a loaded API server) must not make every count list
+        again (50 gangs waited minutes for their counts that way, 2026-11-26)."""
         if self._last is None or self.clock() - self._at > MAX_AGE_SECONDS:
-            self._at = self.clock()
             self._last = occupancy(pod for list_call in self.lists for pod in self._list(list_call))
+            self._at = self.clock()
         return self._last
 
     @staticmethod

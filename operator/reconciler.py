@@ -10,6 +10,7 @@ reads of every rank's health in watchdog.Watchdog, and what is remembered of eac
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,16 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from . import metrics, policy, reasons
-from .admission import Admission, GangRequest, Reservations, admission_backoff, admit_gang, scheduling_for
+from .admission import (
+    Admission,
+    GangRequest,
+    NodeMatches,
+    Reservations,
+    admission_backoff,
+    admit_gang,
+    scheduling_for,
+    still_fits,
+)
 from .annotations import pod_annotations
 from .api.spec import LongContextJob, LongContextJobSpec
 from .api.status import PENDING, LongContextJobStatus
@@ -143,6 +153,7 @@ class Reconciler:
         # Builtin admission reads every node and lists the other pods (occupancy.py): one thread,
         # off the event loop, one count at a time.
         self._admission_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="admission")
+        self.node_matches = NodeMatches()  # the admission thread's
         self.progress = ProgressPoller(self.cache, kube, self._call, config)
         self.watchdog = Watchdog(self.cache, config, self.queue.add)
 
@@ -189,8 +200,8 @@ class Reconciler:
         self._event_at.setdefault(key, time.monotonic())
 
     def node_event(self, obj: dict, deleted: bool) -> None:
-        self.cache.put_node(obj, deleted)
-        self.wake_pending()
+        if self.cache.put_node(obj, deleted):
+            self.wake_pending()  # a node came, went, or changed its GPUs, taints, labels or readiness
 
     def wake_pending(self) -> None:
         """Re-checks the jobs waiting for builtin admission (GPUs may have been freed) whose last
@@ -264,8 +275,8 @@ class Reconciler:
 
     async def _count_admission(self, key: Key, spec: LongContextJobSpec) -> None:
         """Counts whether the gang fits, in the admission thread over a snapshot of the cache. The
-        caller decides and reserves without awaiting in between; a fit counted while another gang
-        was reserved is counted again."""
+        caller decides and reserves without awaiting in between; a fit counted while other gangs
+        reserved nodes is counted again unless enough free nodes are left (admission.still_fits)."""
         gpus = spec.resources.gpus_per_node if not spec.on_cpu else 0
         request = GangRequest(
             pods=spec.resources.nodes,
@@ -275,16 +286,19 @@ class Reconciler:
         )
         loop = asyncio.get_running_loop()
         while True:
-            version = self.reservations.version
+            reserved_before = self.reservations.reserved_total
             reserved = self.reservations.held_by_others(
                 key, lambda other, generation: len(self.cache.generation_pods(other, generation))
             )
             nodes, pods = list(self.cache.nodes.values()), list(self.cache.pods.values())
             others = await loop.run_in_executor(self._admission_thread, self.other_pods.current)
             verdict = await loop.run_in_executor(
-                self._admission_thread, admit_gang, request, nodes, pods + others.waiting, reserved, others.used
+                self._admission_thread,
+                functools.partial(
+                    admit_gang, request, nodes, pods + others.waiting, reserved, others.used, self.node_matches
+                ),
             )
-            if not verdict.fits or version == self.reservations.version:
+            if not verdict.fits or still_fits(verdict, request, self.reservations.reserved_total - reserved_before):
                 break
         state = self._state(key)
         state.admission = verdict

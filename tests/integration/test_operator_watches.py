@@ -83,3 +83,27 @@ def test_builtin_admission_refuses_while_a_foreign_pod_holds_gpus_then_admits(op
     kubectl.run("delete", "pod", "holder", "--grace-period=0", "--force")
     done = h.wait_phase(kubectl, wait_until, "blocked", "Succeeded", timeout=90)
     assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.GANG_FITS)
+
+
+def test_builtin_admission_refuses_while_a_node_is_cordoned_then_admits_on_uncordon(
+    operator, admin_kubectl, kubectl, wait_until
+):
+    """The node matching admission remembers (admission.NodeMatches) follows a node that changes:
+    a cordoned node is not counted, and uncordoning it (the node's object replaced in the cache,
+    unlike its heartbeats) lets the waiting gang in."""
+    admin_kubectl.run("cordon", operator.nodes[1])
+    try:
+        kubectl.apply(h.job_manifest("cordoned", pool=POOL, pod_annotations=FAST))
+        wait_until(
+            lambda: (
+                (kubectl.json("get", "lcj", "cordoned").get("status") or {}).get("reason") == reasons.INSUFFICIENT_GPUS
+            ),
+            timeout=30,
+            what="the gang refused",
+        )
+        assert "1 available of 1 matching nodes" in kubectl.json("get", "lcj", "cordoned")["status"]["message"]
+        assert h.children(kubectl, "cordoned")["jobs"] == []
+    finally:
+        admin_kubectl.run("uncordon", operator.nodes[1])
+    done = h.wait_phase(kubectl, wait_until, "cordoned", "Succeeded", timeout=90)
+    assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.GANG_FITS)

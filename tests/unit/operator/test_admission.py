@@ -237,3 +237,40 @@ def test_gpus_held_by_pods_outside_the_watch_count_with_the_jobs_own():
     assert admit_gang(gang(2), nodes, [pod("a", 3)], held={"c": 8}).fits is False
     assert admit_gang(gang(2), nodes, [pod("a", 3)], held={"c": 1}).fits is False
     assert admit_gang(gang(2), nodes, [], held={"c": 8}).fits is True
+
+
+def test_node_matches_rematches_only_nodes_whose_object_changed():
+    """The cache replaces a node's object when it changes; NodeMatches keeps its verdict for the
+    same object (shown by mutating one in place, which the cache never does) and re-matches a new one."""
+    from longctx_operator.admission import NodeMatches
+
+    matches = NodeMatches()
+    a, b = node("a"), node("b", labels={})
+    assert [n["metadata"]["name"] for n in matches.matching(gang(1), [a, b])] == ["a"]
+    a["metadata"]["labels"] = {}  # in place: remembered, not matched again
+    assert [n["metadata"]["name"] for n in matches.matching(gang(1), [a, b])] == ["a"]
+    b = node("b")  # a new object: matched again
+    assert [n["metadata"]["name"] for n in matches.matching(gang(1), [a, b])] == ["a", "b"]
+    assert [n["metadata"]["name"] for n in matches.matching(gang(1), [b])] == ["b"]  # a is gone
+    other = GangRequest(pods=1, gpus_per_pod=8)  # another shape: matched on its own (b is tainted)
+    assert matches.matching(other, [b]) == []
+
+
+def test_node_matches_remembers_a_bounded_number_of_shapes():
+    from longctx_operator.admission import MAX_SHAPES, NodeMatches
+
+    matches = NodeMatches()
+    for i in range(MAX_SHAPES + 5):
+        matches.matching(GangRequest(pods=1, gpus_per_pod=8, node_selector={"pool": str(i)}), [node("a")])
+    assert len(matches._shapes) == MAX_SHAPES
+
+
+def test_a_fit_still_stands_while_enough_of_its_free_nodes_are_not_reserved_since():
+    from longctx_operator.admission import still_fits
+
+    verdict = admit_gang(gang(2), [node(n) for n in "abcd"], [])
+    assert verdict.fits and verdict.available == 4
+    assert still_fits(verdict, gang(2), reserved_since=2)
+    assert not still_fits(verdict, gang(2), reserved_since=3)
+    refused = admit_gang(gang(5), [node(n) for n in "abcd"], [])
+    assert refused.available == 4 and not still_fits(refused, gang(5), reserved_since=0)

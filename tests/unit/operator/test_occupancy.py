@@ -62,3 +62,20 @@ def test_other_pods_are_listed_by_selector_in_pages_and_again_only_once_stale():
     now[0] += 0.1
     assert others.current().used == {"n1": 8}
     assert len(pages.calls) == 3
+
+
+def test_a_list_slower_than_the_max_age_is_not_stale_when_it_ends():
+    """The age counts from the end of the list: a list that takes longer than MAX_AGE_SECONDS is
+    used by the next count, not made again at once."""
+    now = [100.0]
+
+    class Slow(Pages):
+        def __call__(self, *args, **kwargs):
+            now[0] += MAX_AGE_SECONDS  # each page takes that long
+            return super().__call__(*args, **kwargs)
+
+    pages = Slow([pod("a", 8, "n1"), pod("b", 8, "n2")])
+    others = OtherPods([pages], lambda: now[0])
+    assert others.current().used == {"n1": 8, "n2": 8}
+    assert others.current().used == {"n1": 8, "n2": 8}
+    assert len(pages.calls) == 2  # one list of two pages

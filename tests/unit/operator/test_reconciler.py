@@ -142,3 +142,73 @@ def test_freed_gpus_wake_only_jobs_waiting_for_builtin_admission():
         reconciler.cache.put_job({"metadata": {"namespace": "n", "name": name}, "status": status}, deleted=False)
     reconciler.wake_pending()
     assert reconciler.queue._dirty == {("n", "new"), ("n", "no-room")}
+
+
+def test_a_node_heartbeat_wakes_no_one_a_cordon_does():
+    """Most node events are status heartbeats (new condition times): they change nothing admission
+    reads, so they must not requeue every waiting job (at 2,000 nodes they arrive tens per second)."""
+    from longctx_operator.reconciler import Reconciler
+
+    def node(beat: str, unschedulable: bool = False) -> dict:
+        return {
+            "metadata": {"name": "a", "labels": {}, "resourceVersion": beat},
+            "spec": {"unschedulable": unschedulable},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": beat}],
+            },
+        }
+
+    reconciler = Reconciler(kube=None, config=OperatorConfig())
+    reconciler.cache.put_job({"metadata": {"namespace": "n", "name": "waiting"}, "status": {}}, deleted=False)
+    reconciler.node_event(node("2026-11-26T10:00:00Z"), deleted=False)
+    assert reconciler.queue._dirty == {("n", "waiting")}
+    reconciler.queue._dirty.clear()
+    cached = reconciler.cache.nodes["a"]
+    reconciler.node_event(node("2026-11-26T10:00:20Z"), deleted=False)
+    assert reconciler.queue._dirty == set() and reconciler.cache.nodes["a"] is cached
+    reconciler.node_event(node("2026-11-26T10:00:40Z", unschedulable=True), deleted=False)
+    assert reconciler.queue._dirty == {("n", "waiting")}
+
+
+def test_a_fit_is_counted_again_only_when_gangs_reserved_too_many_nodes_meanwhile():
+    """Gang b (1 node) is counted while gang a reserves nodes: with 2 of the 4 free nodes reserved,
+    b's fit stands after one count; with all 4, b is counted again and refused."""
+    from longctx_operator.admission import NodeMatches
+    from longctx_operator.api.spec import LongContextJobSpec
+    from longctx_operator.reconciler import Reconciler
+
+    class Counted(NodeMatches):
+        counts = 0
+
+        def matching(self, request, nodes):
+            Counted.counts += 1
+            return super().matching(request, nodes)
+
+    def node(name):
+        return {
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    spec = LongContextJobSpec.model_validate(
+        {"model": {"preset": "tiny"}, "sequenceLength": 4096, "resources": {"nodes": 1}}
+    )
+
+    async def count_while_a_reserves(nodes: int):
+        reconciler = Reconciler(kube=None, config=OperatorConfig())
+        reconciler.node_matches = Counted()
+        Counted.counts = 0
+        for name in "abcd":
+            reconciler.cache.put_node(node(name), deleted=False)
+        counting = asyncio.create_task(reconciler._count_admission(("n", "b"), spec))
+        await asyncio.sleep(0)  # b's count has started
+        reconciler.reservations.reserve(("n", "a"), nodes=nodes, generation=1)
+        await counting
+        return reconciler.jobs[("n", "b")].admission, Counted.counts
+
+    verdict, counts = asyncio.run(count_while_a_reserves(2))
+    assert verdict.fits and counts == 1
+    verdict, counts = asyncio.run(count_while_a_reserves(4))
+    assert not verdict.fits and counts == 2
