@@ -120,10 +120,10 @@ def _prometheus_config(namespace: str, trainer_ports: list[int], operator_port: 
     }
 
 
-def _training_samples(prometheus: Prometheus, namespace: str) -> list[tuple[float, float]]:
-    """Raw (time, step) samples of rank 0's step gauge once it has finished a step."""
+def _training_samples(prometheus: Prometheus, namespace: str, rank: int = 0) -> list[tuple[float, float]]:
+    """Raw (time, step) samples of a rank's step gauge once it has finished a step."""
     result = prometheus.query(
-        f'longctx_train_step{{namespace="{namespace}", job_name="{JOB}", rank="0"}}[30m]', time.time()
+        f'longctx_train_step{{namespace="{namespace}", job_name="{JOB}", rank="{rank}"}}[30m]', time.time()
     )
     return [(float(t), float(v)) for t, v in result[0]["values"] if float(v) >= 1] if result else []
 
@@ -174,7 +174,9 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
             time.sleep(3)  # let the rules evaluate once more with the finished run's data
             samples = _training_samples(prometheus, namespace)
             assert samples, f"Prometheus never scraped rank 0 (log: {prometheus.log.read_text()[-2000:]})"
-            at = samples[-1][0]
+            # The ranks save and exit one after the other on Ctrl-C: the window ends at the last
+            # scrape that saw both of them training.
+            at = min(samples[-1][0], _training_samples(prometheus, namespace, rank=1)[-1][0])
             # rank 0's stdout: the trainer's JSON progress lines among gloo's own messages
             lines = (run_dir / PROGRESS_FILE).read_text().splitlines()
             progress = [e for e in map(parse_event, lines) if e is not None]
