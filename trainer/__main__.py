@@ -24,6 +24,7 @@ from .contract.metrics import TrainMetrics
 from .contract.termination import Preempted, exit_preempted
 from .data import Batches
 from .distributed import ProcessEnv, initialize
+from .faults import freeze_in_rendezvous
 from .mesh import make_mesh
 from .model import ModelOptions
 from .ops.block import attention_kernel
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:  # e.g. the port is taken
         raise SystemExit(f"longctx_trainer: {error}") from None
     metrics.enter("rendezvous")
+    freeze_in_rendezvous(metrics, process_env.process_id)  # a test's fault, off unless asked
     try:
         initialize(process_env, config.communication)
         mesh = make_mesh(config.parallelism)

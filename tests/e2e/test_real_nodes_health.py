@@ -18,6 +18,7 @@ from e2e.conftest import CLUSTER
 from e2e.test_real_nodes import Job, check_joined, events, phase, resumed_at
 
 from longctx_operator.observe import pod_rank
+from longctx_trainer.contract.podenv import FAULT_FREEZE_IN_RENDEZVOUS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -81,6 +82,34 @@ def test_a_stopped_rank_is_named_stalled_and_the_gang_resumes(real_cluster):
         assert last_rank0[-1] == {"event": "done", "step": job.steps}
         assert not any(e["event"] == "resume" for e in first_rank0)
         assert [e for e in events(job.log_text(job.pods(2)[0])) if e["event"] == "done"]
+    finally:
+        job.delete()
+
+
+def test_a_rank_that_never_joins_the_rendezvous_is_named_stalled_in_phase_rendezvous(real_cluster):
+    """Rank 1 stops itself in the rendezvous once the watchdog has read it there (the trainer's
+    fault-injection env, trainer/faults.py); rank 0 waits for it. Past hangDetection.startupSeconds
+    the gang is Stalled naming rank 1 only, in phase rendezvous; with no stall restart allowed the
+    job Fails."""
+    job = Job(
+        real_cluster,
+        {
+            "env": [{"name": FAULT_FREEZE_IN_RENDEZVOUS, "value": "1"}],
+            "restartPolicy": {"maxRestarts": 0, "maxStallRestarts": 0},
+            # the watchdog reads every 10 s and rank 1 stops at its second read: well within the bound
+            "hangDetection": {"startupSeconds": 60},
+        },
+    )
+    try:
+        job.wait(lambda current: len(job.pods(1)) == 2, "generation 1's pods")
+        frozen = job.pods(1)[1]["metadata"]["name"]
+        final = job.wait(lambda current: phase(current) == "Failed", "the job to be Failed (Stalled)", timeout=300)
+        assert final["status"]["reason"] == "Stalled", job.describe(final)
+        assert final["status"]["workloadGeneration"] == 1
+        message = final["status"]["message"]
+        assert "has not reached its first step" in message, message
+        assert f"rank 1 (pod {frozen}" in message and "phase rendezvous, not answering)" in message, message
+        assert "rank 0 (" not in message, message
     finally:
         job.delete()
 
