@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from datetime import UTC, datetime
 
 import pytest
 from e2e.conftest import CLUSTER
-from e2e.test_real_nodes import Job, check_joined, events, phase, resumed_at
+from e2e.test_real_nodes import NAME, Job, check_joined, events, phase, resumed_at
 
 from longctx_operator.observe import pod_rank
 from longctx_trainer.contract.podenv import FAULT_FREEZE_IN_RENDEZVOUS
+from support.recovery import breakdown, table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -136,7 +138,7 @@ def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_time
         spared = {p["spec"].get("nodeName") for p in operators}  # the operator must outlive the node
         victim = next(p for p in reversed(job.pods(1)) if p["spec"]["nodeName"] not in spared)
         node, rank = victim["spec"]["nodeName"], pod_rank(victim)
-        stopped = time.monotonic()
+        stopped, failed = time.monotonic(), datetime.now(UTC)
         subprocess.run([str(CLUSTER / "real-nodes"), "stop", str(real_cluster.state), node], check=True)
         restarted = job.wait(
             lambda current: (current.get("status") or {}).get("restarts") == 1, "the gang restart", timeout=240
@@ -158,5 +160,12 @@ def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_time
         last_rank0, _ = check_joined(job, 2)
         assert node not in {p["spec"]["nodeName"] for p in job.pods(2)}
         assert resumed_at(last_rank0) >= 10 and last_rank0[-1] == {"event": "done", "step": job.steps}
+        pods = job.pods(2)
+        workload = json.loads(real_cluster.kubectl("get", "job", f"{NAME}-g2", "-n", job.namespace, "-o", "json"))
+        logs = [
+            real_cluster.kubectl("logs", "--timestamps", "-n", job.namespace, p["metadata"]["name"], "-c", "trainer")
+            for p in pods
+        ]
+        print(f"recovery from a dead node:\n{table(breakdown(failed, final['status'], workload, pods, logs))}")
     finally:
         job.delete()
