@@ -99,7 +99,7 @@ def test_a_rank_that_never_joins_the_rendezvous_is_named_stalled_in_phase_rendez
             "env": [{"name": FAULT_FREEZE_IN_RENDEZVOUS, "value": "1"}],
             "restartPolicy": {"maxRestarts": 0, "maxStallRestarts": 0},
             # the watchdog reads every 10 s and rank 1 stops at its second read: well within the bound
-            "hangDetection": {"startupSeconds": 60},
+            "hangDetection": {"startupSeconds": 60, "floorSeconds": FLOOR_SECONDS},
         },
     )
     try:
