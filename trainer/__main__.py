@@ -26,6 +26,7 @@ from .contract.termination import Preempted, exit_preempted
 from .contract.topology import Topology
 from .data import Batches
 from .distributed import ProcessEnv, initialize
+from .faults import freeze_in_rendezvous
 from .model import ModelOptions
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:  # e.g. the port is taken
         raise SystemExit(f"longctx_trainer: {error}") from None
     metrics.enter("rendezvous")
+    freeze_in_rendezvous(metrics, process_env.process_id)  # a test's fault, off unless asked
     try:
         topology, placement = Topology.from_environ(os.environ)
         initialize(process_env, config.communication)

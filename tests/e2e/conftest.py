@@ -67,11 +67,17 @@ class RealCluster:
         return Kubectl(self.kubeconfig).run(*args, input=input, check=check, timeout=timeout).stdout
 
 
+REAL_NODES = 2
+"""Real nodes of a module's cluster: a two-rank gang's; a module that needs a spare node sets its
+own `REAL_NODES` (tests/e2e/test_real_nodes_health.py: a node dies under the gang)."""
+
+
 @pytest.fixture(scope="module")
-def real_cluster(tmp_path_factory) -> Iterator[RealCluster]:
-    """Builds the images (a cache hit after tests/e2e/test_images.py), starts a cluster with two real
-    nodes and no simulated ones, loads the images into the nodes' containerd and installs the chart;
-    skipped, with the reason, only where containers cannot run."""
+def real_cluster(request, tmp_path_factory) -> Iterator[RealCluster]:
+    """Builds the images (a cache hit after tests/e2e/test_images.py), starts a cluster with the
+    module's `REAL_NODES` real nodes and no simulated ones, loads the images into the nodes'
+    containerd and installs the chart; skipped, with the reason, only where containers cannot run."""
+    count = str(getattr(request.module, "REAL_NODES", REAL_NODES))
     check = subprocess.run([str(CLUSTER / "real-nodes"), "check"], capture_output=True, text=True)
     if check.returncode == 3:
         pytest.skip(check.stderr.strip())
@@ -80,9 +86,9 @@ def real_cluster(tmp_path_factory) -> Iterator[RealCluster]:
     env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state / "cluster")}
     try:
         up = subprocess.run(
-            [str(CLUSTER / "up"), "--nodes", "0", "--real-nodes", "2"], env=env, stdout=subprocess.DEVNULL
+            [str(CLUSTER / "up"), "--nodes", "0", "--real-nodes", count], env=env, stdout=subprocess.DEVNULL
         )
-        assert up.returncode == 0, "hack/cluster/up --real-nodes 2 failed; its output is above"
+        assert up.returncode == 0, f"hack/cluster/up --real-nodes {count} failed; its output is above"
         install = subprocess.run([str(CLUSTER / "install-operator")], env=env, stdout=subprocess.DEVNULL)
         assert install.returncode == 0, "hack/cluster/install-operator failed; its output is above"
         yield RealCluster(state / "cluster", state / "cluster" / "kubeconfig")

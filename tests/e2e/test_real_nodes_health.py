@@ -1,20 +1,36 @@
-"""Hang detection end to end on real nodes (docs/operator.md, "Hang detection"): one rank's
-trainer process is stopped with SIGSTOP mid-run; its exporter stops answering and the other rank
-waits in a collective. The operator's watchdog reads both ranks, finds that none advanced for the
-bound, sets Stalled naming the stopped rank, restarts the gang, which resumes from its last
-checkpoint and Succeeds. The trainer's and the operator's images are built from this tree."""
+"""Hang detection and a lost node end to end on real nodes (docs/operator.md, "Hang detection",
+"A lost node"). One rank's trainer process is stopped with SIGSTOP mid-run; its exporter stops
+answering and the other rank waits in a collective. The operator's watchdog reads both ranks, finds
+that none advanced for the bound, sets Stalled naming the stopped rank, restarts the gang, which
+resumes from its last checkpoint and Succeeds. Then a node under a running gang dies (its pod
+network goes silent and its kubelet, containerd and containers are killed): the gang restarts on
+the two healthy nodes long before Kubernetes' 300 s eviction and resumes. The module's cluster
+has three real nodes for that. The trainer's and the operator's images are built from this tree."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+from datetime import UTC, datetime
 
 import pytest
-from e2e.test_real_nodes import Job, check_joined, events, phase, resumed_at
+from e2e.conftest import CLUSTER
+from e2e.test_real_nodes import NAME, Job, check_joined, events, phase, resumed_at
+
+from longctx_operator.observe import pod_rank
+from longctx_trainer.contract.podenv import FAULT_FREEZE_IN_RENDEZVOUS
+from support.recovery import breakdown, table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 CHECKPOINT_INTERVAL = 5
 FLOOR_SECONDS = 20
+REAL_NODES = 3
+"""The module's cluster (tests/e2e/conftest.py): a two-rank gang and a spare node."""
+NODE_LOST_SECONDS = 2
+EVICTION_SECONDS = 300
+"""Kubernetes' default toleration of a NotReady or unreachable node."""
 """hangDetection.floorSeconds of the test's job: its steps take well under 2 s (10 x 2 s = 20 s)."""
 
 
@@ -68,5 +84,88 @@ def test_a_stopped_rank_is_named_stalled_and_the_gang_resumes(real_cluster):
         assert last_rank0[-1] == {"event": "done", "step": job.steps}
         assert not any(e["event"] == "resume" for e in first_rank0)
         assert [e for e in events(job.log_text(job.pods(2)[0])) if e["event"] == "done"]
+    finally:
+        job.delete()
+
+
+def test_a_rank_that_never_joins_the_rendezvous_is_named_stalled_in_phase_rendezvous(real_cluster):
+    """Rank 1 stops itself in the rendezvous once the watchdog has read it there (the trainer's
+    fault-injection env, trainer/faults.py); rank 0 waits for it. Past hangDetection.startupSeconds
+    the gang is Stalled naming rank 1 only, in phase rendezvous; with no stall restart allowed the
+    job Fails."""
+    job = Job(
+        real_cluster,
+        {
+            "env": [{"name": FAULT_FREEZE_IN_RENDEZVOUS, "value": "1"}],
+            "restartPolicy": {"maxRestarts": 0, "maxStallRestarts": 0},
+            # the watchdog reads every 10 s and rank 1 stops at its second read: well within the bound
+            "hangDetection": {"startupSeconds": 60, "floorSeconds": FLOOR_SECONDS},
+        },
+    )
+    try:
+        job.wait(lambda current: len(job.pods(1)) == 2, "generation 1's pods")
+        frozen = job.pods(1)[1]["metadata"]["name"]
+        final = job.wait(lambda current: phase(current) == "Failed", "the job to be Failed (Stalled)", timeout=300)
+        assert final["status"]["reason"] == "Stalled", job.describe(final)
+        assert final["status"]["workloadGeneration"] == 1
+        message = final["status"]["message"]
+        assert "has not reached its first step" in message, message
+        assert f"rank 1 (pod {frozen}" in message and "phase rendezvous, not answering)" in message, message
+        assert "rank 0 (" not in message, message
+    finally:
+        job.delete()
+
+
+def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_timeout(real_cluster):
+    """Last in the module: the dead node stays dead."""
+    job = Job(
+        real_cluster,
+        {
+            "steps": 80,
+            "sequenceLength": 512,
+            "globalBatchTokens": 1024,
+            "checkpoint": {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints", "intervalSteps": 10},
+            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1, "nodeLostSeconds": NODE_LOST_SECONDS},
+        },
+    )
+    try:
+        job.wait(
+            lambda current: ((current.get("status") or {}).get("progress") or {}).get("lastCheckpointStep"),
+            "generation 1 to pass a checkpoint",
+        )
+        check_joined(job, 1)
+        operators = json.loads(real_cluster.kubectl("get", "pods", "-n", "longctx-system", "-o", "json"))["items"]
+        spared = {p["spec"].get("nodeName") for p in operators}  # the operator must outlive the node
+        victim = next(p for p in reversed(job.pods(1)) if p["spec"]["nodeName"] not in spared)
+        node, rank = victim["spec"]["nodeName"], pod_rank(victim)
+        stopped, failed = time.monotonic(), datetime.now(UTC)
+        subprocess.run([str(CLUSTER / "real-nodes"), "stop", str(real_cluster.state), node], check=True)
+        restarted = job.wait(
+            lambda current: (current.get("status") or {}).get("restarts") == 1, "the gang restart", timeout=240
+        )
+        seconds = time.monotonic() - stopped
+        print(f"dead node {node}: gang restarted after {seconds:.0f} s")
+        assert seconds < EVICTION_SECONDS / 2, seconds
+        assert restarted["status"]["lastRestart"]["reason"] == "NodeNotReady", restarted["status"]
+        listed = json.loads(
+            real_cluster.kubectl(
+                "get", "events", "-n", job.namespace, "-o", "json",
+                "--field-selector", "involvedObject.kind=LongContextJob,reason=NodeNotReady",
+            )
+        )["items"]  # fmt: skip
+        messages = [e["message"] for e in listed if e["type"] == "Warning"]
+        assert any(f"rank {rank} (pod {victim['metadata']['name']})" in m and node in m for m in messages), messages
+        final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
+        assert phase(final) == "Succeeded" and final["status"]["workloadGeneration"] == 2, job.describe(final)
+        last_rank0, _ = check_joined(job, 2)
+        assert node not in {p["spec"]["nodeName"] for p in job.pods(2)}
+        assert resumed_at(last_rank0) >= 10 and last_rank0[-1] == {"event": "done", "step": job.steps}
+        pods = job.pods(2)
+        workload = json.loads(real_cluster.kubectl("get", "job", f"{NAME}-g2", "-n", job.namespace, "-o", "json"))
+        logs = [
+            real_cluster.kubectl("logs", "--timestamps", "-n", job.namespace, p["metadata"]["name"], "-c", "trainer")
+            for p in pods
+        ]
+        print(f"recovery from a dead node:\n{table(breakdown(failed, final['status'], workload, pods, logs))}")
     finally:
         job.delete()

@@ -25,6 +25,10 @@ LOCAL_PROCESS_ID = "LONGCTX_LOCAL_PROCESS_ID"
 GENERATION = "LONGCTX_GENERATION"
 PEAK_FLOPS = "LONGCTX_PEAK_FLOPS"
 """Optional override of the device's peak FLOP/s for MFU (a job may set it)."""
+FAULT_FREEZE_IN_RENDEZVOUS = "LONGCTX_FAULT_FREEZE_IN_RENDEZVOUS"
+"""Fault injection, for tests (a job may set it): the JAX process id of the rank that stops itself
+(SIGSTOP) in the rendezvous, before it joins, once its health metrics have been read (the JAX
+trainer, trainer/faults.py): a rank that never joins, as the operator sees one."""
 
 # Where the process runs (contract/topology.py): its node's name (downward API spec.nodeName), the
 # node label keys of the topology levels, outermost first (comma list), each level's value for
@@ -94,7 +98,7 @@ RESERVED = frozenset(
 how much of their memory it takes; a wrong value hangs or corrupts the whole gang."""
 RESERVED_PREFIX = "LONGCTX_"
 """Every LONGCTX_* name is the operator's, except those in USER_SETTABLE."""
-USER_SETTABLE = frozenset({PEAK_FLOPS})
+USER_SETTABLE = frozenset({PEAK_FLOPS, FAULT_FREEZE_IN_RENDEZVOUS})
 
 
 def reserved(name: str) -> bool:

@@ -1,0 +1,44 @@
+"""tests/support/recovery.py: the stages of a recovery from recorded objects and log lines."""
+
+from datetime import UTC, datetime
+
+from support.recovery import breakdown, log_events, table
+
+POD = {
+    "status": {
+        "conditions": [{"type": "PodScheduled", "lastTransitionTime": "2026-11-26T23:00:52Z"}],
+        "containerStatuses": [
+            {"name": "trainer", "state": {"terminated": {"startedAt": "2026-11-26T23:00:55Z", "exitCode": 0}}}
+        ],
+    }
+}
+RANK0 = "\n".join(
+    [
+        '2026-11-26T23:01:05.500000000Z {"event": "joined", "rank": 0}',
+        "2026-11-26T23:01:06.000000000Z a library's own line",
+        '2026-11-26T23:01:10.250000000Z {"event": "resume", "step": 10}',
+        '2026-11-26T23:01:20.250000000Z {"event": "step", "step": 11}',
+    ]
+)
+RANK1 = '2026-11-26T23:01:07.000000000Z {"event": "joined", "rank": 1}'
+
+
+def test_each_stage_runs_from_the_end_of_the_one_before():
+    status = {"lastRestart": {"time": "2026-11-26T23:00:45Z"}}
+    workload = {"metadata": {"creationTimestamp": "2026-11-26T23:00:50Z"}}
+    failed = datetime(2026, 11, 26, 23, 0, 0, tzinfo=UTC)
+    seconds = breakdown(failed, status, workload, [POD, POD], [RANK0, RANK1])
+    assert seconds == {
+        "detect": 45.0,
+        "delete": 5.0,
+        "schedule": 2.0,
+        "start": 3.0,
+        "rendezvous": 12.0,  # the last rank's "joined"
+        "restore": 3.2,
+        "compile": 10.0,
+    }
+    assert table(seconds).endswith("| **total** | **80 s** |")
+
+
+def test_log_lines_other_than_the_trainers_events_are_skipped():
+    assert [e["event"] for _, e in log_events(RANK0)] == ["joined", "resume", "step"]
