@@ -139,7 +139,10 @@ def test_status_and_get_explain_the_layout_against_measured_tokens_per_second(op
         )
         obj = wait_until(
             lambda: (
-                (o := kubectl.json("get", "lcj", "explained")).get("status", {}).get("progress", {}).get("tokensPerSecond")
+                (o := kubectl.json("get", "lcj", "explained"))
+                .get("status", {})
+                .get("progress", {})
+                .get("tokensPerSecond")
                 and o
             ),
             timeout=90,
