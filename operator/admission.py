@@ -284,8 +284,12 @@ class Reservations:
 def still_fits(verdict: Admission, request: GangRequest, reserved_since: int) -> bool:
     """Whether a fit counted before other gangs reserved `reserved_since` nodes still fits without
     counting again: when even all those nodes were among its free ones, enough are left. (Counting
-    again after every reservation made 50 gangs arriving at once count about 50 x 16 / 2 times.)"""
-    return verdict.fits and verdict.available - reserved_since >= request.pods
+    again after every reservation made 50 gangs arriving at once count about 50 x 16 / 2 times.)
+    A fit with nothing reserved since, or of a gang that requests no GPUs (it counts no nodes),
+    stands as counted."""
+    if not verdict.fits:
+        return False
+    return reserved_since == 0 or request.gpus_per_pod == 0 or verdict.available - reserved_since >= request.pods
 
 
 def admission_backoff(refusals: int) -> float:

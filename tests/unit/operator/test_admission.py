@@ -274,3 +274,17 @@ def test_a_fit_still_stands_while_enough_of_its_free_nodes_are_not_reserved_sinc
     assert not still_fits(verdict, gang(2), reserved_since=3)
     refused = admit_gang(gang(5), [node(n) for n in "abcd"], [])
     assert refused.available == 4 and not still_fits(refused, gang(5), reserved_since=0)
+
+
+def test_a_fit_stands_with_nothing_reserved_since_and_for_a_gang_without_gpus():
+    """A CPU gang fits with no free GPU node counted (available 0): its fit must stand, or the
+    reconciler counts it again forever (the real-node quickstart hung that way, 2026-11-27)."""
+    from longctx_operator.admission import still_fits
+
+    cpu = admit_gang(gang(2, gpus=0), [], [])
+    assert cpu.fits and cpu.available == 0
+    assert still_fits(cpu, gang(2, gpus=0), reserved_since=0)
+    assert still_fits(cpu, gang(2, gpus=0), reserved_since=3)
+    tight = admit_gang(gang(2), [node(n) for n in "ab"], [])
+    assert still_fits(tight, gang(2), reserved_since=0)
+    assert not still_fits(tight, gang(2), reserved_since=1)
