@@ -213,6 +213,16 @@ class Job:
         events = self.cluster.kubectl("get", "events", "-n", self.namespace, check=False)
         return f"status: {json.dumps(job.get('status'), indent=1)}\n{pods}\n{events}"
 
+    def warnings(self, reason: str) -> list[str]:
+        """The messages of the Warning Events the operator posted on the job with this reason."""
+        listed = json.loads(
+            self.cluster.kubectl(
+                "get", "events", "-n", self.namespace, "-o", "json",
+                "--field-selector", f"involvedObject.kind=LongContextJob,reason={reason}",
+            )
+        )["items"]  # fmt: skip
+        return [e["message"] for e in listed if e["type"] == "Warning"]
+
     def log_text(self, pod: dict, check: bool = True) -> str:
         return self.cluster.kubectl("logs", "-n", self.namespace, pod["metadata"]["name"], "-c", "trainer", check=check)
 

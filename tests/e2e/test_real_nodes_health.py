@@ -68,13 +68,7 @@ def test_a_stopped_rank_is_named_stalled_and_the_gang_resumes(real_cluster):
             timeout=300,
         )
         assert restarted["status"]["restarts"] == 0, restarted["status"]  # counted apart from failures
-        listed = json.loads(
-            real_cluster.kubectl(
-                "get", "events", "-n", job.namespace, "-o", "json",
-                "--field-selector", "involvedObject.kind=LongContextJob,reason=Stalled",
-            )
-        )["items"]  # fmt: skip
-        messages = [e["message"] for e in listed if e["type"] == "Warning"]
+        messages = job.warnings("Stalled")
         assert any(f"rank 1 (pod {stopped}, phase training" in m and "not answering" in m for m in messages), messages
         assert not any("rank 0 (" in m for m in messages), messages
         final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
@@ -147,13 +141,7 @@ def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_time
         print(f"dead node {node}: gang restarted after {seconds:.0f} s")
         assert seconds < EVICTION_SECONDS / 2, seconds
         assert restarted["status"]["lastRestart"]["reason"] == "NodeNotReady", restarted["status"]
-        listed = json.loads(
-            real_cluster.kubectl(
-                "get", "events", "-n", job.namespace, "-o", "json",
-                "--field-selector", "involvedObject.kind=LongContextJob,reason=NodeNotReady",
-            )
-        )["items"]  # fmt: skip
-        messages = [e["message"] for e in listed if e["type"] == "Warning"]
+        messages = job.warnings("NodeNotReady")
         assert any(f"rank {rank} (pod {victim['metadata']['name']})" in m and node in m for m in messages), messages
         final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
         assert phase(final) == "Succeeded" and final["status"]["workloadGeneration"] == 2, job.describe(final)
