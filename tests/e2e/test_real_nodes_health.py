@@ -134,12 +134,13 @@ def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_time
         node, rank = victim["spec"]["nodeName"], pod_rank(victim)
         stopped, failed = time.monotonic(), datetime.now(UTC)
         subprocess.run([str(CLUSTER / "real-nodes"), "stop", str(real_cluster.state), node], check=True)
+        # Waited for at most half of Kubernetes' own eviction timeout: far sooner than eviction.
         restarted = job.wait(
-            lambda current: (current.get("status") or {}).get("restarts") == 1, "the gang restart", timeout=240
+            lambda current: (current.get("status") or {}).get("restarts") == 1,
+            "the gang restart, within half the eviction timeout",
+            timeout=EVICTION_SECONDS / 2,
         )
-        seconds = time.monotonic() - stopped
-        print(f"dead node {node}: gang restarted after {seconds:.0f} s")
-        assert seconds < EVICTION_SECONDS / 2, seconds
+        print(f"dead node {node}: gang restarted after {time.monotonic() - stopped:.0f} s")
         assert restarted["status"]["lastRestart"]["reason"] == "NodeNotReady", restarted["status"]
         messages = job.warnings("NodeNotReady")
         assert any(f"rank {rank} (pod {victim['metadata']['name']})" in m and node in m for m in messages), messages

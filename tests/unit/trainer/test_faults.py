@@ -65,9 +65,9 @@ def test_the_named_rank_answers_in_the_rendezvous_then_stops_at_its_second_read(
         except OSError:
             pass  # the answer may never come: the process stopped while writing it
         deadline = time.monotonic() + 10
-        while state(child.pid) != "T":
-            assert time.monotonic() < deadline, "the named rank did not stop"
+        while state(child.pid) != "T" and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert state(child.pid) == "T", "the named rank did not stop"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
