@@ -17,7 +17,6 @@ import json
 import math
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ import yaml
 
 from longctx_operator.localrun import PROGRESS_FILE, parse_event
 from support import operator_harness as h
+from support.ports import consecutive_free_ports
 from support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,23 +46,6 @@ RUN_TIMEOUT = 600
 TWIN_AFTER_SAMPLES = 5
 
 
-def _consecutive_free_ports(count: int) -> int:
-    """A port P with P .. P+count-1 free on loopback (the workers listen on metrics.port + i)."""
-    for _ in range(50):
-        first = h.free_port()
-        sockets = []
-        try:
-            for port in range(first, first + count):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 @dataclass(frozen=True)
@@ -132,7 +115,7 @@ def _training_samples(prometheus: Prometheus, namespace: str, rank: int = 0) -> 
 def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
     workdir = tmp_path_factory.mktemp("scrape")
     namespace = f"scrape-{uuid.uuid4().hex[:6]}"
-    metrics_port = _consecutive_free_ports(2)
+    metrics_port = consecutive_free_ports(2)
     h.install_crd(admin_kubectl)
     admin_kubectl.run("create", "namespace", namespace)
     run = None

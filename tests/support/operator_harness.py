@@ -280,7 +280,9 @@ def install_crd(admin_kubectl) -> None:
         time.sleep(0.2)
 
 
-def wait_ready(url: str, timeout: float = 60) -> None:
+def wait_ready(url: str, timeout: float = 60, server: subprocess.Popen | None = None) -> None:
+    """Until `url` answers; when the `server` process that should serve it exits first, fail now
+    with its exit code rather than wait out the timeout."""
     import urllib.request
 
     deadline = time.monotonic() + timeout
@@ -289,6 +291,8 @@ def wait_ready(url: str, timeout: float = 60) -> None:
             with urllib.request.urlopen(url, timeout=2):
                 return
         except OSError:
+            if server is not None and server.poll() is not None:
+                raise RuntimeError(f"{url}: its server exited with {server.returncode} before answering") from None
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
