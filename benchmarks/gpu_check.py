@@ -432,10 +432,10 @@ def planner_prediction(cfg: dict, device_kind: str | None) -> Callable[[dict], d
             remat_policy=spec["policy"],
         )  # fmt: skip
         try:
-            chosen = plan(request)
+            planned = plan(request)
         except PlanError as error:
             return {"gpu": gpu, "error": error.message}
-        return {"gpu": gpu, "peak_bytes": chosen.memory.total, "step_seconds": chosen.step_seconds}
+        return {"gpu": gpu, "peak_bytes": planned.chosen.memory.total, "step_seconds": planned.step_seconds}
 
     return predict
 

@@ -183,7 +183,6 @@ def cmd_plan(args) -> int:
     import json
     from dataclasses import replace
 
-    from .api.spec import API_LOAD_BALANCE
     from .planner import against_bf16_json, format_against_bf16, format_table, plan, to_json
     from .planner.adaptive import adaptive_saving
     from .planner.report import adaptive_json, faster_layouts, format_adaptive, format_unplanned, unplanned_json
@@ -196,11 +195,10 @@ def cmd_plan(args) -> int:
             _warn(args.file, job)
             if job.spec.on_cpu:  # a manual layout the planner does not model
                 layout, _ = resolve_layout(job.spec)
-                load_balance = API_LOAD_BALANCE[layout.load_balance]  # what auto resolved to
                 if args.output == "json":
-                    print(json.dumps(unplanned_json(layout, load_balance), indent=2))
+                    print(json.dumps(unplanned_json(layout), indent=2))
                 else:
-                    print(format_unplanned(layout, job.spec.resources.nodes, load_balance), end="")
+                    print(format_unplanned(layout, job.spec.resources.nodes), end="")
                 return 0
             request = plan_request(job.spec)
         else:
@@ -209,16 +207,16 @@ def cmd_plan(args) -> int:
             if any(v is not None and not 1 <= v <= 65536 for v in (args.data, args.context, args.tensor)):
                 raise UsageError("--data, --context and --tensor must be between 1 and 65536")
             request = _plan_request_from_flags(args)
-        chosen = plan(request)
+        planned = plan(request)
     except PlanError as e:
         raise UsageError(f"{args.file}: {e}" if args.file else str(e)) from None
-    if faster := faster_layouts(chosen):
+    if faster := faster_layouts(planned):
         pinned, unpin = (
             ("spec.parallelism", "parallelism.mode auto") if args.file else ("--data, --context, --tensor", "no pins")
         )
         print(
-            f"{where}warning: {pinned}: the pinned layout {chosen.layout} is slower than {faster[0].layout} "
-            f"({chosen.tokens_per_second:,.0f} vs {faster[0].tokens_per_second:,.0f} tokens/s estimated), "
+            f"{where}warning: {pinned}: the pinned layout {planned.chosen.layout} is slower than {faster[0].layout} "
+            f"({planned.chosen.tokens_per_second:,.0f} vs {faster[0].tokens_per_second:,.0f} tokens/s estimated), "
             f"which fits; {unpin} would choose the fastest",
             file=sys.stderr,
         )
@@ -228,13 +226,13 @@ def cmd_plan(args) -> int:
             bf16 = plan(replace(request, precision="bf16"))
         except PlanError:  # e.g. bf16 does not fit where fp8 does
             bf16 = None
-    saving = adaptive_saving(chosen)  # with data.packing.documentLengths only
+    saving = adaptive_saving(planned)  # with data.packing.documentLengths only
     if args.output == "json":
-        out = to_json(chosen) | ({"againstBf16": against_bf16_json(chosen, bf16)} if fp8 else {})
+        out = to_json(planned) | ({"againstBf16": against_bf16_json(planned, bf16)} if fp8 else {})
         print(json.dumps(out | ({"adaptive": adaptive_json(saving)} if saving else {}), indent=2))
     else:
-        table = format_table(chosen) + ("\n" + format_adaptive(saving) if saving else "")
-        print(table + ("\n" + format_against_bf16(chosen, bf16) if fp8 else ""))
+        table = format_table(planned) + ("\n" + format_adaptive(saving) if saving else "")
+        print(table + ("\n" + format_against_bf16(planned, bf16) if fp8 else ""))
     return 0
 
 

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import get_args
 
+from longctx_trainer.contract.config import AUTO, DEFAULT_ATTENTION
+
 from . import conditions, names
-from .api.spec import AUTO_LOAD_BALANCE
+from .api.spec import API_ATTENTION
 from .api.status import PENDING, TERMINAL, Phase
 from .names import TRAINER_CONTAINER
 
@@ -87,18 +89,18 @@ def format_list(jobs: list[dict], now: datetime, all_namespaces: bool = False) -
 
 
 def _attention_words(spec: dict, layout: dict) -> str:
-    asked = (spec.get("parallelism") or {}).get("attention") or "ring"
+    asked = (spec.get("parallelism") or {}).get("attention") or API_ATTENTION[DEFAULT_ATTENTION]
     kind = layout.get("attention") or asked
     if layout.get("ulysses"):
         kind += f" (Ulysses groups of {layout['ulysses']})"
-    if asked == "auto":
+    if asked == AUTO:
         return f"{kind}, chosen by the planner (parallelism.attention: auto)"
     return f"{kind} (parallelism.attention)"
 
 
 def _load_balance_words(spec: dict, layout: dict) -> str:
-    asked = (spec.get("parallelism") or {}).get("loadBalance") or AUTO_LOAD_BALANCE
-    if asked == AUTO_LOAD_BALANCE:
+    asked = (spec.get("parallelism") or {}).get("loadBalance") or AUTO
+    if asked == AUTO:
         return f"{layout['loadBalance']}, chosen by auto (documents with data.packing.documentMask)"
     return f"{layout['loadBalance']} (parallelism.loadBalance)"
 

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .contract.config import LoadBalance
 from .contract.load_balance import permutation
 
-MASK_LAYOUT = "dual_chunk_swap"
+MASK_LAYOUT: LoadBalance = "dual_chunk_swap"
 """The static layout whose positions the kernels mask with (they order each document's tokens)."""
 
 

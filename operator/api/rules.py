@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from longctx_trainer.contract import podenv
-from longctx_trainer.contract.config import BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
+from longctx_trainer.contract.config import AUTO, BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
 from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.contract.presets import PRESETS
 
 from ..names import RESERVED_MOUNTS
-from ..planner.plan import AUTO_ATTENTION
-from .spec import AUTO_LOAD_BALANCE, LongContextJobSpec, ModelSpec
+from .spec import LongContextJobSpec, ModelSpec
 
 RDMA_FABRICS = tuple(name for name, fabric in FABRICS.items() if fabric.rdma)
 GPU_NIC_NETWORKS = {name: f.gpu_nic_networks for name, f in FABRICS.items() if f.gpu_nic_networks}
@@ -271,9 +270,9 @@ _PYTORCH_EXAMPLE_RULES = (
         ".parallelism.tensor",
     ),
     _pytorch_rule(
-        f"self.parallelism.attention in ['ring', '{AUTO_ATTENTION}']",
+        f"self.parallelism.attention in ['ring', '{AUTO}']",
         "implements ring attention only: parallelism.attention must be ring",
-        lambda s: s.parallelism.attention in ("ring", AUTO_ATTENTION),
+        lambda s: s.parallelism.attention in ("ring", AUTO),
         ".parallelism.attention",
     ),
     _pytorch_rule(
@@ -443,7 +442,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "spec",
         "!has(self.parallelism.context) || self.sequenceLength % ((self.parallelism.loadBalance in "
-        f"['dualChunkSwap', 'documents', '{AUTO_LOAD_BALANCE}'] ? 2 : 1) * self.parallelism.context) == 0",
+        f"['dualChunkSwap', 'documents', '{AUTO}'] ? 2 : 1) * self.parallelism.context) == 0",
         "sequenceLength must be divisible by context (by 2 * context with dualChunkSwap, documents or auto)",
         _sequence_divisible,
         ".sequenceLength",
@@ -458,7 +457,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "spec",
         "!self.parallelism.adaptive || (self.data.packing.documentMask && self.parallelism.attention == 'ring' "
-        f"&& self.parallelism.loadBalance in ['dualChunkSwap', '{AUTO_LOAD_BALANCE}'] "
+        f"&& self.parallelism.loadBalance in ['dualChunkSwap', '{AUTO}'] "
         "&& !(has(self.offload.enabled) && self.offload.enabled))",
         "parallelism.adaptive needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap or auto, "
         "no offload",

@@ -15,7 +15,11 @@ from pydantic.alias_generators import to_camel
 
 from longctx_trainer.contract.adaptive import LENGTH_SAMPLES
 from longctx_trainer.contract.config import (
+    AUTO,
+    DEFAULT_ATTENTION,
+    DEFAULT_LOAD_BALANCE,
     Attention,
+    Auto,
     CollectivePermute,
     DataKind,
     LoadBalance,
@@ -32,7 +36,6 @@ from longctx_trainer.contract.presets import (
 )
 
 from ..names import API_VERSION, KIND
-from ..planner.plan import AUTO_ATTENTION
 
 # Patterns are checked by pydantic (Rust regex) and by the API server (Go RE2) alike: ASCII classes
 # only (no \w or \d, which are Unicode-aware in Rust), anchored, no look-arounds.
@@ -84,12 +87,9 @@ TRAINER_REMAT_POLICY = _trainer_spellings(RematPolicy)
 API_REMAT_POLICY = {trainer: api for api, trainer in TRAINER_REMAT_POLICY.items()}
 ApiRematPolicy = Literal[tuple(TRAINER_REMAT_POLICY)]  # type: ignore[valid-type]
 ApiAttentionKind = Literal[tuple(TRAINER_ATTENTION)]  # type: ignore[valid-type]
-ApiAttention = Literal[(*TRAINER_ATTENTION, AUTO_ATTENTION)]  # type: ignore[valid-type]
-AUTO_LOAD_BALANCE = "auto"
-"""`parallelism.loadBalance: auto`: documents with a document mask, else dualChunkSwap
-(`LongContextJobSpec.trainer_load_balance`)."""
+ApiAttention = Literal[(*TRAINER_ATTENTION, AUTO)]  # type: ignore[valid-type]
 ApiLoadBalanceKind = Literal[tuple(TRAINER_LOAD_BALANCE)]  # type: ignore[valid-type]
-ApiLoadBalance = Literal[(*TRAINER_LOAD_BALANCE, AUTO_LOAD_BALANCE)]  # type: ignore[valid-type]
+ApiLoadBalance = Literal[(*TRAINER_LOAD_BALANCE, AUTO)]  # type: ignore[valid-type]
 
 
 class ApiModel(BaseModel):
@@ -175,7 +175,7 @@ class ParallelismSpec(ApiModel):
     """Tensor-parallel group size; must stay inside a node and divide heads and kvHeads (manual mode)."""
     processes_per_node: int | None = Field(None, ge=1, le=64)
     """JAX processes per pod (default 1; NVSHMEM needs one per GPU, so it defaults to gpusPerNode there)."""
-    attention: ApiAttention = "ring"
+    attention: ApiAttention = API_ATTENTION[DEFAULT_ATTENTION]
     """Context-parallel attention: ring (K/V rotate around the ring), allGather (K/V gathered once),
     ulysses (all-to-all from sequence to head shards; heads / tensor must divide by context), hybrid
     (Ulysses inside groups of `ulysses` devices, a ring over the groups), tokenRing (queries go
@@ -184,7 +184,7 @@ class ParallelismSpec(ApiModel):
     ulysses: int | None = Field(None, ge=2, le=65536)
     """Ulysses group size of attention hybrid: divides context, below it; heads / tensor must divide
     by it. Omitted: the planner picks it (GPU jobs; CPU jobs must set it)."""
-    load_balance: ApiLoadBalance = AUTO_LOAD_BALANCE
+    load_balance: ApiLoadBalance = AUTO
     """Causal load balancing: dualChunkSwap gives device i chunks i and 2C-1-i; striped interleaves
     tokens; documents places packed documents by mirrored block pairs, per batch, so the work
     under the document mask is even and blocks still hold one document (needs
@@ -505,17 +505,22 @@ class LongContextJobSpec(ApiModel):
     def batch_tokens(self) -> int:
         return self.global_batch_tokens or self.sequence_length
 
+    def trainer_attention(self) -> Attention | Auto:
+        """parallelism.attention in the trainer's spelling; auto stays auto (the planner's choice)."""
+        chosen = self.parallelism.attention
+        return AUTO if chosen == AUTO else TRAINER_ATTENTION[chosen]
+
     def trainer_load_balance(self) -> LoadBalance:
         """The load balancing the trainer runs (its spelling): the spec's, or what auto resolves to:
         documents when the document mask is on (its work balance is 1.08 max/mean against
         dual-chunk-swap's 1.55-1.72, docs/attention.md), except with adaptive context parallelism,
         whose ring stream is laid out by dual-chunk-swap; dual-chunk-swap otherwise."""
         chosen = self.parallelism.load_balance
-        if chosen != AUTO_LOAD_BALANCE:
+        if chosen != AUTO:
             return TRAINER_LOAD_BALANCE[chosen]
         if self.data.packing.document_mask and not self.parallelism.adaptive:
             return "documents"
-        return "dual_chunk_swap"
+        return DEFAULT_LOAD_BALANCE
 
     def processes_per_node(self) -> int:
         """Explicit value, else one per GPU with NVSHMEM, else one per pod."""

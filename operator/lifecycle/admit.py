@@ -9,10 +9,10 @@ from .. import conditions, names, reasons
 from ..admission import Admission
 from ..api.spec import LongContextJobSpec
 from ..api.status import ADMITTED, PENDING
+from ..layout import ResolvedLayout
 from .decision import CreateWorkload, Decision
 from .draft import Draft
 from .kueue import queued_message
-from .planning import resolved
 
 ADMISSION_RETRY_SECONDS = 5.0
 
@@ -78,5 +78,5 @@ def admit_next(
     )
     n.condition(conditions.ADMITTED, admitted, reason, message)
     n.restart_clock(conditions.WORKLOAD_CREATED)  # a new generation's create has its own history and clock
-    n.actions.append(CreateWorkload(generation, resolved(n.status.layout, spec)))
+    n.actions.append(CreateWorkload(generation, ResolvedLayout.from_status(n.status.layout, spec)))
     return n.decision(requeue_after=float(spec.scheduling.startup_timeout_seconds))

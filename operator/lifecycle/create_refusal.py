@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from .. import conditions, reasons
 from ..api.spec import LongContextJobSpec
+from ..layout import ResolvedLayout
 from .decision import DELETE_WAIT_SECONDS, CreateWorkload, Decision
 from .draft import Draft
 from .gang_restart import gang_failed
-from .planning import resolved
 from .startup import startup_left
 
 
@@ -29,7 +29,7 @@ def create_refused(n: Draft, spec: LongContextJobSpec, generation: int, error: s
             f"{spec.scheduling.startup_timeout_seconds}s (scheduling.startupTimeoutSeconds): {error}",
         )
     n.set(reason=reasons.WORKLOAD_CREATE_FAILED, message=error)
-    n.actions.append(CreateWorkload(generation, resolved(n.status.layout, spec)))
+    n.actions.append(CreateWorkload(generation, ResolvedLayout.from_status(n.status.layout, spec)))
     return n.decision(requeue_after=max(0.5, left + 0.5))
 
 
@@ -43,5 +43,5 @@ def name_taken(n: Draft, error: str) -> Decision:
 
 def create_again(n: Draft, spec: LongContextJobSpec, generation: int) -> Decision:
     """Not seen yet (just created) or removed by someone else: create-or-get it again."""
-    n.actions.append(CreateWorkload(generation, resolved(n.status.layout, spec)))
+    n.actions.append(CreateWorkload(generation, ResolvedLayout.from_status(n.status.layout, spec)))
     return n.decision(requeue_after=DELETE_WAIT_SECONDS)

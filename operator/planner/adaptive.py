@@ -65,8 +65,8 @@ def adaptive_saving(plan: Plan, seed: int = 0) -> AdaptiveSaving | None:
     """The modelled saving for the plan's layout and the request's length sample; None without a
     sample, or where adaptive context parallelism cannot run (attention other than ring, context 1,
     offload, shards not a multiple of 32) or the draw would exceed DOCUMENT_BUDGET."""
-    req, layout = plan.request, plan.layout
-    if not req.document_lengths or plan.attention != "ring" or plan.offload:
+    req, layout = plan.request, plan.chosen.layout
+    if not req.document_lengths or plan.chosen.attention != "ring" or plan.chosen.offload:
         return None
     rows = max(1, req.batch_sequences // layout.data)
     return saving(req.model, req.precision, req.sequence_length, layout, rows, req.document_lengths, req.adaptive, seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.contract.config import hybrid_split, sequence_split, ulysses_kv_repeat
+from longctx_trainer.contract.config import Attention, LoadBalance, hybrid_split, sequence_split, ulysses_kv_repeat
 from longctx_trainer.contract.presets import ModelDims
 
 
@@ -53,8 +53,8 @@ def structural_rejections(
     sequence_length: int,
     batch_sequences: int,
     gpus_per_node: int,
-    load_balance: str,
-    attention: str,
+    load_balance: LoadBalance,
+    attention: Attention,
     ulysses: int = 1,
 ) -> list[Rejection]:
     """Reasons independent of memory and speed; empty when the layout can run at all. `ulysses`:

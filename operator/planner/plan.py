@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from typing import get_args
 
-from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY, Attention, LoadBalance, Precision, RematPolicy
+from longctx_trainer.contract.config import (
+    AUTO,
+    DEFAULT_ATTENTION,
+    DEFAULT_LOAD_BALANCE,
+    DEFAULT_REMAT_POLICY,
+    Attention,
+    Auto,
+    LoadBalance,
+    Precision,
+    RematPolicy,
+)
 from longctx_trainer.contract.flops import FlopsPerToken, flops_per_token
 from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.contract.presets import ModelDims
@@ -18,10 +28,9 @@ from .timing import StepInputs, StepTime, step_time
 # Offloaded tensors may take this fraction of a pod's memory limit; the rest is for the Python
 # process, the runtime's own host buffers, data loading and the page cache of checkpoints.
 HOST_MEMORY_MARGIN = 0.8
-AUTO_ATTENTION = "auto"
-"""`attention: auto`: plan every kind (ATTENTION_KINDS, in this order of preference on a tie) and keep
-the fastest layout-and-kind that fits."""
 ATTENTION_KINDS: tuple[Attention, ...] = get_args(Attention)
+"""What `attention: auto` plans, in this order of preference on a tie: it keeps the fastest
+layout-and-kind that fits."""
 
 
 class PlanError(ValueError):
@@ -49,9 +58,9 @@ class PlanRequest:
     data: int | None = None  # None = planner decides; all three set = manual layout
     context: int | None = None
     tensor: int | None = None
-    attention: Attention | Literal["auto"] = "ring"
+    attention: Attention | Auto = DEFAULT_ATTENTION
     ulysses: int | None = None  # hybrid's Ulysses group size; None = planner decides
-    load_balance: LoadBalance = "dual_chunk_swap"
+    load_balance: LoadBalance = DEFAULT_LOAD_BALANCE
     offload: bool | None = None  # None = only when needed to fit
     chunk_tokens: int | None = None  # None = chunk rule
     recompute: bool = True
@@ -76,13 +85,13 @@ class PlanRequest:
     @property
     def attention_kinds(self) -> tuple[Attention, ...]:
         """The kinds to plan: the one named, or every kind for auto."""
-        return ATTENTION_KINDS if self.attention == AUTO_ATTENTION else (self.attention,)
+        return ATTENTION_KINDS if self.attention == AUTO else (self.attention,)
 
 
 @dataclass(frozen=True)
 class Candidate:
     layout: Layout
-    attention: Attention = "ring"
+    attention: Attention = DEFAULT_ATTENTION
     ulysses: int = 1  # hybrid's Ulysses group size
     offload: bool = False
     chunk_tokens: int | None = None
@@ -108,30 +117,23 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Plan:
+    """The chosen candidate (it fits: its memory, step and speed are set) and how it was chosen."""
+
     request: PlanRequest
-    layout: Layout
-    attention: Attention  # the request's, or the one auto chose
-    ulysses: int  # hybrid's Ulysses group size (chosen unless the request set it); 1 otherwise
-    offload: bool
-    chunk_tokens: int | None
-    memory: MemoryBreakdown
+    chosen: Candidate  # its attention is the request's, or the one auto chose
     flops_per_token: FlopsPerToken
-    step: StepTime
-    tokens_per_second: float
-    mfu: float  # causal-attention convention
-    mfu_full_attention: float  # 12*L*H*Q*T convention
+    mfu_full_attention: float  # 12*L*H*Q*T convention (the chosen candidate's mfu is causal)
     explanation: str
-    remat_policy: RematPolicy = DEFAULT_REMAT_POLICY  # save_attention where its saved tensors fit
     candidates: list[Candidate] = field(default_factory=list)
 
     @property
     def step_seconds(self) -> float:
-        return self.step.total
+        return self.chosen.step.total
 
 
 _CHOICES = {
     "precision": ("spec.precision", get_args(Precision)),
-    "attention": ("spec.parallelism.attention", (*ATTENTION_KINDS, AUTO_ATTENTION)),
+    "attention": ("spec.parallelism.attention", (*ATTENTION_KINDS, AUTO)),
     "load_balance": ("spec.parallelism.loadBalance", get_args(LoadBalance)),
 }
 _AXIS_FIELDS = {
@@ -440,18 +442,9 @@ def plan(req: PlanRequest) -> Plan:
     peak = chosen.step.total * chosen.layout.devices * GPUS[req.gpu].bf16_flops
     return Plan(
         request=req,
-        layout=chosen.layout,
-        attention=chosen.attention,
-        ulysses=chosen.ulysses,
-        offload=chosen.offload,
-        chunk_tokens=chosen.chunk_tokens,
-        memory=chosen.memory,
+        chosen=chosen,
         flops_per_token=flops,
-        step=chosen.step,
-        tokens_per_second=chosen.tokens_per_second,
-        mfu=chosen.mfu,
         mfu_full_attention=flops.full * req.global_batch_tokens / peak,
         explanation=explanation,
-        remat_policy=chosen.remat_policy,
         candidates=candidates,
     )

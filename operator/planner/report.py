@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import math
 
+from longctx_trainer.contract.config import AUTO, Attention, Auto, LoadBalance
 from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
 
+from ..api.spec import API_ATTENTION, API_LOAD_BALANCE
 from ..layout import ResolvedLayout
 from .adaptive import AdaptiveSaving
-from .plan import AUTO_ATTENTION, HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
+from .layouts import Layout
+from .plan import HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
 
 _MEMORY_ROWS = (
     ("params", "params (compute copy)"),
@@ -43,17 +46,12 @@ _ATTENTION_EXPOSED = {
 }
 
 
-def _attention(kind: str) -> str:
-    """An attention kind (or auto) in the manifest's spelling. api/spec.py holds the map; it is
-    imported here, not at the top, because api/spec.py imports the planner."""
-    from ..api.spec import API_ATTENTION
-
+def _attention(kind: Attention | Auto) -> str:
+    """An attention kind (or auto) in the manifest's spelling (api/spec.py holds the map)."""
     return API_ATTENTION.get(kind, kind)
 
 
-def _load_balance(scheme: str) -> str:
-    from ..api.spec import API_LOAD_BALANCE
-
+def _load_balance(scheme: LoadBalance) -> str:
     return API_LOAD_BALANCE[scheme]
 
 
@@ -85,11 +83,11 @@ _HEADER = (
 
 def _attention_kinds(plan: Plan) -> list[str]:
     """auto: every kind on the chosen layout, with the attention communication it leaves exposed."""
-    if plan.request.attention != AUTO_ATTENTION:
+    if plan.request.attention != AUTO:
         return []
-    lines = ["", f"Attention kinds on {plan.layout} (auto keeps the fastest):"]
+    lines = ["", f"Attention kinds on {plan.chosen.layout} (auto keeps the fastest):"]
     lines.append(f"  {'kind':<11} {'step s':>8} {'exposed attention comm s':>25} {'GiB/GPU':>8}")
-    for c in (c for c in plan.candidates if c.layout == plan.layout):
+    for c in (c for c in plan.candidates if c.layout == plan.chosen.layout):
         if not c.fits:
             lines.append(f"  {_attention(c.attention):<11} rejected: " + "; ".join(c.reasons))
             continue
@@ -101,9 +99,9 @@ def _attention_kinds(plan: Plan) -> list[str]:
 
 def _host_per_pod(plan: Plan) -> str:
     req = plan.request
-    if not plan.offload:
+    if not plan.chosen.offload:
         return ""
-    text = f"  ({_gib(host_bytes_per_pod(req, plan.memory))} GiB per pod"
+    text = f"  ({_gib(host_bytes_per_pod(req, plan.chosen.memory))} GiB per pod"
     if req.host_memory_bytes is None:
         return text + "; set resources.memory to check it)"
     return (
@@ -114,7 +112,7 @@ def _host_per_pod(plan: Plan) -> str:
 
 def _other_fitting(plan: Plan) -> list[Candidate]:
     """The fitting layouts besides the chosen one, fastest first."""
-    others = [c for c in plan.candidates if c.fits and c.layout != plan.layout]
+    others = [c for c in plan.candidates if c.fits and c.layout != plan.chosen.layout]
     return sorted(others, key=lambda c: c.step_seconds)
 
 
@@ -125,24 +123,25 @@ def faster_layouts(plan: Plan) -> list[Candidate]:
 
 
 def format_table(plan: Plan) -> str:
-    req, mem, m = plan.request, plan.memory, plan.request.model
+    req, c, m = plan.request, plan.chosen, plan.request.model
+    mem = c.memory
     lines = [
         f"Model: {m.layers} layers, hidden {m.hidden}, heads {m.heads} (kv {m.kv_heads}), "
         f"ffn {m.ffn}, vocab {m.vocab}: {m.param_count():,} parameters",
         f"Job: sequence {req.sequence_length:,} tokens, batch {req.global_batch_tokens:,} tokens "
         f"({req.batch_sequences} sequence{'s' if req.batch_sequences != 1 else ''}), "
         f"{req.precision}, "
-        f"{f'recompute (remat policy {plan.remat_policy})' if req.recompute else 'no recompute'}",
+        f"{f'recompute (remat policy {c.remat_policy})' if req.recompute else 'no recompute'}",
         f"Hardware: {req.nodes} nodes x {req.gpus_per_node} {req.gpu} = {req.devices} GPUs "
         f"({GPUS[req.gpu].host_link} to the host); fabric {req.fabric}: "
         f"{FABRICS[req.fabric].description}",
         "",
-        f"Chosen layout: {plan.layout}  ({plan.explanation})",
-        f"Attention: {_attention(plan.attention)}"
-        f"{f' (Ulysses groups of {plan.ulysses})' if plan.attention == 'hybrid' else ''}"
-        f"{' (auto)' if req.attention == AUTO_ATTENTION else ''}, "
+        f"Chosen layout: {c.layout}  ({plan.explanation})",
+        f"Attention: {_attention(c.attention)}"
+        f"{f' (Ulysses groups of {c.ulysses})' if c.attention == 'hybrid' else ''}"
+        f"{' (auto)' if req.attention == AUTO else ''}, "
         f"load balance {_load_balance(req.load_balance)}; offload: "
-        f"{_offload_text(plan.offload, plan.chunk_tokens)}",
+        f"{_offload_text(c.offload, c.chunk_tokens)}",
         "",
         "Memory per GPU (GiB):",
     ]
@@ -158,8 +157,8 @@ def format_table(plan: Plan) -> str:
         f"FLOPs per token: {plan.flops_per_token.causal:.4g} (6N + 6*L*H*Q*T, causal); "
         f"{plan.flops_per_token.full:.4g} (6N + 12*L*H*Q*T)",
         f"Step: {plan.step_seconds:.3f} s = "
-        + ", ".join(f"{label} {getattr(plan.step, name):.3f}" for name, label in _STEP_PARTS),
-        f"Estimated: {plan.tokens_per_second:,.0f} tokens/s, MFU {100 * plan.mfu:.1f}% (causal), "
+        + ", ".join(f"{label} {getattr(c.step, name):.3f}" for name, label in _STEP_PARTS),
+        f"Estimated: {c.tokens_per_second:,.0f} tokens/s, MFU {100 * c.mfu:.1f}% (causal), "
         f"{100 * plan.mfu_full_attention:.1f}% (12*L*H*Q*T)",
     ]
     lines += _attention_kinds(plan)
@@ -193,9 +192,13 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+def _layout_json(layout: Layout | ResolvedLayout) -> dict:
+    return {"data": layout.data, "context": layout.context, "tensor": layout.tensor}
+
+
 def _candidate_json(c: Candidate) -> dict:
     return {
-        "layout": {"data": c.layout.data, "context": c.layout.context, "tensor": c.layout.tensor},
+        "layout": _layout_json(c.layout),
         "attention": _attention(c.attention),
         "ulysses": c.ulysses,
         "fits": c.fits,
@@ -210,17 +213,17 @@ def _candidate_json(c: Candidate) -> dict:
 
 
 def to_json(plan: Plan) -> dict:
-    req, f = plan.request, plan.flops_per_token
+    req, c, f = plan.request, plan.chosen, plan.flops_per_token
     return {
-        "layout": {"data": plan.layout.data, "context": plan.layout.context, "tensor": plan.layout.tensor},
+        "layout": _layout_json(c.layout),
         "explanation": plan.explanation,
-        "attention": _attention(plan.attention),
-        "ulysses": plan.ulysses,
+        "attention": _attention(c.attention),
+        "ulysses": c.ulysses,
         "attentionRequested": _attention(req.attention),
         "loadBalance": _load_balance(req.load_balance),
-        "offload": plan.offload,
-        "chunkTokens": plan.chunk_tokens,
-        "memory": _memory_json(plan.memory),
+        "offload": c.offload,
+        "chunkTokens": c.chunk_tokens,
+        "memory": _memory_json(c.memory),
         "flopsPerToken": {
             "causal": f.causal,
             "full": f.full,
@@ -229,23 +232,23 @@ def to_json(plan: Plan) -> dict:
             "attentionFull": f.attention_full,
         },
         "stepSeconds": plan.step_seconds,
-        "step": {_camel(name): getattr(plan.step, name) for name, _ in _STEP_PARTS},
-        "tokensPerSecond": plan.tokens_per_second,
-        "mfu": plan.mfu,
+        "step": {_camel(name): getattr(c.step, name) for name, _ in _STEP_PARTS},
+        "tokensPerSecond": c.tokens_per_second,
+        "mfu": c.mfu,
         "mfuFullAttention": plan.mfu_full_attention,
         "candidates": [_candidate_json(c) for c in plan.candidates],
     }
 
 
-def format_unplanned(layout: ResolvedLayout, nodes: int, load_balance: str) -> str:
-    """A CPU job's layout: its manifest's, as written (the planner models GPUs only).
-    `load_balance` is the manifest's spelling."""
+def format_unplanned(layout: ResolvedLayout, nodes: int) -> str:
+    """A CPU job's layout: its manifest's, as written (the planner models GPUs only)."""
     return (
         f"Layout: data={layout.data} context={layout.context} tensor={layout.tensor}  "
         "(manual: gpuType cpu runs the layout as written; the planner models GPUs only)\n"
         f"Attention: {_attention(layout.attention)}"
         f"{f' (Ulysses groups of {layout.ulysses})' if layout.attention == 'hybrid' else ''}, "
-        f"load balance {load_balance}; offload: {_offload_text(layout.offload, layout.chunk_tokens)}\n"
+        f"load balance {_load_balance(layout.load_balance)}; "
+        f"offload: {_offload_text(layout.offload, layout.chunk_tokens)}\n"
         f"{_count(nodes, 'pod')}, {_count(layout.processes_per_node, 'process')} each, "
         f"{_count(layout.devices // (nodes * layout.processes_per_node), 'CPU device')} per process\n"
     )
@@ -255,13 +258,13 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 'es' if noun.endswith('s') else 's'}"
 
 
-def unplanned_json(layout: ResolvedLayout, load_balance: str) -> dict:
+def unplanned_json(layout: ResolvedLayout) -> dict:
     return {
-        "layout": {"data": layout.data, "context": layout.context, "tensor": layout.tensor},
+        "layout": _layout_json(layout),
         "explanation": "manual layout (gpuType cpu: not planned)",
         "attention": _attention(layout.attention),
         "ulysses": layout.ulysses,
-        "loadBalance": load_balance,
+        "loadBalance": _load_balance(layout.load_balance),
         "offload": layout.offload,
         "chunkTokens": layout.chunk_tokens,
         "processesPerNode": layout.processes_per_node,
@@ -273,13 +276,14 @@ def format_against_bf16(fp8: Plan, bf16: Plan | None) -> str:
     head = "Against bf16 (the same job planned in bf16):"
     if bf16 is None:
         return f"{head} bf16 does not fit on these GPUs; fp8 does\n"
+    old, new = bf16.chosen, fp8.chosen
     return (
         f"{head}\n"
-        f"  layout {bf16.layout} -> {fp8.layout}; step {bf16.step_seconds:.3f} s -> {fp8.step_seconds:.3f} s "
-        f"({bf16.step_seconds / fp8.step_seconds:.2f}x); tokens/s {bf16.tokens_per_second:,.0f} -> "
-        f"{fp8.tokens_per_second:,.0f}\n"
-        f"  memory per GPU {_gib(bf16.memory.total)} -> {_gib(fp8.memory.total)} GiB; MFU (bf16 peak, causal) "
-        f"{100 * bf16.mfu:.1f}% -> {100 * fp8.mfu:.1f}%\n"
+        f"  layout {old.layout} -> {new.layout}; step {bf16.step_seconds:.3f} s -> {fp8.step_seconds:.3f} s "
+        f"({bf16.step_seconds / fp8.step_seconds:.2f}x); tokens/s {old.tokens_per_second:,.0f} -> "
+        f"{new.tokens_per_second:,.0f}\n"
+        f"  memory per GPU {_gib(old.memory.total)} -> {_gib(new.memory.total)} GiB; MFU (bf16 peak, causal) "
+        f"{100 * old.mfu:.1f}% -> {100 * new.mfu:.1f}%\n"
     )
 
 
@@ -288,10 +292,10 @@ def against_bf16_json(fp8: Plan, bf16: Plan | None) -> dict:
         return {"fits": False}
     return {
         "fits": True,
-        "layout": {"data": bf16.layout.data, "context": bf16.layout.context, "tensor": bf16.layout.tensor},
+        "layout": _layout_json(bf16.chosen.layout),
         "stepSeconds": bf16.step_seconds,
-        "tokensPerSecond": bf16.tokens_per_second,
-        "memoryPerGPU": bf16.memory.total,
+        "tokensPerSecond": bf16.chosen.tokens_per_second,
+        "memoryPerGPU": bf16.chosen.memory.total,
         "speedup": bf16.step_seconds / fp8.step_seconds,
     }
 

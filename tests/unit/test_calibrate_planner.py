@@ -34,14 +34,14 @@ def tool():
 
 
 def _predict(preset, seq, precision, policy):
-    chosen = plan(
+    planned = plan(
         PlanRequest(
             model=PRESETS[preset], sequence_length=seq, global_batch_tokens=seq, nodes=1, gpus_per_node=1,
             gpu="h200-141gb", fabric="infiniband", precision=precision, data=1, context=1, tensor=1, offload=False,
             remat_policy=policy,
         )
     )  # fmt: skip
-    return chosen.memory.total, chosen.step_seconds
+    return planned.chosen.memory.total, planned.step_seconds
 
 
 def _results(runs=RUNS) -> dict:

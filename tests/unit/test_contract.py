@@ -21,7 +21,7 @@ from support.manifests import apply_case
 
 TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.beta1", "optimizer.beta2", "data.seed", "checkpoint.keep"}
 BASE = job_manifest("c", sequence_length=1024, layout=(1, 2, 2), resources=(1, 4, "cpu"))
-LAYOUT = ResolvedLayout(1, 2, 2, 1)
+LAYOUT = ResolvedLayout(data=1, context=2, tensor=2, processes_per_node=1)
 # (spec change, layout, config path, expected value)
 MAPPING = [
     ({"metadata.name": "other"}, LAYOUT, "job_name", "other"),
@@ -77,9 +77,14 @@ MAPPING = [
     ({"spec.precision": "fp32"}, LAYOUT, "precision", "fp32"),
     ({"spec.precision": "fp8", "spec.fp8.amaxHistory": 32}, LAYOUT, "fp8.amax_history", 32),
     ({"spec.precision": "fp8", "spec.fp8.lmHead": True}, LAYOUT, "fp8.lm_head", True),
-    ({"spec.globalBatchTokens": 2048}, ResolvedLayout(2, 1, 2, 1), "parallelism.data", 2),
-    ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.context", 4),
-    ({}, ResolvedLayout(1, 4, 1, 1), "parallelism.tensor", 1),
+    (
+        {"spec.globalBatchTokens": 2048},
+        ResolvedLayout(data=2, context=1, tensor=2, processes_per_node=1),
+        "parallelism.data",
+        2,
+    ),
+    ({}, ResolvedLayout(data=1, context=4, tensor=1, processes_per_node=1), "parallelism.context", 4),
+    ({}, ResolvedLayout(data=1, context=4, tensor=1, processes_per_node=1), "parallelism.tensor", 1),
     # None: the layout resolve_layout makes of the spec (which carries the attention kind)
     ({"spec.parallelism.attention": "allGather"}, None, "parallelism.attention", "all_gather"),
     ({"spec.parallelism.attention": "ulysses"}, None, "parallelism.attention", "ulysses"),
@@ -111,9 +116,19 @@ MAPPING = [
         "parallelism.adaptive",
         True,
     ),
-    ({}, ResolvedLayout(1, 2, 2, 1, offload=True), "offload.enabled", True),
-    ({}, ResolvedLayout(1, 2, 2, 1, True, 256), "offload.chunk_tokens", 256),
-    ({}, ResolvedLayout(1, 2, 2, 1, remat_policy="save_attention"), "remat_policy", "save_attention"),
+    ({}, ResolvedLayout(data=1, context=2, tensor=2, processes_per_node=1, offload=True), "offload.enabled", True),
+    (
+        {},
+        ResolvedLayout(data=1, context=2, tensor=2, processes_per_node=1, offload=True, chunk_tokens=256),
+        "offload.chunk_tokens",
+        256,
+    ),
+    (
+        {},
+        ResolvedLayout(data=1, context=2, tensor=2, processes_per_node=1, remat_policy="save_attention"),
+        "remat_policy",
+        "save_attention",
+    ),
     ({"spec.optimizer.learningRate": 0.01}, LAYOUT, "optimizer.learning_rate", 0.01),
     ({"spec.optimizer.warmupSteps": 3}, LAYOUT, "optimizer.warmup_steps", 3),
     ({"spec.optimizer.weightDecay": 0.0}, LAYOUT, "optimizer.weight_decay", 0.0),
@@ -184,7 +199,7 @@ def test_communication_reaches_the_trainer_config():
             },
         )
     )
-    config_map = render_workload(job, ResolvedLayout(1, 2, 2, 4)).config_map
+    config_map = render_workload(job, ResolvedLayout(data=1, context=2, tensor=2, processes_per_node=4)).config_map
     assert yaml.safe_load(config_map["data"]["trainer.yaml"])["communication"] == "nvshmem"
 
 

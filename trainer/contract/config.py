@@ -20,7 +20,17 @@ from .presets import PRESETS, ROPE_THETA, ModelDims, RopeScaling
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
 Attention = Literal["ring", "all_gather", "ulysses", "hybrid", "token_ring"]
+DEFAULT_ATTENTION: Attention = "ring"
+"""The attention kind where nothing chose one: the API's default, the trainer's, the kernel's, and
+what `auto` means on CPU (the planner models GPUs only)."""
 LoadBalance = Literal["dual_chunk_swap", "striped", "none", "documents"]
+DEFAULT_LOAD_BALANCE: LoadBalance = "dual_chunk_swap"
+"""The load balancing where nothing chose one: the trainer's default, the kernel's, and what the
+API's `auto` means without a document mask."""
+Auto = Literal["auto"]
+AUTO: Auto = "auto"
+"""The API's and the planner's "choose for me" value of attention and load balance; what it
+resolves to reaches the trainer, never `auto` itself."""
 Precision = Literal["bf16", "fp32", "fp8"]
 Schedule = Literal["cosine", "constant"]
 DataKind = Literal["synthetic", "tokens", "text"]
@@ -118,9 +128,9 @@ class ParallelConfig(_Strict):
     data: int = Field(1, gt=0)
     context: int = Field(1, gt=0)
     tensor: int = Field(1, gt=0)
-    attention: Attention = "ring"
+    attention: Attention = DEFAULT_ATTENTION
     ulysses: int = Field(1, gt=0, description="Ulysses group size inside the context axis (attention hybrid).")
-    load_balance: LoadBalance = "dual_chunk_swap"
+    load_balance: LoadBalance = DEFAULT_LOAD_BALANCE
     adaptive: bool = Field(
         False,
         description="Per-batch adaptive context parallelism (adaptive_cp.py): documents up to half a shard "

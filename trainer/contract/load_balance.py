@@ -22,7 +22,7 @@ from .config import LoadBalance, sequence_split
 SCHEMES = tuple(s for s in get_args(LoadBalance) if s != "documents")  # the fixed ones
 
 
-def permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
+def permutation(seq_len: int, context: int, scheme: LoadBalance) -> np.ndarray:
     """Positions of the tokens in layout order: `perm[j]` is the true position of slot j."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown fixed load-balance scheme {scheme!r}; expected one of {SCHEMES}")
@@ -39,6 +39,6 @@ def permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
     return chunks[order].reshape(-1)
 
 
-def inverse_permutation(seq_len: int, context: int, scheme: str) -> np.ndarray:
+def inverse_permutation(seq_len: int, context: int, scheme: LoadBalance) -> np.ndarray:
     """`x_permuted[:, inverse] == x` for `x_permuted = x[:, perm]`."""
     return np.argsort(permutation(seq_len, context, scheme))

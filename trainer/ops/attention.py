@@ -9,7 +9,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
-from ..contract.config import Attention, hybrid_split
+from ..contract.config import DEFAULT_ATTENTION, DEFAULT_LOAD_BALANCE, Attention, LoadBalance, hybrid_split
 from ..contract.load_balance import permutation
 from ..doc_balance import MASK_LAYOUT, layout_block
 from ..mesh import CONTEXT, DATA, HEADS, TENSOR, TOKENS
@@ -31,8 +31,8 @@ def context_parallel_attention(
     *,
     mesh,
     causal: bool,
-    impl: str = "ring",
-    load_balance: str = "dual_chunk_swap",
+    impl: Attention = DEFAULT_ATTENTION,
+    load_balance: LoadBalance = DEFAULT_LOAD_BALANCE,
     chunk_tokens=None,
     offload: bool = False,
     ulysses: int = 1,

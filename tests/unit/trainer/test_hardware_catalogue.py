@@ -35,13 +35,13 @@ job = parse_job({"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
                           "resources": {"nodes": 2, "gpuType": "fake-96gb"}}})
 schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 resources = schema["properties"]["spec"]["properties"]["resources"]["properties"]
-chosen = plan(plan_request(job.spec))
+planned = plan(plan_request(job.spec))
 layout, _ = resolve_layout(job.spec)
 pod = render_workload(job, layout).job["spec"]["template"]["spec"]
 print(json.dumps({
     "crd_enum": resources["gpuType"]["enum"],
-    "planned_devices": chosen.layout.devices,
-    "plan_names_link": "Fake link" in format_table(chosen),
+    "planned_devices": planned.chosen.layout.devices,
+    "plan_names_link": "Fake link" in format_table(planned),
     "node_selector": pod["nodeSelector"],
     "peak": peak_flops(types.SimpleNamespace(device_kind="NVIDIA FAKE 96GB")),
 }))

@@ -9,7 +9,7 @@ from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.api.spec import API_REMAT_POLICY, TRAINER_ATTENTION, TRAINER_LOAD_BALANCE
 from longctx_operator.api.status import LongContextJobStatus
-from longctx_operator.lifecycle.planning import resolved
+from longctx_operator.layout import ResolvedLayout
 from support.lifecycle import T0, conditions, running, spec, step
 
 
@@ -20,20 +20,23 @@ def test_the_chosen_attention_is_recorded_and_rendered_again_from_the_status():
     assert chosen in TRAINER_ATTENTION and (group is not None) == (chosen == "hybrid")
     assert d.actions[0].layout.attention == TRAINER_ATTENTION[chosen]
     assert d.actions[0].layout.ulysses == (group or 1)
-    assert resolved(d.status.layout, auto) == d.actions[0].layout  # what a restart renders
+    assert ResolvedLayout.from_status(d.status.layout, auto) == d.actions[0].layout  # what a restart renders
     # A status recorded before the layout carried its attention: the spec's kind (auto: ring).
     old = d.status.layout.model_copy(update={"attention": None})
-    assert resolved(old, spec(parallelism={"attention": "allGather"})).attention == "all_gather"
-    assert resolved(old, auto).attention == "ring"
+    assert ResolvedLayout.from_status(old, spec(parallelism={"attention": "allGather"})).attention == "all_gather"
+    assert ResolvedLayout.from_status(old, auto).attention == "ring"
 
 
 def test_the_chosen_remat_policy_is_recorded_and_rendered_again_from_the_status():
     d, _ = step(spec(), LongContextJobStatus())
     chosen = d.actions[0].layout.remat_policy
     assert d.status.layout.remat_policy == API_REMAT_POLICY[chosen]
-    assert resolved(d.status.layout, spec()).remat_policy == chosen
+    assert ResolvedLayout.from_status(d.status.layout, spec()).remat_policy == chosen
     # A status recorded before the layout carried it: full remat, as the trainer ran then.
-    assert resolved(d.status.layout.model_copy(update={"remat_policy": None}), spec()).remat_policy == "full"
+    assert (
+        ResolvedLayout.from_status(d.status.layout.model_copy(update={"remat_policy": None}), spec()).remat_policy
+        == "full"
+    )
 
 
 @pytest.mark.parametrize(
@@ -50,13 +53,13 @@ def test_auto_load_balance_is_resolved_recorded_and_rendered_again(packing, adap
     d, _ = step(job, LongContextJobStatus())
     assert d.status.layout.load_balance == expected
     assert d.actions[0].layout.load_balance == TRAINER_LOAD_BALANCE[expected]
-    assert resolved(d.status.layout, job) == d.actions[0].layout  # what a restart renders
+    assert ResolvedLayout.from_status(d.status.layout, job) == d.actions[0].layout  # what a restart renders
     pinned = spec(data={"packing": packing}, parallelism={"loadBalance": "striped"})
     assert step(pinned, LongContextJobStatus())[0].status.layout.load_balance == "striped"
 
 
 def test_the_status_says_why_the_layout_was_chosen():
-    from longctx_operator.lifecycle.planning import UNPLANNED_EXPLANATION
+    from longctx_operator.layout import UNPLANNED_EXPLANATION
 
     auto, _ = step(spec(parallelism={"attention": "auto"}), LongContextJobStatus())
     assert auto.status.layout.explanation.startswith("fastest of ")

@@ -24,14 +24,19 @@ def test_auto_picks_the_fastest_fitting_layout(auto):
     fitting = [c for c in auto.candidates if c.fits]
     assert len(fitting) >= 2  # a real choice was made
     assert auto.step_seconds == min(c.step_seconds for c in fitting)
-    assert auto.memory.total <= auto.memory.usable
-    chosen = next(c for c in auto.candidates if c.layout == auto.layout)
-    assert chosen.fits and auto.layout.devices == 32
+    assert auto.chosen.memory.total <= auto.chosen.memory.usable
+    chosen = next(c for c in auto.candidates if c.layout == auto.chosen.layout)
+    assert chosen.fits and auto.chosen.layout.devices == 32
     assert auto.explanation == f"fastest of {len(fitting)} fitting layouts (auto)"
 
 
+def test_the_plan_holds_the_chosen_candidate_not_a_copy(auto):
+    assert any(c is auto.chosen for c in auto.candidates) and auto.chosen.fits
+    assert auto.step_seconds == auto.chosen.step_seconds
+
+
 def test_auto_does_not_offload_when_the_layout_fits_without(auto):
-    assert auto.offload is False and auto.chunk_tokens is None
+    assert auto.chosen.offload is False and auto.chosen.chunk_tokens is None
 
 
 def test_every_layout_is_reported(auto):
@@ -42,9 +47,9 @@ def test_every_layout_is_reported(auto):
 def test_offload_only_when_needed_to_fit():
     # 1M tokens on one node: no layout fits without offload (see the offload=False case below).
     req = request(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1)
-    chosen = plan(req)
-    assert chosen.offload is True and chosen.chunk_tokens is not None
-    assert chosen.memory.host_offloaded > 0 and chosen.memory.total <= chosen.memory.usable
+    planned = plan(req)
+    assert planned.chosen.offload is True and planned.chosen.chunk_tokens is not None
+    assert planned.chosen.memory.host_offloaded > 0 and planned.chosen.memory.total <= planned.chosen.memory.usable
     with pytest.raises(PlanError) as error:
         plan(request(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1, offload=False))
     assert error.value.field == "spec.resources.nodes"
@@ -54,21 +59,21 @@ def test_offload_only_when_needed_to_fit():
 
 def test_offload_forced_on_a_layout_that_fits_anyway():
     forced = plan(request(offload=True, data=4, context=8, tensor=1))
-    assert forced.offload is True and forced.memory.host_offloaded > 0
+    assert forced.chosen.offload is True and forced.chosen.memory.host_offloaded > 0
     free = plan(request(data=4, context=8, tensor=1))
-    assert forced.memory.total < free.memory.total
+    assert forced.chosen.memory.total < free.chosen.memory.total
 
 
 def test_manual_layout_is_validated_and_still_reports_the_others():
     manual = plan(request(data=1, context=8, tensor=4))
-    assert manual.layout == Layout(1, 8, 4)
+    assert manual.chosen.layout == Layout(1, 8, 4)
     assert manual.explanation == "manual layout, validated"
     assert len(manual.candidates) == 21
 
 
 def test_partial_constraint_fixes_one_axis(auto):
     constrained = plan(request(tensor=2))
-    assert constrained.layout.tensor == 2
+    assert constrained.chosen.layout.tensor == 2
     assert constrained.step_seconds >= auto.step_seconds
     assert "(constrained)" in constrained.explanation
 
@@ -143,10 +148,10 @@ def test_offload_must_fit_in_the_pods_memory_limit():
 
     base = dict(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1, remat_policy="full")
     unlimited = plan(request(**base))
-    needed = host_bytes_per_pod(unlimited.request, unlimited.memory)
-    assert needed == unlimited.memory.host_offloaded * 8
+    needed = host_bytes_per_pod(unlimited.request, unlimited.chosen.memory)
+    assert needed == unlimited.chosen.memory.host_offloaded * 8
     roomy = plan(request(**base, host_memory_bytes=512 * 2**30))
-    assert (roomy.layout, roomy.chunk_tokens) == (unlimited.layout, unlimited.chunk_tokens)
+    assert (roomy.chosen.layout, roomy.chosen.chunk_tokens) == (unlimited.chosen.layout, unlimited.chosen.chunk_tokens)
     assert needed <= 512 * 2**30 * HOST_MEMORY_MARGIN
     with pytest.raises(PlanError) as error:
         plan(request(**base, host_memory_bytes=256 * 2**30))
@@ -157,7 +162,7 @@ def test_offload_must_fit_in_the_pods_memory_limit():
 
 def test_host_memory_does_not_constrain_a_layout_without_offload():
     small = plan(request(host_memory_bytes=2**30))  # 1 GiB: would hold no offload at all
-    assert small.offload is False and small.layout == plan(request()).layout
+    assert small.chosen.offload is False and small.chosen.layout == plan(request()).chosen.layout
 
 
 @pytest.mark.parametrize(

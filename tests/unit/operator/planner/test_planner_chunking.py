@@ -68,25 +68,25 @@ def test_planner_takes_the_largest_chunk_that_fits(gpu, preset, sequence, contex
         context=context,
         tensor=tensor,
     )
-    chosen = plan(req)
+    planned = plan(req)
     shard = sequence // context
-    chunk = chosen.chunk_tokens
-    assert chosen.offload and shard % chunk == 0 and chunk == 2 ** int(math.log2(chunk))
+    chunk = planned.chosen.chunk_tokens
+    assert planned.chosen.offload and shard % chunk == 0 and chunk == 2 ** int(math.log2(chunk))
     assert chunk >= covering_chunk_tokens(model, GPUS[gpu], "bf16")
     assert chunk < shard
-    assert memory_for(req, chosen.layout, chunk).fits
-    assert not memory_for(req, chosen.layout, 2 * chunk).fits
-    assert chosen.step.offload_exposed == 0.0  # fetches hide behind compute by construction
+    assert memory_for(req, planned.chosen.layout, chunk).fits
+    assert not memory_for(req, planned.chosen.layout, 2 * chunk).fits
+    assert planned.chosen.step.offload_exposed == 0.0  # fetches hide behind compute by construction
 
 
 def test_smaller_chunk_means_less_memory_but_exposed_fetches_below_the_covering_size():
     base = dict(sequence_length=1_048_576, global_batch_tokens=1_048_576, nodes=1, data=1, context=8, tensor=1)
-    chosen = plan(plan_request(**base))
+    planned = plan(plan_request(**base))
     small = plan(plan_request(**base, chunk_tokens=1024))
-    assert small.chunk_tokens == 1024 and small.offload
-    assert small.memory.total < chosen.memory.total
-    assert small.memory.attention_working_set < chosen.memory.attention_working_set
-    assert small.step.offload_exposed > 0.0
+    assert small.chosen.chunk_tokens == 1024 and small.chosen.offload
+    assert small.chosen.memory.total < planned.chosen.memory.total
+    assert small.chosen.memory.attention_working_set < planned.chosen.memory.attention_working_set
+    assert small.chosen.step.offload_exposed > 0.0
 
 
 def test_no_chunk_when_the_shard_is_below_the_covering_size():

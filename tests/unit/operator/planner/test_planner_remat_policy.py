@@ -47,16 +47,19 @@ def test_saving_adds_the_saved_tensors_of_every_layer(chunk):
 
 def test_the_planner_saves_attention_where_it_fits():
     """128K tokens: the saved tensors fit on one H100, and the choice is the fastest fitting."""
-    chosen = plan(request(131072))
-    assert chosen.remat_policy == "save_attention" and not chosen.offload
-    assert chosen.step_seconds == min(c.step_seconds for c in chosen.candidates if c.fits)
+    planned = plan(request(131072))
+    assert planned.chosen.remat_policy == "save_attention" and not planned.chosen.offload
+    assert planned.step_seconds == min(c.step_seconds for c in planned.candidates if c.fits)
 
 
 def test_the_planner_keeps_full_remat_where_saving_does_not_fit():
     """256K tokens of the 1b preset on one H100: saving would need about 118 GiB; full remat fits."""
-    chosen = plan(request(262144))
-    assert chosen.remat_policy == "full" and not chosen.offload
-    assert memory_for(request(262144), chosen.layout, None, save_attention=True).total > chosen.memory.usable
+    planned = plan(request(262144))
+    assert planned.chosen.remat_policy == "full" and not planned.chosen.offload
+    assert (
+        memory_for(request(262144), planned.chosen.layout, None, save_attention=True).total
+        > planned.chosen.memory.usable
+    )
 
 
 def test_saving_runs_attention_forward_once_in_the_step_time():
@@ -74,4 +77,4 @@ def test_saving_runs_attention_forward_once_in_the_step_time():
 
 
 def test_no_recompute_means_no_policy():
-    assert plan(request(8192, recompute=False)).remat_policy == "full"
+    assert plan(request(8192, recompute=False)).chosen.remat_policy == "full"

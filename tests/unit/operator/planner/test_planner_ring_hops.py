@@ -22,7 +22,7 @@ def ring_exposed(nodes: int, gpus_per_node: int) -> float:
         fabric="tcp",
         remat_policy="full",
     )
-    return plan(request).step.ring_exposed
+    return plan(request).chosen.step.ring_exposed
 
 
 def test_a_ring_that_straddles_two_nodes_pays_the_fabric():

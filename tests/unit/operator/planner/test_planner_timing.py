@@ -22,7 +22,7 @@ def request(**overrides):
 
 
 def test_ring_exposure_over_tcp_by_hand():
-    step = plan(request(fabric="tcp")).step
+    step = plan(request(fabric="tcp")).chosen.step
     # Shard 8192 tokens; a K/V block is 2 * 1024 * 8192 = 16,777,216 values.
     forward_comm = 16_777_216 * 2 / TCP  # bf16 K/V: 0.0358 s
     backward_comm = 16_777_216 * 6 / TCP  # K/V plus fp32 dK/dV: 0.1074 s
@@ -33,21 +33,21 @@ def test_ring_exposure_over_tcp_by_hand():
 
 
 def test_ring_is_hidden_on_nvlink_and_slower_fabrics_expose_more():
-    tcp = plan(request(fabric="tcp")).step.ring_exposed
-    infiniband = plan(request()).step.ring_exposed
+    tcp = plan(request(fabric="tcp")).chosen.step.ring_exposed
+    infiniband = plan(request()).chosen.step.ring_exposed
     assert tcp > infiniband >= 0
     # A ring inside one node runs over NVLink whatever the fabric.
-    inside = [plan(request(nodes=1, context=8, fabric=f)).step.ring_exposed for f in ("tcp", "efa")]
+    inside = [plan(request(nodes=1, context=8, fabric=f)).chosen.step.ring_exposed for f in ("tcp", "efa")]
     assert inside[0] == inside[1]
 
 
 def test_no_load_balancing_costs_the_busiest_device():
-    balanced = plan(request(data=1, context=8, tensor=4)).step.compute
-    unbalanced = plan(request(data=1, context=8, tensor=4, load_balance="none")).step.compute
+    balanced = plan(request(data=1, context=8, tensor=4)).chosen.step.compute
+    unbalanced = plan(request(data=1, context=8, tensor=4, load_balance="none")).chosen.step.compute
     # Attention (with its recomputed forward, 4/3) times 2c/(c+1) - 1 = 16/9 - 1 = 7/9 extra.
     attention = 206_158_430_208 * 4 / 3 * 262_144 / 32 / F
     assert unbalanced - balanced == pytest.approx(attention * 7 / 9, rel=1e-9)
-    striped = plan(request(data=1, context=8, tensor=4, load_balance="striped")).step.compute
+    striped = plan(request(data=1, context=8, tensor=4, load_balance="striped")).chosen.step.compute
     assert striped == balanced
 
 
@@ -55,9 +55,9 @@ def test_zero_traffic_is_exposed_only_beyond_compute():
     # Short sequences over TCP: ZeRO-3 moves 3 * 2 B * P * 31/32 per device and dominates.
     short = plan(request(sequence_length=4096, global_batch_tokens=4096 * 32, data=32, context=1, fabric="tcp"))
     zero = 3 * 2 * 8_030_261_248 * 31 / 32 / TCP
-    assert short.step.zero_exposed == pytest.approx(zero - short.step.compute, rel=1e-9)
+    assert short.chosen.step.zero_exposed == pytest.approx(zero - short.chosen.step.compute, rel=1e-9)
     # 256K tokens on InfiniBand: 3 * 2 B * P / 4 * 7/8 / 40 GB/s = 0.26 s hides behind 5.5 s.
-    long = plan(request(data=1, context=8, tensor=4)).step
+    long = plan(request(data=1, context=8, tensor=4)).chosen.step
     assert 3 * 2 * 8_030_261_248 / 4 * 7 / 8 / 40e9 < long.compute
     assert long.zero_exposed == 0.0
 
@@ -65,33 +65,33 @@ def test_zero_traffic_is_exposed_only_beyond_compute():
 def test_all_gather_attention_is_exposed_and_replaces_the_ring():
     ring = plan(request(data=1, context=8, tensor=4))
     gathered = plan(request(data=1, context=8, tensor=4, attention="all_gather"))
-    assert gathered.step.ring_exposed == 0.0
+    assert gathered.chosen.step.ring_exposed == 0.0
     # Per layer and pass (2 forward, 1 backward): the other 7 shards of K/V on this tensor rank,
     # 7 * 32,768 tokens * 2 * 256 values * 2 B; the 8 x 4 group spans 4 nodes, so over
     # InfiniBand at 400 Gb/s * 0.8 = 40 GB/s per GPU.
     expected = 32 * 3 * 7 * 32_768 * 2 * 256 * 2 / (400e9 / 8 * 0.8)
-    assert gathered.step.all_gather == pytest.approx(expected, rel=1e-9)
-    assert gathered.memory.attention_working_set > ring.memory.attention_working_set
+    assert gathered.chosen.step.all_gather == pytest.approx(expected, rel=1e-9)
+    assert gathered.chosen.memory.attention_working_set > ring.chosen.memory.attention_working_set
 
 
 def test_ulysses_all_to_alls_by_hand_and_balanced_attention():
     ring = plan(request(data=1, context=8, tensor=4, load_balance="none"))
     ulysses = plan(request(data=1, context=8, tensor=4, load_balance="none", attention="ulysses"))
-    assert ulysses.step.ring_exposed == 0.0 and ulysses.step.all_gather == 0.0
+    assert ulysses.chosen.step.ring_exposed == 0.0 and ulysses.chosen.step.all_gather == 0.0
     # Tensor rank: 8 query heads and 2 K/V heads over context 8, so each K/V head is repeated 4
     # times. Per layer and pass (2 forward, 1 backward): q, out (2 * 4096 / 4 values per token)
     # and k, v (2 * 1024 * 4 / 4) over a 32,768-token shard, 7/8 of it sent, bf16, InfiniBand.
     per_pass = (2 * 1024 + 2 * 1024) * 32_768 * 2 * 7 / 8
-    assert ulysses.step.ulysses == pytest.approx(32 * 3 * per_pass / (400e9 / 8 * 0.8), rel=1e-9)
+    assert ulysses.chosen.step.ulysses == pytest.approx(32 * 3 * per_pass / (400e9 / 8 * 0.8), rel=1e-9)
     # Every device attends the whole sequence for some heads: no causal imbalance, whatever the layout.
     attention = 206_158_430_208 * 4 / 3 * 262_144 / 32 / F
-    assert ring.step.compute - ulysses.step.compute == pytest.approx(attention * 7 / 9, rel=1e-9)
+    assert ring.chosen.step.compute - ulysses.chosen.step.compute == pytest.approx(attention * 7 / 9, rel=1e-9)
 
 
 def test_ulysses_rejects_contexts_the_heads_cannot_split_over():
     # llama3-8b: 32 heads, 8 K/V heads; tensor 1 x context 32 works (K/V repeated 4 times), but
     # 64 devices of context over 32 heads cannot.
-    assert plan(request(attention="ulysses")).layout.context == 32
+    assert plan(request(attention="ulysses")).chosen.layout.context == 32
     with pytest.raises(PlanError, match="heads per tensor rank"):
         plan(request(nodes=8, context=64, attention="ulysses"))
 
@@ -104,13 +104,13 @@ def test_auto_attention_keeps_the_fastest_kind_that_fits(fabric, expected):
     auto = plan(request(attention="auto", **job))
     kinds = ("ring", "all_gather", "ulysses", "hybrid", "token_ring")
     each = {kind: plan(request(attention=kind, **job)) for kind in kinds}
-    assert auto.attention == expected == min(each, key=lambda kind: each[kind].step_seconds)
-    assert auto.step_seconds == each[expected].step_seconds and auto.layout == each[expected].layout
+    assert auto.chosen.attention == expected == min(each, key=lambda kind: each[kind].step_seconds)
+    assert auto.step_seconds == each[expected].step_seconds and auto.chosen.layout == each[expected].chosen.layout
     assert {c.attention for c in auto.candidates} == set(each)  # every kind planned on every layout
 
 
 def test_token_ring_exposure_over_tcp_by_hand():
-    step = plan(request(fabric="tcp", attention="token_ring")).step
+    step = plan(request(fabric="tcp", attention="token_ring")).chosen.step
     # Shard 8192 tokens; queries 4096 wide, 32 heads. Forward: bf16 q one way, fp32 out + lse back.
     forward_comm = max(4096 * 2, (4096 + 32) * 4) * 8192 / TCP
     # Backward: bf16 q and dO plus fp32 lse and delta one way, fp32 dQ back.
@@ -126,34 +126,42 @@ def test_auto_picks_token_ring_where_the_query_side_is_lighter_than_the_ring():
     mha = replace(LLAMA8B, kv_heads=LLAMA8B.heads)
     job = dict(model=mha, nodes=2, sequence_length=16_384, global_batch_tokens=16_384)
     auto = plan(request(attention="auto", data=None, context=None, tensor=None, **job))
-    assert auto.attention == "token_ring"
-    assert auto.step.ring_exposed < plan(request(attention="ring", **auto_layout(auto), **job)).step.ring_exposed
+    assert auto.chosen.attention == "token_ring"
+    assert (
+        auto.chosen.step.ring_exposed
+        < plan(request(attention="ring", **auto_layout(auto), **job)).chosen.step.ring_exposed
+    )
     # Grouped-query llama3-8b (4 query heads per K/V head): the ring moves a quarter of the bytes.
     gqa = plan(request(attention="auto", data=None, context=None, tensor=None, **{**job, "model": LLAMA8B}))
-    assert gqa.attention != "token_ring"
+    assert gqa.chosen.attention != "token_ring"
 
 
-def auto_layout(chosen):
-    return dict(data=chosen.layout.data, context=chosen.layout.context, tensor=chosen.layout.tensor)
+def auto_layout(planned):
+    return dict(
+        data=planned.chosen.layout.data, context=planned.chosen.layout.context, tensor=planned.chosen.layout.tensor
+    )
 
 
 def test_auto_attention_with_a_manual_layout_picks_the_kind_only():
     pinned = request(attention="auto", fabric="tcp", data=1, context=4, tensor=8, sequence_length=32_768)
-    chosen = plan(pinned)
-    assert chosen.layout == plan(request(fabric="tcp", data=1, context=4, tensor=8, sequence_length=32_768)).layout
-    assert chosen.attention == "all_gather" and "fastest attention" in chosen.explanation
+    planned = plan(pinned)
+    assert (
+        planned.chosen.layout
+        == plan(request(fabric="tcp", data=1, context=4, tensor=8, sequence_length=32_768)).chosen.layout
+    )
+    assert planned.chosen.attention == "all_gather" and "fastest attention" in planned.explanation
     # One sequence over 32 devices of context (4 nodes): all-to-alls of 1K-token shards beat 31 exposed
     # ring steps, and best inside a node: Ulysses groups of 8 on NVLink, a ring of 4 over TCP.
     wide = plan(replace(pinned, context=32, tensor=1))
-    assert (wide.attention, wide.ulysses) == ("hybrid", 8)
+    assert (wide.chosen.attention, wide.chosen.ulysses) == ("hybrid", 8)
     ulysses = plan(replace(pinned, context=32, tensor=1, attention="ulysses"))
-    assert wide.step.ulysses < ulysses.step.ulysses and wide.step_seconds < ulysses.step_seconds
+    assert wide.chosen.step.ulysses < ulysses.chosen.step.ulysses and wide.step_seconds < ulysses.step_seconds
 
 
 def test_hybrid_all_to_alls_inside_the_group_and_a_ring_of_groups_by_hand():
     # llama3-8b at 256K, context 8 x tensor 4 over 4 nodes, Ulysses groups of 2: 8 heads and 2 K/V
     # heads per tensor rank split over the group (no repeat); 32,768-token shards.
-    step = plan(request(data=1, context=8, tensor=4, attention="hybrid", ulysses=2, fabric="tcp")).step
+    step = plan(request(data=1, context=8, tensor=4, attention="hybrid", ulysses=2, fabric="tcp")).chosen.step
     # All-to-alls of q, out (2 * 4096 / 4) and k, v (2 * 1024 / 4) values per token, half of the
     # shard sent, inside a group of 2 x 4 = 8 GPUs: one node, NVLink. 3 passes per layer.
     sent = (2 * 1024 + 2 * 256) * 32_768 * 2 / 2

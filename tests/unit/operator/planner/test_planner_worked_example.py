@@ -83,11 +83,11 @@ def worked():
     ],
 )
 def test_memory_per_component(worked, field, expected):
-    assert getattr(worked.memory, field) == pytest.approx(expected, rel=REL)
+    assert getattr(worked.chosen.memory, field) == pytest.approx(expected, rel=REL)
 
 
 def test_peak_is_in_the_layers_at_long_context(worked):
-    assert worked.memory.peak_phase == "layers"
+    assert worked.chosen.memory.peak_phase == "layers"
 
 
 def test_embedding_lookup_is_the_peak_at_short_context():
@@ -104,10 +104,10 @@ def test_embedding_lookup_is_the_peak_at_short_context():
 
 
 def test_capacity_and_no_offload(worked):
-    assert worked.memory.capacity == 80 * GIB
-    assert worked.memory.usable == pytest.approx(0.9 * 80 * GIB, rel=1e-9)
-    assert worked.offload is False and worked.chunk_tokens is None
-    assert worked.memory.host_offloaded == 0
+    assert worked.chosen.memory.capacity == 80 * GIB
+    assert worked.chosen.memory.usable == pytest.approx(0.9 * 80 * GIB, rel=1e-9)
+    assert worked.chosen.offload is False and worked.chosen.chunk_tokens is None
+    assert worked.chosen.memory.host_offloaded == 0
 
 
 def test_flops_per_token_both_conventions(worked):
@@ -116,13 +116,13 @@ def test_flops_per_token_both_conventions(worked):
 
 
 def test_compute_time_tokens_per_second_and_mfu(worked):
-    assert worked.step.compute == pytest.approx(COMPUTE_SECONDS, rel=REL)
-    assert worked.step_seconds >= worked.step.compute
-    assert worked.tokens_per_second == pytest.approx(262_144 / worked.step_seconds, rel=1e-9)
+    assert worked.chosen.step.compute == pytest.approx(COMPUTE_SECONDS, rel=REL)
+    assert worked.step_seconds >= worked.chosen.step.compute
+    assert worked.chosen.tokens_per_second == pytest.approx(262_144 / worked.step_seconds, rel=1e-9)
     mfu = FLOPS_CAUSAL * 262_144 / (worked.step_seconds * 32 * 989e12)
-    assert worked.mfu == pytest.approx(mfu, rel=REL)
+    assert worked.chosen.mfu == pytest.approx(mfu, rel=REL)
     # Recompute's extra forward caps MFU below the 50% sustained matmul rate.
-    assert worked.mfu < 0.5 * FLOPS_CAUSAL / (FLOPS_CAUSAL + 82_678_652_928) * 1.0001
+    assert worked.chosen.mfu < 0.5 * FLOPS_CAUSAL / (FLOPS_CAUSAL + 82_678_652_928) * 1.0001
 
 
 def test_tensor_parallel_all_reduces(worked):
@@ -130,7 +130,7 @@ def test_tensor_parallel_all_reduces(worked):
     # layer, 32 layers, of 32,768 tokens * 4096 * 2 B = 268,435,456 B each; a ring all-reduce over
     # 4 GPUs moves 2*3/4 of that over NVLink at 450 GB/s * 0.8.
     expected = 32 * 6 * (2 * 3 / 4) * 268_435_456 / (450e9 * 0.8)
-    assert worked.step.tensor_parallel == pytest.approx(expected, rel=REL)
+    assert worked.chosen.step.tensor_parallel == pytest.approx(expected, rel=REL)
 
 
 def _variant(chunk=None, **overrides):

@@ -152,7 +152,9 @@ def test_gpu_pod_requests_selectors_tolerations_and_shm():
 
 
 def test_one_named_metrics_port_per_process_of_a_pod():
-    _, _, workload = render({"spec.metrics.port": 9500}, ResolvedLayout(1, 8, 4, processes_per_node=8))
+    _, _, workload = render(
+        {"spec.metrics.port": 9500}, ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=8)
+    )
     ports = {p["name"]: p["containerPort"] for p in trainer(workload)["ports"]}
     assert ports == {"coordinator": 8476, "metrics": 9500, **{f"metrics-{i}": 9500 + i for i in range(1, 8)}}
     assert all(len(name) <= 15 for name in ports)  # IANA_SVC_NAME limit of container port names
@@ -310,7 +312,7 @@ def test_the_default_allow_list_has_every_fabric_without_a_privileged_container(
 
 
 def test_nvshmem_on_infiniband_derives_from_nccl_settings():
-    layout = ResolvedLayout(1, 8, 4, processes_per_node=8)
+    layout = ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=8)
     _, _, workload = render(
         {
             "spec.communication": {"collectivePermute": "nvshmem", "nvshmemSymmetricSize": "8G"},
@@ -338,12 +340,12 @@ def test_nvshmem_on_roce_and_efa():
             "spec.communication.collectivePermute": "nvshmem",
             "spec.network": {"fabric": "roce", "networks": ["r"], "gidIndex": 5},
         },
-        ResolvedLayout(1, 8, 4, 8),
+        ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=8),
     )
     assert env(roce)["NVSHMEM_IB_GID_INDEX"] == env(roce)["NCCL_IB_GID_INDEX"] == "5"
     _, _, efa = render(
         {"spec.communication.collectivePermute": "nvshmem", "spec.network": {"fabric": "efa", "efaDevicesPerNode": 32}},
-        ResolvedLayout(1, 8, 4, 8),
+        ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=8),
     )
     assert env(efa)["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric"
     assert env(efa)["NVSHMEM_LIBFABRIC_PROVIDER"] == "efa"
@@ -404,7 +406,7 @@ def test_initial_weights_claim_is_mounted_read_only_at_its_path():
 def test_configmap_carries_a_trainer_config_the_trainer_parses():
     _, config, _ = render(
         {"spec.offload": {"enabled": True, "chunkTokens": 4096}},
-        ResolvedLayout(1, 8, 4, 1, offload=True, chunk_tokens=4096),
+        ResolvedLayout(data=1, context=8, tensor=4, processes_per_node=1, offload=True, chunk_tokens=4096),
     )
     parsed = TrainerConfig.model_validate(yaml.safe_load(config["data"]["trainer.yaml"]))
     assert (parsed.parallelism.context, parsed.parallelism.tensor) == (8, 4)
@@ -429,7 +431,7 @@ def test_cpu_job_has_no_gpu_settings():
             "spec.resources": {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu"},
             "spec.parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 1},
         },
-        ResolvedLayout(1, 8, 1, 1),
+        ResolvedLayout(data=1, context=8, tensor=1, processes_per_node=1),
     )
     e = env(workload)
     assert e["JAX_PLATFORMS"] == "cpu"
@@ -459,7 +461,7 @@ CPU_JOB = {
     ],
 )
 def test_shared_memory_is_capped_at_the_pods_memory(changes, expected):
-    _, _, workload = render({**CPU_JOB, **changes}, ResolvedLayout(1, 8, 1, 1))
+    _, _, workload = render({**CPU_JOB, **changes}, ResolvedLayout(data=1, context=8, tensor=1, processes_per_node=1))
     shm = next(v for v in pod(workload)["spec"]["volumes"] if v["name"] == "dshm")
     assert {**limits(workload), "shm": shm["emptyDir"]["sizeLimit"]} == expected
 
@@ -468,7 +470,7 @@ def test_cpu_job_defaults_come_from_the_operator_configuration():
     unsized = {"nodes": 2, "gpusPerNode": 4, "gpuType": "cpu"}
     job = parse_job(apply_case(BASE, {"set": {**CPU_JOB, "spec.resources": unsized}}))
     config = OperatorConfig(cpu_job_cpu="500m", cpu_job_memory="1Gi")
-    workload = render_workload(job, ResolvedLayout(1, 8, 1, 1), 1, config).job
+    workload = render_workload(job, ResolvedLayout(data=1, context=8, tensor=1, processes_per_node=1), 1, config).job
     assert limits(workload) == {"cpu": "500m", "memory": "1Gi"}
 
 

@@ -420,7 +420,7 @@ def test_accepted_ports_never_collide(metrics, offset, processes, nvshmem):
     if problems(manifest):
         return
     job = parse_job(manifest)
-    layout = ResolvedLayout(1, 8, 1, processes_per_node=job.spec.processes_per_node())
+    layout = ResolvedLayout(data=1, context=8, tensor=1, processes_per_node=job.spec.processes_per_node())
     assert not kubernetes_refuses(render_workload(job, layout, 1).objects)
 
 
