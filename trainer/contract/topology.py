@@ -31,9 +31,10 @@ NODE = "node"
 """The innermost level's name: the node the process runs on."""
 ORDER_TOPOLOGY, ORDER_INDEX = "topology", "index"
 """LONGCTX_RANK_ORDER: sort processes by placement, or keep the index order (Kueue placed it)."""
-PLACEMENT_WAIT_SECONDS = 60.0
+PLACEMENT_WAIT_SECONDS = 90.0
 """How long a rank waits for the placement annotation: the operator writes it within a second of
-seeing the pod bound, the kubelet refreshes a downward-API volume on its next sync of the pod."""
+seeing the pod bound; the kubelet rewrites a pod's downward-API and projected volumes when it sees
+the pod updated, and at the latest at its periodic sync, 60 to 90 s (kubernetes/kubernetes#59873)."""
 PLACEMENT_MAX_BYTES = 16 * 1024
 """A few label keys (317 characters at most) and values (63): anything longer is not ours."""
 
