@@ -298,13 +298,6 @@ def admission_backoff(refusals: int) -> float:
     return min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2.0 ** max(0, refusals - 1))
 
 
-def builtin_admission_enabled(config: OperatorConfig) -> bool:
-    """Whether any job may be admitted by builtin admission (the operator then watches nodes)."""
-    if config.force_admission is not None:
-        return config.force_admission == "builtin"
-    return "builtin" in config.admission_modes
-
-
 def scheduling_for(spec: LongContextJobSpec, config: OperatorConfig) -> tuple[LongContextJobSpec, str | None]:
     """The spec with the admission this operator applies to it (`forceAdmission`, the default Kueue
     queue), and why the job may not be admitted at all (its mode is not in `admissionModes`, or it

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .api.spec import QUALIFIED_NAME_PATTERN
 from .config import OperatorConfig
-from .names import POD_ANNOTATIONS_ANNOTATION
+from .names import PLACEMENT_ANNOTATION, POD_ANNOTATIONS_ANNOTATION
 
 MAX_ENTRIES = 64
 MAX_BYTES = 64 * 1024
@@ -51,6 +51,8 @@ def pod_annotations(job_annotations: dict[str, str], config: OperatorConfig) -> 
             return _refused(f"the value of {json.dumps(key)} must be a string")
         if len(key) > 317 or re.fullmatch(QUALIFIED_NAME_PATTERN.strip("^$"), key) is None:
             return _refused(f"{json.dumps(key)} is not an annotation key")
+        if key == PLACEMENT_ANNOTATION:  # the operator's own, whatever the allow-list says
+            return _refused(f"{json.dumps(key)} is written by the operator")
         if not config.pod_annotation_allowed(key):
             allowed = ", ".join(config.allowed_pod_annotations) or "none"
             return _refused(f"{json.dumps(key)} is not allowed by the operator's allowedPodAnnotations ({allowed})")

@@ -25,6 +25,7 @@ from .api.spec import (
     QUANTITY_PATTERN,
     FabricName,
     NetworkSpec,
+    QualifiedName,
     SchedulingSpec,
 )
 
@@ -127,6 +128,11 @@ class OperatorConfig(BaseModel):
     """A NetworkPolicy per job that fences its gang's pods (render/workload.py)."""
     read_nodes: bool = True
     """Watch nodes (builtin gang admission counts free GPUs); false where RBAC cannot read them."""
+    topology_labels: list[QualifiedName] = Field(default_factory=list, max_length=8)
+    """Node label keys, outermost first (a block, a rack, an NVLink domain), by which trainers order
+    their rings, between the zone and each job's scheduling.topologyKey (placement.py). With
+    readNodes the operator writes a bound pod's node values of these levels onto the pod (annotation
+    longctx.io/placement); without it, only labels the cluster copies onto pods count."""
     read_kueue_workloads: bool = False
     """Watch Kueue's Workloads (kueue.x-k8s.io/v1beta2, Kueue 0.15 or later), to show in a queued
     job's status why Kueue has not admitted it and why it evicted one; needs Kueue's CRDs and the

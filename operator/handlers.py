@@ -22,7 +22,6 @@ import time
 import kopf
 import prometheus_client
 
-from .admission import builtin_admission_enabled
 from .config import OperatorConfig
 from .kube import Kube, load_client
 from .names import (
@@ -77,14 +76,14 @@ def scoped(config: OperatorConfig, list_all, list_namespaced) -> list:
 
 
 def watches(config: OperatorConfig, kube: Kube, reconciler: Reconciler, loop) -> list[Watch]:
-    """The jobs' Jobs and pods by their job-name label; every node only when builtin admission may
-    run and the configuration can read them."""
+    """The jobs' Jobs and pods by their job-name label; every node when the configuration can read
+    them (builtin admission counts their GPUs, the rings' placement reads their labels)."""
     jobs = scoped(config, kube.batch.list_job_for_all_namespaces, kube.batch.list_namespaced_job)
     pods = scoped(config, kube.core.list_pod_for_all_namespaces, kube.core.list_namespaced_pod)
     found = [Watch("jobs", j, reconciler.workload_event, loop, label_selector=JOB_NAME_LABEL) for j in jobs] + [
         Watch("pods", p, reconciler.pod_event, loop, label_selector=JOB_NAME_LABEL) for p in pods
     ]
-    if config.read_nodes and builtin_admission_enabled(config):
+    if config.read_nodes:
         found.append(Watch("nodes", kube.core.list_node, reconciler.node_event, loop))
     return found
 

@@ -177,6 +177,16 @@ class Kube:
             if e.status not in (404, 409):  # 409: the uid precondition failed, the name is another pod's
                 raise
 
+    def annotate_pod(self, namespace: str, name: str, uid: str, key: str, value: str) -> None:
+        """Sets one annotation of the pod with `uid` (merge patch; the API server refuses it when the
+        name is now another pod's); a pod already gone is left alone."""
+        body = {"metadata": {"uid": uid, "annotations": {key: value}}}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+        except ApiException as e:
+            if e.status not in (404, 409, 422):  # gone, or the uid is another pod's
+                raise
+
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         """Merge-patches status fields (None removes one); returns the updated object."""
         return _json(

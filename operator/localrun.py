@@ -174,6 +174,7 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
         podenv.MASTER_ADDR: "127.0.0.1",
         podenv.MASTER_PORT: str(coordinator_port),
         podenv.CONFIG: str(config_path),
+        podenv.PLACEMENT_FILE: "",  # no operator writes a placement: no rank waits for one
     }
     local |= {torchrun: local[torch] for torchrun, torch in podenv.TORCHRUN.items() if torch in local}
     workers = []

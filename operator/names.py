@@ -32,6 +32,11 @@ outermost topology level the trainer orders its rings by (contract/topology.py).
 KUEUE_WORKLOAD_GROUP, KUEUE_WORKLOAD_VERSION, KUEUE_WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
 """Kueue's Workload, which it creates for each Job it manages: its conditions say why it waits."""
 
+PLACEMENT_ANNOTATION = "longctx.io/placement"
+"""On a bound trainer pod, written by the operator only (placement.py): its node's values of the
+topology levels, which the trainer reads as PLACEMENT_FILE to order its rings."""
+PLACEMENT_FILE = "placement.json"
+"""The annotation as a file in the trainer's CONFIG_MOUNT (a downward-API source of that volume)."""
 POD_ANNOTATIONS_ANNOTATION = "longctx.io/pod-annotations"
 """On a LongContextJob: a JSON object of annotations for its pods (keys the admin allows)."""
 METRICS_URL_ANNOTATION = "longctx.io/metrics-url"

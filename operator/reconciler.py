@@ -39,9 +39,10 @@ from .config import OperatorConfig
 from .kube import Kube, NotOwned
 from .lifecycle.decide import decide
 from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
-from .names import workload_name
+from .names import PLACEMENT_ANNOTATION, workload_name
 from .observe import MISSING, WorkloadObservation, observe_workload
 from .occupancy import OtherPods
+from .placement import placement_wanted, placements_due, topology_levels
 from .progress import ProgressPoller
 from .render import render_workload
 from .render.workload import node_selector, tolerations
@@ -154,6 +155,8 @@ class Reconciler:
         # off the event loop, one count at a time.
         self._admission_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="admission")
         self.node_matches = NodeMatches()  # the admission thread's
+        self.awaiting_nodes: dict[str, set[Key]] = {}
+        """Node -> the jobs with a pod bound to it whose placement waits for the node's labels."""
         self.progress = ProgressPoller(self.cache, kube, self._call, config)
         self.watchdog = Watchdog(self.cache, config, self.queue.add)
 
@@ -202,6 +205,8 @@ class Reconciler:
     def node_event(self, obj: dict, deleted: bool) -> None:
         if self.cache.put_node(obj, deleted):
             self.wake_pending()  # a node came, went, or changed its GPUs, taints, labels or readiness
+            for key in self.awaiting_nodes.pop(obj["metadata"]["name"], ()):
+                self.queue.add(key)  # its pods' placement can be written now
 
     def wake_pending(self) -> None:
         """Re-checks the jobs waiting for builtin admission (GPUs may have been freed) whose last
@@ -366,6 +371,8 @@ class Reconciler:
             metrics.RECONCILE_LATENCY.observe(time.monotonic() - since)
         self._account(key, job, status, decision)
         await self._apply(key, obj, job, status, decision, annotations.values)
+        if generation and placement_wanted(spec, self.config):
+            await self._place(key, spec, generation)
         metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
         requeue = decision.requeue_after
         if asked and state.admission is not None:  # a refusal stands its backoff
@@ -437,6 +444,24 @@ class Reconciler:
             if isinstance(result, BaseException):
                 raise result
         self._state(key).create_error, self._state(key).name_taken = None, False
+
+    async def _place(self, key: Key, spec: LongContextJobSpec, generation: int) -> None:
+        """Writes the placement annotation onto the generation's bound pods that lack their node's
+        (placement.py); a pod whose node is not cached yet is placed when the node arrives. A
+        refused write is logged: that rank orders its ring by its pod's labels after its wait."""
+        pods = self.cache.generation_pods(key, generation)
+        due, unknown = placements_due(pods, self.cache.nodes, topology_levels(spec, self.config))
+        for node in unknown:
+            self.awaiting_nodes.setdefault(node, set()).add(key)
+        results = await asyncio.gather(
+            *(self._call(self.kube.annotate_pod, key[0], p.name, p.uid, PLACEMENT_ANNOTATION, p.value) for p in due),
+            return_exceptions=True,
+        )
+        for placement, result in zip(due, results, strict=True):
+            if isinstance(result, ApiException):
+                log.warning("%s/%s: placement of pod %s not written: %s", *key, placement.name, result.reason)
+            elif isinstance(result, BaseException):
+                raise result
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

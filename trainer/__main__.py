@@ -23,7 +23,7 @@ from .checkpoint import Checkpoints
 from .contract.config import TrainerConfig, load_config
 from .contract.metrics import TrainMetrics
 from .contract.termination import Preempted, exit_preempted
-from .contract.topology import Topology
+from .contract.topology import Topology, placement_labels
 from .data import Batches
 from .distributed import ProcessEnv, initialize
 from .faults import freeze_in_rendezvous
@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"longctx_trainer: {error}") from None
     metrics.enter("rendezvous")
     freeze_in_rendezvous(metrics, process_env.process_id)  # a test's fault, off unless asked
+    node_labels, no_placement = placement_labels(os.environ)  # before the rendezvous: ranks wait at once
     try:
-        topology, placement = Topology.from_environ(os.environ)
+        topology, placement = Topology.from_environ(os.environ, node_labels)
         initialize(process_env, config.communication)
         mesh, ring = ordered_mesh(config.parallelism, topology, exchange(placement))
     except (OSError, ValueError) as error:
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     if preemption is None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _print_json(joined_event(process_env, rank))
+    if no_placement:  # the ring is ordered by the pod's labels alone (a level may read unknown)
+        _print_json({"event": "placement", "source": "pod labels", "why": no_placement})
 
     metrics.enter("compiling")  # rendezvous done: tracing, restoring and compiling the step
     metrics.describe(config, jax.default_backend())

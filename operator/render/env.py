@@ -10,7 +10,9 @@ from longctx_trainer.contract import podenv, topology
 
 from .. import names
 from ..api.spec import LongContextJobSpec
+from ..config import OperatorConfig
 from ..layout import ResolvedLayout
+from ..placement import index_ordered, placement_wanted, topology_levels
 from .fabrics import FabricProfile
 from .nvshmem import XLA_FLAG as NVSHMEM_XLA_FLAG
 from .nvshmem import nvshmem_env
@@ -40,28 +42,23 @@ def _rank_from_completion_index(name: str) -> dict:
     }
 
 
-def topology_levels(spec: LongContextJobSpec) -> tuple[str, ...]:
-    """The node labels the trainer orders its rings by, outermost first: the zone, then
-    `scheduling.topologyKey` (the node itself is always the innermost level)."""
-    keys = (names.ZONE_LABEL, spec.scheduling.topology_key)
-    return tuple(dict.fromkeys(k for k in keys if k))
-
-
-def topology_env(spec: LongContextJobSpec) -> list[dict]:
+def topology_env(spec: LongContextJobSpec, config: OperatorConfig) -> list[dict]:
     """Where the pod runs, for the trainer's ring order (contract/topology.py): the node's name and
-    each level's label, read from the pod through the downward API once it is bound; under
-    Kueue's topology-aware scheduling the ranks keep the completion-index order Kueue placed them in."""
-    levels = topology_levels(spec)
-    kueue = spec.scheduling.admission == "kueue" and spec.scheduling.kueue_topology != "none"
+    each level's label, read from the pod through the downward API once it is bound, and the file of
+    the operator's placement annotation where it writes one (placement.py); under Kueue's
+    topology-aware scheduling the ranks keep the completion-index order Kueue placed them in."""
+    levels = topology_levels(spec, config)
     env = [
         {"name": podenv.NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         _var(podenv.TOPOLOGY_LEVELS, ",".join(levels)),
-        _var(podenv.RANK_ORDER, topology.ORDER_INDEX if kueue else topology.ORDER_TOPOLOGY),
+        _var(podenv.RANK_ORDER, topology.ORDER_INDEX if index_ordered(spec) else topology.ORDER_TOPOLOGY),
     ]
     for i, key in enumerate(levels):
         env.append(
             {"name": podenv.topology_level(i), "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{key}']"}}}
         )
+    if placement_wanted(spec, config):
+        env.append(_var(podenv.PLACEMENT_FILE, f"{names.CONFIG_MOUNT}/{names.PLACEMENT_FILE}"))
     return env
 
 
@@ -108,7 +105,12 @@ def torch_env(rank0: str, spec: LongContextJobSpec, layout: ResolvedLayout) -> l
 
 
 def worker_env(
-    rank0: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
+    rank0: str,
+    spec: LongContextJobSpec,
+    layout: ResolvedLayout,
+    generation: int,
+    fabric: FabricProfile,
+    config: OperatorConfig,
 ) -> list[dict]:
     """Env of the trainer container, in a stable order; `rank0` is rank 0's DNS name (names.rank0_host).
 
@@ -123,7 +125,7 @@ def worker_env(
         if not spec.on_cpu:
             env += [_var(k, v) for k, v in fabric.env.items()]
     else:
-        env = jax_env(rank0, spec, layout, generation, fabric)
+        env = jax_env(rank0, spec, layout, generation, fabric, config)
     env += layout_env(spec, layout)
     position = {var["name"]: i for i, var in enumerate(env)}  # the job's own env: below
     for user in spec.env:
@@ -138,7 +140,12 @@ def worker_env(
 
 
 def jax_env(
-    rank0: str, spec: LongContextJobSpec, layout: ResolvedLayout, generation: int, fabric: FabricProfile
+    rank0: str,
+    spec: LongContextJobSpec,
+    layout: ResolvedLayout,
+    generation: int,
+    fabric: FabricProfile,
+    config: OperatorConfig,
 ) -> list[dict]:
     """JAX distributed identity, XLA flags, the fabric's and NVSHMEM's settings."""
     ppn = layout.processes_per_node
@@ -152,7 +159,7 @@ def jax_env(
     if ppn > 1:
         env.append(_var(podenv.DEVICES_PER_PROCESS, str(spec.resources.gpus_per_node // ppn)))
     env += [_var(podenv.GENERATION, str(generation)), _var(podenv.XLA_FLAGS, xla_flags(spec, layout))]
-    env += topology_env(spec)
+    env += topology_env(spec, config)
     if spec.on_cpu:
         env.append(_var(podenv.PLATFORMS, "cpu"))
     else:

@@ -19,6 +19,7 @@ from ..api.quantity import parse_quantity
 from ..api.spec import LongContextJob, LongContextJobSpec
 from ..config import OperatorConfig
 from ..layout import ResolvedLayout
+from ..placement import placement_wanted
 from ..preemption import POD_FAILURE_POLICY, grace_period_seconds
 from .env import worker_env
 from .fabrics import FabricProfile, fabric_profile
@@ -137,10 +138,22 @@ def _affinity(workload: str, spec: LongContextJobSpec) -> dict:
     return affinity
 
 
+def _config_sources(job: str, spec: LongContextJobSpec, config: OperatorConfig) -> list[dict]:
+    """The trainer's config (the ConfigMap) and, where the operator writes it (placement.py), the
+    pod's placement annotation as a file beside it: the kubelet refreshes it once written."""
+    sources: list[dict] = [{"configMap": {"name": names.config_map_name(job)}}]
+    if placement_wanted(spec, config):
+        annotation = f"metadata.annotations['{names.PLACEMENT_ANNOTATION}']"
+        sources.append(
+            {"downwardAPI": {"items": [{"path": names.PLACEMENT_FILE, "fieldRef": {"fieldPath": annotation}}]}}
+        )
+    return sources
+
+
 def _volumes(job: str, spec: LongContextJobSpec, fabric: FabricProfile, config: OperatorConfig) -> tuple[list, list]:
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shared_memory(spec, config)}},
-        {"name": "trainer-config", "configMap": {"name": names.config_map_name(job)}},
+        {"name": "trainer-config", "projected": {"sources": _config_sources(job, spec, config)}},
     ]
     mounts = [
         {"name": "dshm", "mountPath": names.SHM_MOUNT},
@@ -282,7 +295,12 @@ def _job(
         "imagePullPolicy": config.trainer_image_pull_policy,
         "command": (spec.trainer and spec.trainer.command) or BUNDLED_TRAINER_COMMAND,
         "env": worker_env(
-            names.rank0_host(name, generation, namespace, config.cluster_domain), spec, layout, generation, fabric
+            names.rank0_host(name, generation, namespace, config.cluster_domain),
+            spec,
+            layout,
+            generation,
+            fabric,
+            config,
         ),
         "ports": _ports(spec, layout.processes_per_node),
         "resources": _resources(spec, fabric, config),

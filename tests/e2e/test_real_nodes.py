@@ -22,9 +22,10 @@ import pytest
 import yaml
 
 from longctx_operator.api import parse_job
+from longctx_operator.config import OperatorConfig
 from longctx_operator.localrun import parse_event
-from longctx_operator.names import COMPLETION_INDEX_LABEL
-from longctx_operator.render.env import topology_levels
+from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION
+from longctx_operator.placement import topology_levels
 from support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -253,14 +254,20 @@ def check_joined(job: Job, generation: int) -> list[list[dict]]:
 
 
 def check_ring_order(job: Job, rank0: list[dict]) -> None:
-    """Rank 0 printed the ring order: the ranks sorted by their pods' topology labels (copied
-    from the node where the cluster does so), then their nodes' names (trainer/topology.py); each
-    context ring (four devices of one process) stays on its node."""
+    """Rank 0 printed the ring order: the ranks sorted by their nodes' topology labels (the
+    operator's placement annotation on each pod, the pod's own labels where it lacks one), then
+    their nodes' names (trainer/topology.py); each context ring (four devices of one process)
+    stays on its node."""
     ring = next((e for e in rank0 if e["event"] == "ring_order"), None)
     assert ring is not None, rank0[:4]
     pods = sorted(job.pods(1), key=lambda p: int(p["metadata"]["labels"][COMPLETION_INDEX_LABEL]))
-    levels = topology_levels(parse_job(QUICKSTART).spec)
-    placement = [(*(p["metadata"]["labels"].get(k, "") for k in levels), p["spec"]["nodeName"]) for p in pods]
+    levels = topology_levels(parse_job(QUICKSTART).spec, OperatorConfig())  # the chart's default topologyLabels
+
+    def value(pod: dict, key: str) -> str:
+        placed = json.loads((pod["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION, "{}"))
+        return placed.get(key, pod["metadata"]["labels"].get(key, ""))
+
+    placement = [(*(value(p, k) for k in levels), p["spec"]["nodeName"]) for p in pods]
     assert ring["order"] == sorted(range(2), key=lambda r: (placement[r], r)), (ring, placement)
     assert ring["rank_order"] == "topology" and ring["cross_hops"]["node"] == 0, ring
     print(f"ring order {ring['order']} on nodes {[placement[r][-1] for r in ring['order']]}: {ring['cross_hops']}")

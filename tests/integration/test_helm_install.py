@@ -48,6 +48,7 @@ OPERATOR_CALLS_NAMESPACED = {
     ("list", "pods", ""),
     ("watch", "pods", ""),  # handlers: pod_event
     ("delete", "pods", ""),  # kube.delete_pod: a broken gang's or lost node's pods (uid precondition)
+    ("patch", "pods", ""),  # kube.annotate_pod: a bound rank's placement annotation (uid precondition)
     ("create", "events", ""),  # kube.post_event
 }
 OPERATOR_CALLS_NETWORK_POLICY = {  # only with networkPolicy.enabled: kube.create_owned
@@ -59,7 +60,7 @@ OPERATOR_CALLS_KUEUE = {  # only with operator.readKueueWorkloads
     ("list", "workloads.kueue.x-k8s.io", ""),
     ("watch", "workloads.kueue.x-k8s.io", ""),  # handlers: kueue_workload_event
 }
-OPERATOR_CALLS_CLUSTER = {("list", "nodes", ""), ("watch", "nodes", "")}  # handlers: node_event
+OPERATOR_CALLS_CLUSTER = {("list", "nodes", ""), ("watch", "nodes", "")}  # handlers: node_event (admission, placement)
 
 
 def granted(rules: list[dict]) -> set[tuple[str, str, str]]:

@@ -4,9 +4,12 @@ losses and gradients as one process x four devices (fp32; rtol 2e-5, atol 1e-7 f
 Each worker gets exactly the env the operator renders (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
 JAX_PROCESS_ID) plus the CPU device count; the two-process run also writes orbax checkpoints.
 Layout data 2 x context 2: every process holds one data-parallel rank (and reads only its rows),
-gradients are reduced across the processes.
+gradients are reduced across the processes. In the first test each rank reads its rack from a
+placement file (the operator's annotation, operator/placement.py) that puts rank 1 first: the
+reordered mesh computes the same numbers.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -19,9 +22,11 @@ import pytest
 import yaml
 
 from longctx_operator.localrun import parse_event
+from longctx_trainer.contract import podenv
 from support.ports import free_port
 
 pytestmark = pytest.mark.integration
+RACK = "example.com/rack"
 
 CONFIG = {
     "model": {"layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 128},
@@ -38,7 +43,7 @@ CONFIG = {
 
 def _start(config: Path, name: str, devices: int, **jax_env: str) -> subprocess.Popen:
     """Start a worker; its stdout and stderr go to files (pipes could fill up and block it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", podenv.RESERVED_PREFIX))}
     env.update(jax_env, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
     return subprocess.Popen(
         [
@@ -56,8 +61,14 @@ def _start(config: Path, name: str, devices: int, **jax_env: str) -> subprocess.
     )
 
 
-def _start_ranks(config: Path, coordinator: str) -> list[subprocess.Popen]:
-    """Two processes of two CPU devices each, joined at `coordinator`."""
+def _start_ranks(config: Path, coordinator: str, racks: tuple[str, str] | None = None) -> list[subprocess.Popen]:
+    """Two processes of two CPU devices each, joined at `coordinator`; with `racks`, each is told its
+    rack through a placement file, as the operator's annotation reaches a pod (contract/topology.py)."""
+    placement: list[dict[str, str]] = [{}, {}]
+    for rank, rack in enumerate(racks or ()):
+        path = config.parent / f"placement{rank}.json"
+        path.write_text(json.dumps({RACK: rack}))
+        placement[rank] = {podenv.TOPOLOGY_LEVELS: RACK, podenv.PLACEMENT_FILE: str(path)}
     return [
         _start(
             config,
@@ -66,6 +77,7 @@ def _start_ranks(config: Path, coordinator: str) -> list[subprocess.Popen]:
             JAX_COORDINATOR_ADDRESS=coordinator,
             JAX_NUM_PROCESSES="2",
             JAX_PROCESS_ID=str(rank),
+            **placement[rank],
         )
         for rank in range(2)
     ]
@@ -86,7 +98,7 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
         yaml.safe_dump({**CONFIG, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}})
     )
     coordinator = f"127.0.0.1:{free_port()}"
-    workers = _start_ranks(multi_config, coordinator)
+    workers = _start_ranks(multi_config, coordinator, racks=("rack-b", "rack-a"))  # rank 1's rack first
     single = _start(config, "single", 4)
     rank0, rank1, reference = (
         _finish(p, tmp_path, name) for p, name in zip((*workers, single), ("rank0", "rank1", "single"), strict=False)
@@ -99,6 +111,8 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
     assert reference[0]["processes"] == 1 and reference[0]["coordinator"] is None
     losses = [e["loss"] for e in rank0 if e["event"] == "step"]
     expected = [e["loss"] for e in reference if e["event"] == "step"]
+    ring = next(e for e in rank0 if e["event"] == "ring_order")
+    assert ring["order"] == [1, 0] and ring["cross_hops"] == {RACK: 0}, ring  # from the placement files
     assert len(losses) == 3 and rank0[-1] == {"event": "done", "step": 3}
     assert [e["step"] for e in rank0 if e["event"] == "checkpoint"] == [2, 3]
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == ["2", "3"]

@@ -38,6 +38,10 @@ NODE_NAME = "LONGCTX_NODE_NAME"
 TOPOLOGY_LEVELS = "LONGCTX_TOPOLOGY_LEVELS"
 TOPOLOGY_LEVEL_PREFIX = "LONGCTX_TOPOLOGY_LEVEL_"
 RANK_ORDER = "LONGCTX_RANK_ORDER"
+PLACEMENT_FILE = "LONGCTX_PLACEMENT_FILE"
+"""Where the pod's placement annotation appears (a downward-API volume file, updated when the
+operator writes the annotation after binding: an env var would keep its value at start); unset or
+empty: the ranks order by the pod-label values above alone."""
 
 
 def topology_level(index: int) -> str:

@@ -5,7 +5,8 @@ from longctx_operator.config import OperatorConfig
 from longctx_operator.reconciler import Reconciler
 
 
-def test_nodes_are_watched_only_when_builtin_admission_may_run_and_they_can_be_read():
+def test_nodes_are_watched_whenever_they_can_be_read():
+    """Builtin admission counts their GPUs; under any admission the rings' placement reads their labels."""
     import kubernetes
 
     from longctx_operator.handlers import make_registry, watches
@@ -18,8 +19,7 @@ def test_nodes_are_watched_only_when_builtin_admission_may_run_and_they_can_be_r
 
     assert watched(OperatorConfig()) == ["jobs", "pods", "nodes"]
     assert watched(OperatorConfig(read_nodes=False)) == ["jobs", "pods"]
-    assert watched(OperatorConfig(admission_modes=["kueue", "none"])) == ["jobs", "pods"]
-    assert watched(OperatorConfig(force_admission="kueue")) == ["jobs", "pods"]
+    assert watched(OperatorConfig(force_admission="kueue")) == ["jobs", "pods", "nodes"]
     assert watched(OperatorConfig(watch_namespaces=["a", "b"])) == ["jobs", "jobs", "pods", "pods", "nodes"]
     kopf_kinds = {h.selector.any_name for h in make_registry(OperatorConfig())._watching.get_all_handlers()}
     assert kopf_kinds == {"longcontextjobs"}  # pods, Jobs and nodes only through label-selected watches

@@ -136,3 +136,4 @@ def test_local_workers_get_this_host_as_their_node_and_no_topology_labels(tmp_pa
     for worker in workers:
         assert worker.env[podenv.NODE_NAME] == socket.gethostname()
         assert worker.env[podenv.topology_level(0)] == ""  # no node label is copied onto a local pod
+        assert worker.env[podenv.PLACEMENT_FILE] == ""  # nor any placement written: no rank waits

@@ -65,6 +65,9 @@ class FakeKube:
     def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int) -> None:
         self.calls.append(("delete", "Pod", name, uid, grace_seconds))
 
+    def annotate_pod(self, namespace: str, name: str, uid: str, key: str, value: str) -> None:
+        self.calls.append(("annotate", name, uid, key, value))
+
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         self.calls.append(("patch-status", namespace, name))
         self.job["status"] = merge_patch(self.job.get("status") or {}, status)
@@ -383,3 +386,37 @@ def test_the_gang_network_policy_is_created_with_the_workload_when_configured():
     assert ("create", "NetworkPolicy", "fake") in kube.calls
     policy = kube.objects[("NetworkPolicy", "team", "fake")]
     assert policy["spec"]["podSelector"] == {"matchLabels": {"longctx.io/job-name": "fake"}}
+
+
+def test_bound_ranks_get_their_placement_and_a_late_node_places_its_pod_when_it_arrives():
+    """operator/placement.py through the reconciler: pod 0's node is cached, pod 1's is not yet;
+    its node event queues the job again, and that reconciliation places pod 1."""
+    from longctx_operator.names import PLACEMENT_ANNOTATION
+
+    reconciler, kube = make(config=OperatorConfig(topology_labels=["example.com/rack"]))
+
+    def node(index: int) -> dict:
+        return {"metadata": {"name": f"node-{index}", "labels": {"example.com/rack": f"r{index}"}}}
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        reconciler.node_event(node(0), deleted=False)
+        for index in range(2):
+            reconciler.pod_event(pod(index), deleted=False)
+        await reconciler.reconcile(KEY)
+        placed = [c for c in kube.calls if c[0] == "annotate"]
+        assert placed == [("annotate", "fake-g1-0-x", "pod-uid-0", PLACEMENT_ANNOTATION, '{"example.com/rack":"r0"}')]
+        assert reconciler.awaiting_nodes == {"node-1": {KEY}}
+        placed_pod = pod(0)
+        placed_pod["metadata"]["annotations"] = {PLACEMENT_ANNOTATION: placed[0][-1]}
+        reconciler.pod_event(placed_pod, deleted=False)  # the watch delivers it: not written again
+        while reconciler.queue._queue.qsize():  # the coalesced pod events' keys: drained
+            reconciler.queue.done(await reconciler.queue.get())
+        reconciler.node_event(node(1), deleted=False)
+        assert await asyncio.wait_for(reconciler.queue.get(), 1) == KEY and not reconciler.awaiting_nodes
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x", "fake-g1-1-x"]

@@ -6,6 +6,7 @@ eight nodes in two racks; their completion indices alternate between the racks, 
 an index-ordered ring (every hop crosses racks).
 """
 
+import json
 from functools import partial
 
 import jax
@@ -18,9 +19,14 @@ from longctx_trainer.contract.config import ParallelConfig
 from longctx_trainer.contract.topology import (
     NODE,
     ORDER_INDEX,
+    PLACEMENT_MAX_BYTES,
     Placement,
     Topology,
     consecutive_ring_hops,
+    decode_placement,
+    encode_placement,
+    placement_labels,
+    read_placement,
     ring_hops,
     ring_order,
 )
@@ -163,3 +169,72 @@ def test_the_comparison_fails_on_a_wrong_rope_offset(index_ordered, monkeypatch)
     mutants.shift_rope_of_last_shard(monkeypatch, context=4)
     with pytest.raises(AssertionError):
         _assert_reordered_matches(index_ordered)
+
+
+def test_the_placement_annotation_gives_the_levels_the_pod_labels_lack():
+    env = {
+        podenv.TOPOLOGY_LEVELS: f"topology.kubernetes.io/zone,{RACK}",
+        podenv.topology_level(0): "zone-a",
+        podenv.NODE_NAME: "gpu-7",
+    }
+    node_labels = decode_placement(
+        encode_placement({RACK: "rack-3", "other": "x"}, ["topology.kubernetes.io/zone", RACK])
+    )
+    assert node_labels == {RACK: "rack-3"}  # only the levels' keys, and only those the node has
+    _, placement = Topology.from_environ(env, node_labels)
+    assert placement == Placement(("zone-a", "rack-3", "gpu-7"))
+
+
+class FakeClock:
+    """time.monotonic and time.sleep of read_placement: sleeping moves the clock; `then` runs once
+    the clock passes `at` (the kubelet writing the annotation into the file)."""
+
+    def __init__(self, at: float = float("inf"), then=lambda: None):
+        self.now, self.at, self.then = 0.0, at, then
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.now >= self.at:
+            self.then()
+            self.at = float("inf")
+
+
+def test_read_placement_waits_for_the_annotation_to_appear(tmp_path):
+    path = tmp_path / "placement"
+    path.write_text("")  # the downward-API file of an annotation not written yet
+    clock = FakeClock(at=5, then=lambda: path.write_text(json.dumps({RACK: "rack-1"})))
+    assert read_placement(path, timeout=60, clock=clock, sleep=clock.sleep) == ({RACK: "rack-1"}, "")
+    assert 5 <= clock.now < 6
+
+
+def test_read_placement_gives_up_after_its_timeout_and_says_why(tmp_path):
+    path = tmp_path / "placement"
+    path.write_text("")
+    clock = FakeClock()
+    labels, why = read_placement(path, timeout=30, clock=clock, sleep=clock.sleep)
+    assert labels is None and clock.now == 30
+    assert why == f"{path} stayed empty (the operator wrote no placement annotation) for 30s"
+    labels, why = read_placement(tmp_path / "absent", timeout=1, clock=clock, sleep=clock.sleep)
+    assert labels is None and "No such file or directory for 1s" in why
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("[1]", "not a JSON object of strings"), ('{"a": 1}', "not a JSON object of strings"), ("{", "not JSON")],
+)
+def test_read_placement_refuses_what_the_operator_does_not_write_at_once(tmp_path, text, why):
+    path = tmp_path / "placement"
+    path.write_text(text)
+    clock = FakeClock()
+    assert read_placement(path, timeout=30, clock=clock, sleep=clock.sleep) == (None, f"{path}: {why}")
+    assert clock.now == 0  # no waiting for a file that is there
+    path.write_text(json.dumps({RACK: "r" * PLACEMENT_MAX_BYTES}))
+    assert read_placement(path, timeout=0)[1] == f"{path}: larger than {PLACEMENT_MAX_BYTES} bytes"
+
+
+def test_no_placement_file_named_no_wait():
+    assert placement_labels({}) == (None, "")
+    assert placement_labels({podenv.PLACEMENT_FILE: ""}) == (None, "")

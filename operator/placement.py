@@ -1,0 +1,71 @@
+"""Where each rank runs, for the trainer's ring order: the topology levels a job's ranks are ordered
+by, and the placement annotation the operator writes onto each bound pod.
+
+Kubernetes copies only a node's zone and region labels onto its pods, and node labels are not in
+the downward API, so a rack or NVLink-domain label would never reach the trainer. Once a pod is
+bound, the operator (which watches the gang's pods and, with readNodes, the nodes) writes the node's
+values of the levels onto the pod as the annotation names.PLACEMENT_ANNOTATION; the trainer reads it
+through a downward-API file, which the kubelet refreshes (env would keep its value at start).
+
+The values are the node's, verbatim, and only decide an order: the mesh is relabelled, the
+computation is the same (a pod's annotation changed by anyone else changes which neighbours a ring
+has, nothing else). Pure functions over the cached pods and nodes: the reconciler only sends the
+patches (reconciler._place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from longctx_trainer.contract.topology import encode_placement
+
+from . import names
+from .api.spec import LongContextJobSpec
+from .config import OperatorConfig
+
+
+def index_ordered(spec: LongContextJobSpec) -> bool:
+    """Kueue's topology-aware scheduling placed the ranks in completion-index order: keep it."""
+    return spec.scheduling.admission == "kueue" and spec.scheduling.kueue_topology != "none"
+
+
+def topology_levels(spec: LongContextJobSpec, config: OperatorConfig) -> tuple[str, ...]:
+    """The node labels the trainer orders its rings by, outermost first: the zone, the operator's
+    topologyLabels, then `scheduling.topologyKey` unless listed (the node is always the innermost)."""
+    keys = (names.ZONE_LABEL, *config.topology_labels, spec.scheduling.topology_key)
+    return tuple(dict.fromkeys(k for k in keys if k))
+
+
+def placement_wanted(spec: LongContextJobSpec, config: OperatorConfig) -> bool:
+    """Whether the operator writes the job's pods' placement (and the trainer waits for it): the JAX
+    trainer ordering its ranks by topology, where the operator can read the nodes."""
+    pytorch = spec.trainer is not None and spec.trainer.framework == "pytorch"
+    return config.read_nodes and not pytorch and not index_ordered(spec)
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    name: str
+    uid: str
+    value: str
+    """The annotation's value: the node's labels of the levels (contract/topology.encode_placement)."""
+
+
+def placements_due(
+    pods: Iterable[dict], nodes: Mapping[str, dict], levels: tuple[str, ...]
+) -> tuple[list[PodPlacement], set[str]]:
+    """The placements to write: each bound pod, not finished or being deleted, whose annotation is
+    not its node's placement; and the nodes such pods are bound to that are not cached (yet)."""
+    due, unknown = [], set()
+    for pod in pods:
+        meta, node = pod["metadata"], pod["spec"].get("nodeName")
+        if not node or meta.get("deletionTimestamp") or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        if node not in nodes:
+            unknown.add(node)
+            continue
+        value = encode_placement(nodes[node]["metadata"].get("labels") or {}, levels)
+        if (meta.get("annotations") or {}).get(names.PLACEMENT_ANNOTATION) != value:
+            due.append(PodPlacement(meta["name"], meta["uid"], value))
+    return due, unknown

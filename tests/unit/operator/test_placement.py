@@ -1,0 +1,76 @@
+"""operator/placement.py: the topology levels of a job's ranks, which jobs get the placement
+annotation, and which bound pods it is due on; and that a job may not ask for it itself
+(operator/annotations.py)."""
+
+import json
+
+from longctx_operator.annotations import pod_annotations
+from longctx_operator.api import parse_job
+from longctx_operator.config import OperatorConfig
+from longctx_operator.names import PLACEMENT_ANNOTATION, POD_ANNOTATIONS_ANNOTATION
+from longctx_operator.placement import PodPlacement, placement_wanted, placements_due, topology_levels
+from support.jobs import job_manifest
+from support.manifests import apply_case
+
+ZONE, RACK, CLIQUE = "topology.kubernetes.io/zone", "example.com/rack", "nvidia.com/gpu.clique"
+LEVELS = (ZONE, RACK, CLIQUE)
+
+
+def spec(scheduling: dict | None = None, **changes):
+    manifest = job_manifest(preset="llama3-8b", sequence_length=131072, layout=(1, 8, 4), resources=(4, 8, "h100-80gb"))
+    return parse_job(apply_case(manifest, {"set": {"spec.scheduling": scheduling or {}, **changes}})).spec
+
+
+def node(name: str, **labels: str) -> dict:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def pod(name: str, node_name: str | None, annotation: str | None = None, phase="Running", deleting=False) -> dict:
+    meta = {"name": name, "uid": f"uid-{name}", "annotations": {PLACEMENT_ANNOTATION: annotation} if annotation else {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node_name}, "status": {"phase": phase}}
+
+
+def test_levels_are_the_zone_the_operators_labels_then_the_topology_key():
+    assert topology_levels(spec(), OperatorConfig()) == (ZONE, CLIQUE)
+    assert topology_levels(spec(), OperatorConfig(topology_labels=[RACK])) == LEVELS
+    listed = OperatorConfig(topology_labels=[CLIQUE, RACK])  # the key keeps the operator's place for it
+    assert topology_levels(spec(), listed) == (ZONE, CLIQUE, RACK)
+    assert topology_levels(spec({"topologyKey": ZONE}), OperatorConfig()) == (ZONE,)
+
+
+def test_placement_is_written_for_topology_ordered_jax_ranks_where_nodes_are_readable():
+    assert placement_wanted(spec(), OperatorConfig())
+    assert not placement_wanted(spec(), OperatorConfig(read_nodes=False))  # namespace scope
+    kueue = {"admission": "kueue", "queueName": "q", "kueueTopology": "required"}
+    assert not placement_wanted(spec(kueue), OperatorConfig())  # Kueue placed the ranks in index order
+    assert not placement_wanted(
+        spec(**{"spec.trainer": {"framework": "pytorch", "command": ["torchrun", "train.py"]}}), OperatorConfig()
+    )
+
+
+def test_due_on_bound_live_pods_whose_annotation_is_not_their_nodes():
+    nodes = {"n0": node("n0", **{ZONE: "z", RACK: "r0", "other": "x"}), "n1": node("n1", **{RACK: "r1"})}
+    placed = json.dumps({RACK: "r0", ZONE: "z"}, sort_keys=True, separators=(",", ":"))
+    pods = [
+        pod("a", "n0"),
+        pod("b", "n1", annotation='{"example.com/rack":"forged"}'),  # someone else's value: rewritten
+        pod("c", "n0", annotation=placed),  # already there
+        pod("d", None),  # not bound yet
+        pod("e", "n9"),  # its node not cached yet
+        pod("f", "n0", phase="Failed"),
+        pod("g", "n0", deleting=True),
+    ]
+    due, unknown = placements_due(pods, nodes, LEVELS)
+    assert due == [PodPlacement("a", "uid-a", placed), PodPlacement("b", "uid-b", '{"example.com/rack":"r1"}')]
+    assert unknown == {"n9"}
+
+
+def test_a_job_may_not_set_the_placement_annotation_even_where_its_prefix_is_allowed():
+    config = OperatorConfig(allowed_pod_annotations=["longctx.io/*"])
+    asked = {POD_ANNOTATIONS_ANNOTATION: json.dumps({PLACEMENT_ANNOTATION: "{}"})}
+    refused = pod_annotations(asked, config)
+    assert refused.values == {} and refused.error.endswith('"longctx.io/placement" is written by the operator')
+    allowed = pod_annotations({POD_ANNOTATIONS_ANNOTATION: json.dumps({"longctx.io/x": "1"})}, config)
+    assert allowed.values == {"longctx.io/x": "1"}
