@@ -248,6 +248,7 @@ class Reconciler:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._admission_thread.shutdown(wait=False, cancel_futures=True)
+        self.other_pods.stop()
         self.progress.stop()
         self.watchdog.stop()
 
