@@ -138,7 +138,8 @@ class OperatorConfig(BaseModel):
     job's status why Kueue has not admitted it and why it evicted one; needs Kueue's CRDs and the
     right to list and watch workloads.kueue.x-k8s.io."""
     workers: int = Field(16, ge=1, le=256)
-    """Concurrent reconciliations."""
+    """Concurrent decisions (builtin admission counts included); each decision's writes then run in
+    a task of the job's own, so a slow API server holds back no other job's decision."""
     progress_interval_seconds: float = Field(10.0, gt=0, le=3600)
     """Seconds between reads of each running job's rank-0 metrics."""
     metrics_port: int = Field(8000, ge=0, le=65535)

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--health-port", type=int, help="kopf's liveness endpoint /healthz on this port (0: off)")
     parser.add_argument("--metrics-port", type=int, help="the operator's Prometheus metrics on this port (0: off)")
-    parser.add_argument("--workers", type=int, help="concurrent reconciliations (default 16)")
+    parser.add_argument("--workers", type=int, help="concurrent decisions (default 16); each job's writes run apart")
     parser.add_argument(
         "--progress-interval",
         type=float,

@@ -10,13 +10,19 @@ label by someone else is in the operator's own watch, so every pod is counted on
 
 The view may be up to MAX_AGE_SECONDS old: a gang may be admitted onto GPUs another pod took
 meanwhile (its pods then wait for the scheduler and the job's startup timeout ends it), or wait one
-more count for GPUs freed meanwhile. Thread-only (the admission thread): it blocks on the API.
+more count for GPUs freed meanwhile. A list takes seconds on a loaded API server (1 s for a few
+hundred pods at load 20, 2026-11-27), and every count of a burst of gangs waited for it in the one
+admission thread: so a count that finds the list close to its age limit starts the next list in a
+thread of its own and counts with the last one (`refresh_step`); a count waits for a list only when
+there is none younger than MAX_AGE_SECONDS. Called from the admission thread: it may block on the API.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .admission import holds_resources, pod_gpus
@@ -49,24 +55,67 @@ def occupancy(pods) -> Occupancy:
     return Occupancy(used, waiting)
 
 
+@dataclass(frozen=True)
+class RefreshStep:
+    start: bool
+    """Start a list (in the occupancy thread)."""
+    wait: bool
+    """Wait for the list under way instead of counting with the last one."""
+
+
+def refresh_step(age: float | None, last_list_seconds: float, listing: bool) -> RefreshStep:
+    """What a count does, the last list having ended `age` seconds ago (None: no list yet) and taken
+    `last_list_seconds`, while a list is or is not under way: with no list younger than
+    MAX_AGE_SECONDS, it waits for one; when the last one is close enough to that age that the next
+    would end after it (by its duration, at most half the age ahead: a list slower than the age must
+    not run back to back), it starts the next and counts with the last; else it counts with it."""
+    stale = age is None or age > MAX_AGE_SECONDS
+    due = stale or age > MAX_AGE_SECONDS - min(last_list_seconds, MAX_AGE_SECONDS / 2)
+    return RefreshStep(start=due and not listing, wait=stale)
+
+
 class OtherPods:
-    """The last Occupancy of the pods without the job-name label, listed again when older than
-    MAX_AGE_SECONDS. `lists`: one list method per scope (all namespaces, or each watched one)."""
+    """The last Occupancy of the pods without the job-name label, listed again in a thread of its
+    own as it nears MAX_AGE_SECONDS (`refresh_step`). `lists`: one list method per scope (all
+    namespaces, or each watched one)."""
 
     def __init__(self, lists: list[Callable], clock: Callable[[], float]):
         self.lists, self.clock = lists, clock
         self._last: Occupancy | None = None
         self._at = 0.0
+        self._took = 0.0
+        self._listing: Future | None = None
+        self._lock = threading.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="occupancy")
 
     def current(self) -> Occupancy:
-        """The last list's Occupancy, listed again when it ended more than MAX_AGE_SECONDS ago. Its
-        age counts from the end of the list, not the start: a list slower than MAX_AGE_SECONDS (a
-        busy cluster's thousands of pods on a loaded API server) must not make every count list
-        again (50 gangs waited minutes for their counts that way, 2026-11-26)."""
-        if self._last is None or self.clock() - self._at > MAX_AGE_SECONDS:
-            self._last = occupancy(pod for list_call in self.lists for pod in self._list(list_call))
-            self._at = self.clock()
-        return self._last
+        """The Occupancy to count with: the last list's while it is younger than MAX_AGE_SECONDS,
+        else the next list's. Its age counts from the end of the list, not the start: a list slower
+        than MAX_AGE_SECONDS (a busy cluster's thousands of pods on a loaded API server) must not
+        make every count list again (50 gangs waited minutes for their counts that way, 2026-11-26).
+        A failed list raises here only to a count that waits for it."""
+        with self._lock:
+            age = None if self._last is None else self.clock() - self._at
+            step = refresh_step(age, self._took, self._listing is not None)
+            if step.start:
+                self._listing = self._thread.submit(self._refresh)
+            listing, last = self._listing, self._last
+        return listing.result() if step.wait else last
+
+    def stop(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    def _refresh(self) -> Occupancy:
+        started = self.clock()
+        try:
+            found = occupancy(pod for list_call in self.lists for pod in self._list(list_call))
+            with self._lock:
+                self._last, self._at = found, self.clock()
+                self._took = self._at - started
+            return found
+        finally:
+            with self._lock:
+                self._listing = None
 
     @staticmethod
     def _list(list_call: Callable):

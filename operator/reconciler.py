@@ -1,8 +1,10 @@
 """The reconcile loop: workers that take job keys from the work queue (workqueue.py), decide and apply.
 
 Watch events (handlers.py) fill the cache and enqueue the job they concern; a worker takes a key
-(one worker per key at a time), asks lifecycle.decide what to do, writes the status first and
-posts its Events, then creates or deletes the workload. Blocking API calls run in threads. Gang
+(one reconciliation per key at a time) and asks lifecycle.decide what to do; a task of that job's
+own then writes the status first and posts its Events, then creates or deletes the workload, while
+the worker takes the next key: a job's writes, seconds each on a loaded API server, never hold back
+another job's decision. Blocking API calls run in threads. Gang
 reservations live in admission.Reservations, the progress timer in progress.ProgressPoller, the
 reads of every rank's health in watchdog.Watchdog, and what is remembered of each job in one JobState.
 """
@@ -13,6 +15,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -92,6 +95,18 @@ def refusal(error: ApiException | NotOwned) -> str:
     return f"creating the workload failed: {error.status} {error.reason}: {(error.body or '')[:500]}".rstrip(": ")
 
 
+Write = Callable[[], Awaitable[float | None]]
+"""A decision's writes (status, workload, Events); they return the seconds until the next reconciliation."""
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _raise(error: Exception) -> None:
+    raise error
+
+
 class AdmissionDue(Exception):
     """decide asked for a builtin admission verdict that is not counted yet (counted off the loop)."""
 
@@ -109,8 +124,9 @@ def add_pod_annotations(job: dict, extra: dict[str, str]) -> dict:
 
 
 def api_threads(config: OperatorConfig) -> int:
-    """Threads for the blocking API calls: enough for every worker's creates, the progress reads and
-    Events (the client keeps as many connections open)."""
+    """Threads for the blocking API calls, the most that run at once (the writes of every job
+    decided, the progress reads and Events queue for them): three creates per worker's decision
+    and a few more (the client keeps as many connections open)."""
     return 3 * config.workers + 4
 
 
@@ -150,6 +166,7 @@ class Reconciler:
         self.reservations = Reservations(RESERVATION_SECONDS, time.monotonic)
         self.jobs: dict[Key, JobState] = {}  # what the operator remembers of each job between reconciles
         self._tasks: list[asyncio.Task] = []
+        self._writes: set[asyncio.Task] = set()  # decisions' writes under way, one per job at most
         self._threads = ThreadPoolExecutor(max_workers=api_threads(config), thread_name_prefix="kube")
         # Builtin admission reads every node and lists the other pods (occupancy.py): one thread,
         # off the event loop, one count at a time.
@@ -230,11 +247,13 @@ class Reconciler:
         self._tasks.append(asyncio.create_task(self.watchdog.run()))
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._writes]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._admission_thread.shutdown(wait=False, cancel_futures=True)
+        self.other_pods.stop()
         self.progress.stop()
         self.watchdog.stop()
 
@@ -242,24 +261,38 @@ class Reconciler:
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
     async def _worker(self) -> None:
+        """Decides for one key after another; each decision's writes go to a task of the job's own
+        (the key stays taken until they end), so a worker never waits on the API server. At most one
+        such task per job: the API calls themselves are bounded by the thread pool."""
         while True:
             key = await self.queue.get()
             started = time.perf_counter()
             try:
-                requeue = await self.reconcile(key)
-                self._state(key).failures = 0
-                metrics.RECONCILES.labels(result="ok").inc()
-            except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
-                state = self._state(key)
-                state.failures += 1
-                requeue = retry_delay(state.failures)
-                log.exception("reconciling %s/%s failed; retrying in %.0fs", *key, requeue)
-                metrics.RECONCILES.labels(result="error").inc()
-            finally:
-                self.queue.done(key)
-                metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
-            if requeue is not None:
-                self.queue.add_after(key, requeue)
+                write = await self._decide(key)
+            except Exception as error:  # noqa: BLE001 - one job's failure must not stop the worker
+                write = functools.partial(_raise, error)
+            task = asyncio.create_task(self._finish(key, write, started))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+
+    async def _finish(self, key: Key, write: Write, started: float) -> None:
+        """Runs a decision's writes, then releases the key: requeued after the decision's delay, or
+        after the failure backoff."""
+        try:
+            requeue = await write()
+            self._state(key).failures = 0
+            metrics.RECONCILES.labels(result="ok").inc()
+        except Exception:  # noqa: BLE001 - one job's failure must not stop the others
+            state = self._state(key)
+            state.failures += 1
+            requeue = retry_delay(state.failures)
+            log.exception("reconciling %s/%s failed; retrying in %.0fs", *key, requeue)
+            metrics.RECONCILES.labels(result="error").inc()
+        finally:
+            self.queue.done(key)
+            metrics.RECONCILE_DURATION.observe(time.perf_counter() - started)
+        if requeue is not None:
+            self.queue.add_after(key, requeue)
 
     def _admission(self, key: Key) -> Admission:
         """The verdict decide asks for: the counted one (AdmissionDue when there is none to use)."""
@@ -314,16 +347,22 @@ class Reconciler:
             state.admission_due = time.monotonic() + admission_backoff(state.admission_refusals)
 
     async def reconcile(self, key: Key) -> float | None:
+        """One reconciliation: the decision, then its writes; seconds until the next one, or None."""
+        return await (await self._decide(key))()
+
+    async def _decide(self, key: Key) -> Write:
+        """The decision for the job as cached (counting builtin admission when it asks), accounted
+        at once; returns its writes, which return the seconds until the next reconciliation."""
         since = self._event_at.pop(key, None)
         obj = self.cache.jobs_of.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return None  # children go with the owner (garbage collector)
+            return _nothing  # children go with the owner (garbage collector)
         try:
             job = LongContextJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec")})
             status = LongContextJobStatus.model_validate(obj.get("status") or {})
         except ValidationError as e:
             log.error("%s/%s does not parse: %s", *key, e)
-            return None
+            return _nothing
         generation, state = status.workload_generation, self._state(key)
         observed = MISSING
         if generation:
@@ -370,14 +409,18 @@ class Reconciler:
         if since is not None:
             metrics.RECONCILE_LATENCY.observe(time.monotonic() - since)
         self._account(key, job, status, decision)
-        await self._apply(key, obj, job, status, decision, annotations.values)
-        if generation and placement_wanted(spec, self.config):
-            await self._place(key, spec, generation)
-        metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
         requeue = decision.requeue_after
         if asked and state.admission is not None:  # a refusal stands its backoff
             requeue = max(requeue or 0.0, state.admission_due - time.monotonic())
-        return min(requeue, RESYNC_SECONDS) if requeue is not None else RESYNC_SECONDS
+
+        async def write() -> float:
+            await self._apply(key, obj, job, status, decision, annotations.values)
+            if generation and placement_wanted(spec, self.config):
+                await self._place(key, spec, generation)
+            metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
+            return min(requeue, RESYNC_SECONDS) if requeue is not None else RESYNC_SECONDS
+
+        return write
 
     def _account(self, key: Key, job: LongContextJob, old: LongContextJobStatus, decision: Decision) -> None:
         new = decision.status

@@ -1,12 +1,15 @@
 """operator/occupancy.py: what the pods outside the operator's watch hold, counted from one list,
-and listed again only when the last list is older than MAX_AGE_SECONDS."""
+listed again as the last one nears MAX_AGE_SECONDS, and waited for only when it is older."""
 
 from __future__ import annotations
 
 import json
+import threading
+
+import pytest
 
 from longctx_operator.names import JOB_NAME_LABEL
-from longctx_operator.occupancy import MAX_AGE_SECONDS, NOT_FINISHED, OtherPods, occupancy
+from longctx_operator.occupancy import MAX_AGE_SECONDS, NOT_FINISHED, OtherPods, RefreshStep, occupancy, refresh_step
 
 
 def pod(name, gpus, node=None, phase="Running"):
@@ -79,3 +82,53 @@ def test_a_list_slower_than_the_max_age_is_not_stale_when_it_ends():
     assert others.current().used == {"n1": 8, "n2": 8}
     assert others.current().used == {"n1": 8, "n2": 8}
     assert len(pages.calls) == 2  # one list of two pages
+
+
+@pytest.mark.parametrize(
+    ("age", "took", "listing", "step"),
+    [
+        (None, 0.0, False, RefreshStep(start=True, wait=True)),  # no list yet
+        (None, 0.0, True, RefreshStep(start=False, wait=True)),  # the first one is under way
+        (1.0, 1.0, False, RefreshStep(start=False, wait=False)),
+        (MAX_AGE_SECONDS - 1.5, 1.0, False, RefreshStep(start=False, wait=False)),
+        (MAX_AGE_SECONDS - 0.5, 1.0, False, RefreshStep(start=True, wait=False)),  # the next would end late
+        (MAX_AGE_SECONDS - 0.5, 1.0, True, RefreshStep(start=False, wait=False)),
+        (1.0, 60.0, False, RefreshStep(start=False, wait=False)),  # a slow list: at most half the age ahead
+        (MAX_AGE_SECONDS / 2 + 0.1, 60.0, False, RefreshStep(start=True, wait=False)),
+        (MAX_AGE_SECONDS + 0.1, 0.0, False, RefreshStep(start=True, wait=True)),  # stale
+        (MAX_AGE_SECONDS + 0.1, 0.0, True, RefreshStep(start=False, wait=True)),
+    ],
+)
+def test_a_count_waits_only_for_a_stale_list_and_starts_the_next_before_it_is(age, took, listing, step):
+    assert refresh_step(age, took, listing) == step
+
+
+def test_a_count_near_the_age_limit_lists_again_in_the_background_and_counts_with_the_last_list():
+    """The last list took 2 s and is 4 s old: the next is started at once, in its own thread, and
+    the count uses the last one without waiting for it (counts of a burst of gangs waited for every
+    list in the admission thread, a second each at load 20, 2026-11-27)."""
+    now = [100.0]
+    release, started = threading.Event(), threading.Event()
+
+    class Blocked(Pages):
+        def __call__(self, *args, **kwargs):
+            if len(self.calls) == 0:
+                now[0] += 2.0  # the first list takes 2 s
+            else:
+                started.set()
+                release.wait(10)
+            return super().__call__(*args, **kwargs)
+
+    pages = Blocked([pod("a", 8, "n1")])
+    others = OtherPods([pages], lambda: now[0])
+    assert others.current().used == {"n1": 8}
+    pages.pods = [pod("b", 8, "n2")]
+    now[0] += MAX_AGE_SECONDS - 1.0
+    try:
+        assert others.current().used == {"n1": 8}  # the last list, not waiting for the next
+        assert started.wait(10)
+    finally:
+        release.set()
+    now[0] += 1.5  # the last list is stale now: a count waits for the one under way
+    assert others.current().used == {"n2": 8}
+    others.stop()

@@ -420,3 +420,56 @@ def test_bound_ranks_get_their_placement_and_a_late_node_places_its_pod_when_it_
 
     run(go())
     assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x", "fake-g1-1-x"]
+
+
+class SlowStatusKube(FakeKube):
+    """Two jobs' API: the status write of job "slow" waits until `release` is set (a loaded API
+    server answers a status patch in seconds: 1 to 6 s in benchmarks/operator_scale.py, 2026-11-27)."""
+
+    def __init__(self, jobs: list[dict]):
+        super().__init__(jobs[0])
+        self.jobs = {j["metadata"]["name"]: copy.deepcopy(j) for j in jobs}
+        self.release = threading.Event()
+
+    def patch_status(self, namespace: str, name: str, status: dict) -> dict:
+        if name == "slow":
+            self.release.wait(10)
+        self.calls.append(("patch-status", namespace, name))
+        job = self.jobs[name]
+        job["status"] = merge_patch(job.get("status") or {}, status)
+        return copy.deepcopy(job)
+
+
+def test_a_jobs_slow_status_write_holds_no_worker_from_the_next_jobs_decision():
+    """One worker: job "slow" is decided first and its status write hangs; job "fast" is still
+    decided and its workload created (a worker used to wait through every write of its job, so 16
+    workers served a burst of 50 gangs in rounds of seconds)."""
+    jobs = [
+        job_manifest(
+            name,
+            namespace="team",
+            metadata={"uid": f"u-{name}", "generation": 1},
+            resources=(2, 8, "h100-80gb"),
+            scheduling={"admission": "none"},
+        )
+        for name in ("slow", "fast")
+    ]
+    kube = SlowStatusKube(jobs)
+    reconciler = Reconciler(kube, OperatorConfig(workers=1))
+
+    async def go() -> list[tuple]:
+        for job in jobs:
+            reconciler.job_event(copy.deepcopy(job), deleted=False)
+        reconciler.start()
+        try:
+            for _ in range(300):
+                if ("create", "Job", "fast-g1") in kube.calls:
+                    break
+                await asyncio.sleep(0.01)
+            return list(kube.calls)
+        finally:
+            kube.release.set()
+            await reconciler.stop()
+
+    calls = run(go())
+    assert ("create", "Job", "fast-g1") in calls and ("patch-status", "team", "slow") not in calls
