@@ -38,6 +38,7 @@ from .contract.termination import Preempted
 from .data import Batches
 from .mesh import TOKENS
 from .preemption import Preemption
+from .probe import ComputeProbe
 from .weights import load_params
 
 Emit = Callable[[dict], None]
@@ -217,6 +218,8 @@ def train(
     metrics.enter("compiling")
     batch, ring = batches.for_step(start), batches.ring(start)
     fns.compiled_step(state, *batch, ring=ring)
+    every = config.metrics.probe_every_steps
+    probe = ComputeProbe(mesh.local_devices) if every else None
     metrics.enter("training")
     for step in range(start, config.steps):
         begin = time.perf_counter()  # a new adaptive variant's first step includes its compilation
@@ -232,6 +235,9 @@ def train(
         tokens_per_second = config.global_batch_tokens / seconds
         mfu = {(c, name): tokens_per_second * f / peak for c, f in flops.items() for name, peak in peaks.items()}
         metrics.observe_step(done, config.global_batch_tokens, seconds, loss, mfu)
+        if probe is not None and done % every == 0:
+            jax.block_until_ready(state)  # this step's work is done: only the probe is timed
+            metrics.observe_probe(probe.measure())
         if done % config.log_every == 0 or done == config.steps:
             emit(
                 {

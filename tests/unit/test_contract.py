@@ -19,7 +19,16 @@ from longctx_trainer.contract.config import TrainerConfig, load_config
 from support.jobs import job_manifest
 from support.manifests import apply_case
 
-TRAINER_ONLY = {"remat", "seed", "log_every", "optimizer.beta1", "optimizer.beta2", "data.seed", "checkpoint.keep"}
+TRAINER_ONLY = {
+    "remat",
+    "seed",
+    "log_every",
+    "optimizer.beta1",
+    "optimizer.beta2",
+    "data.seed",
+    "checkpoint.keep",
+    "metrics.probe_every_steps",
+}
 BASE = job_manifest("c", sequence_length=1024, layout=(1, 2, 2), resources=(1, 4, "cpu"))
 LAYOUT = ResolvedLayout(data=1, context=2, tensor=2, processes_per_node=1)
 # (spec change, layout, config path, expected value)

@@ -241,6 +241,11 @@ class CheckpointConfig(_Strict):
 class MetricsConfig(_Strict):
     port: int = Field(9400, ge=0, le=65535, description="0 disables the exporter.")
     job: str = Field("longctx", description="Value of the `job_name` label on every metric.")
+    probe_every_steps: int = Field(
+        10,
+        ge=0,
+        description="Time the compute probe (longctx_trainer.probe) after every this many steps; 0: never.",
+    )
 
 
 class TrainerConfig(_Strict):

@@ -18,4 +18,8 @@ PHASE = "longctx_train_phase"
 HEARTBEAT = "longctx_train_heartbeat_timestamp_seconds"
 HEARTBEAT_STEP = "longctx_train_heartbeat_step"
 STEP_SECONDS = "longctx_train_last_step_seconds"
-HEALTH_METRICS = (PHASE, HEARTBEAT, HEARTBEAT_STEP, STEP_SECONDS)
+PROBE_SECONDS = "longctx_train_probe_seconds"
+"""How long this process's own devices took for the compute probe (longctx_trainer.probe): a fixed
+computation with no collective, so, unlike the step time, which a synchronous gang's collectives
+equalise, it tells a rank with a slow device from the ranks that wait for it."""
+HEALTH_METRICS = (PHASE, HEARTBEAT, HEARTBEAT_STEP, STEP_SECONDS, PROBE_SECONDS)

@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from .config import TrainerConfig
-from .health import HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, STEP_SECONDS, Phase
+from .health import HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, PROBE_SECONDS, STEP_SECONDS, Phase
 from .podenv import LOCAL_PROCESS_ID
 
 # The names the operator reads for status.progress (operator/exposition.py).
@@ -87,6 +87,9 @@ class TrainMetrics:
         self.heartbeat = make(Gauge, HEARTBEAT, "Unix time of this process's last phase change or finished step.")
         self.heartbeat_step = make(Gauge, HEARTBEAT_STEP, "Absolute step at this process's last heartbeat.")
         self.last_step_seconds = make(Gauge, STEP_SECONDS, "Wall time of this process's last training step.")
+        self.probe_seconds = make(
+            Gauge, PROBE_SECONDS, "Wall time of this process's last compute probe: fixed work, no collective."
+        )
         self.ring_cross_hops = make(
             Gauge,
             RING_CROSS_HOPS,
@@ -159,6 +162,10 @@ class TrainMetrics:
         self.last_step_seconds.labels(**self._labels).set(seconds)
         self._step = step
         self._beat()
+
+    def observe_probe(self, seconds: float) -> None:
+        """This process's devices took `seconds` for the compute probe (longctx_trainer.probe)."""
+        self.probe_seconds.labels(**self._labels).set(seconds)
 
     def observe_resume(self, step: int) -> None:
         self._step = step

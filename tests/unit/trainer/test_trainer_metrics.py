@@ -8,7 +8,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from longctx_trainer.checkpoint import Checkpoints
-from longctx_trainer.contract.config import CheckpointConfig, ModelConfig, ParallelConfig, TrainerConfig
+from longctx_trainer.contract.config import (
+    CheckpointConfig,
+    MetricsConfig,
+    ModelConfig,
+    ParallelConfig,
+    TrainerConfig,
+)
 from longctx_trainer.contract.flops import flops_per_token
 from longctx_trainer.contract.metrics import TrainMetrics, package_version
 from longctx_trainer.contract.presets import preset
@@ -36,6 +42,7 @@ def test_exporter_serves_training_metrics(tmp_path):
         precision="fp32",
         parallelism=ParallelConfig(context=2),
         checkpoint=CheckpointConfig(path=str(tmp_path), interval_steps=2),
+        metrics=MetricsConfig(probe_every_steps=2),
     )
 
     class Recorded(TrainMetrics):
@@ -89,6 +96,7 @@ def test_exporter_serves_training_metrics(tmp_path):
         "longctx_train_last_checkpoint_timestamp_seconds"
     )
     assert 0 < value("longctx_train_last_step_seconds") < 600
+    assert value("longctx_train_probe_seconds") > 0  # probed after step 2 (every 2 steps)
     assert value("longctx_train_tokens_total") == 3 * 32
     assert value("longctx_train_step") == 3
     assert value("longctx_train_step_duration_seconds_count") == 3
