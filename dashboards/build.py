@@ -107,6 +107,21 @@ TRAINING = (
         ),
     ),
     PanelSpec(
+        "Compute probe / gang median, per rank",
+        "Each rank's compute probe time over its gang's median (longctx_train_probe_seconds: fixed work "
+        "with no collective, so a rank whose device is slow stands out where the step times, "
+        "equalised by the collectives, do not). The operator compares these when every rank serves "
+        "one (the Straggler condition, the LongctxStraggler alert at 1.5).",
+        "none",
+        (
+            Query(
+                f"longctx_train_probe_seconds{{{JOB}}} / on (namespace, job_name) group_left () "
+                f"quantile by (namespace, job_name) (0.5, longctx_train_probe_seconds{{{JOB}}})",
+                "{{job_name}} rank {{rank}}",
+            ),
+        ),
+    ),
+    PanelSpec(
         "Seconds since each rank's heartbeat",
         "How long each rank has not changed phase or finished a step (hang detection reads the same "
         "heartbeat; a stopped process stops being scraped, so its line ends).",

@@ -29,6 +29,8 @@ class RankRead:
     phase: str | None
     step: int | None = None
     step_seconds: float | None = None
+    probe_seconds: float | None = None
+    """Its last compute probe (longctx_trainer.probe), when its trainer runs one."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,9 @@ class RankTrack:
     moved: float
     """When its step or phase last changed (or it was first read)."""
     slow_since: float | None = None
-    """Since when its step time is above the straggler threshold (straggler.py)."""
+    """Since when it is above the straggler threshold (straggler.py)."""
+    probe_seconds: float | None = None
+    """Its last compute probe's time."""
 
 
 def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> dict[int, RankTrack]:
@@ -67,6 +71,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
                 read.phase is not None,
                 now,
                 now,
+                probe_seconds=read.probe_seconds,
             )
             continue
         if read.phase is None:
@@ -80,6 +85,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
             phase=read.phase,
             step=read.step,
             step_seconds=read.step_seconds if read.step_seconds is not None else old.step_seconds,
+            probe_seconds=read.probe_seconds if read.probe_seconds is not None else old.probe_seconds,
             answering=True,
             moved=now if moved else old.moved,
         )

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from longctx_trainer.contract.health import HEARTBEAT_STEP, PHASE, STEP_SECONDS
+from longctx_trainer.contract.health import HEARTBEAT_STEP, PHASE, PROBE_SECONDS, STEP_SECONDS
 
 from .api.spec import LongContextJobSpec
 from .cache import Key
@@ -69,17 +69,22 @@ def targets(pods: list[dict], processes_per_pod: int, port: int) -> list[tuple[i
 
 def rank_read(rank: int, pod: str, node: str | None, body: bytes | None) -> RankRead:
     """One rank's read from its exposition `body` (None: the endpoint did not answer). Values the
-    exporter could not mean (a negative or non-finite step or step time) are dropped."""
+    exporter could not mean (a negative or non-finite step, step time or probe time) are dropped."""
     values = health_values(body) if body is not None else {}
     step = values.get(HEARTBEAT_STEP)
-    seconds = values.get(STEP_SECONDS)
+
+    def seconds(name: str) -> float | None:
+        value = values.get(name)
+        return value if isinstance(value, float) and 0 < value <= MAX_STEP_SECONDS else None
+
     return RankRead(
         rank,
         pod,
         node,
         values.get(PHASE),
         int(step) if isinstance(step, float) and 0 <= step <= 2.0**62 else None,
-        seconds if isinstance(seconds, float) and 0 < seconds <= MAX_STEP_SECONDS else None,
+        seconds(STEP_SECONDS),
+        seconds(PROBE_SECONDS),
     )
 
 

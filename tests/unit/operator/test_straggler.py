@@ -1,4 +1,4 @@
-"""operator/straggler.py: straggler attribution from recorded per-rank step times."""
+"""operator/straggler.py: straggler attribution from recorded per-rank step and probe times."""
 
 from longctx_operator.stall import RankRead, track
 from longctx_operator.straggler import StragglerBounds, mark_slow, stragglers
@@ -6,11 +6,16 @@ from longctx_operator.straggler import StragglerBounds, mark_slow, stragglers
 BOUNDS = StragglerBounds(slower_percent=50, window_seconds=60)
 
 
-def replay(step_seconds_per_round, every=10.0):
+def replay(step_seconds_per_round, every=10.0, probes=None):
+    """Rounds of reads `every` seconds apart; `probes`: every round's probe times by rank (None: none)."""
     tracks, now = {}, 0.0
     for i, times in enumerate(step_seconds_per_round):
         now = i * every
-        round_ = [RankRead(r, f"job-g1-{r}", f"node-{r}", "training", i, s) for r, s in enumerate(times)]
+        probe = probes or [None] * len(times)
+        round_ = [
+            RankRead(r, f"job-g1-{r}", f"node-{r}", "training", i, s, p)
+            for r, (s, p) in enumerate(zip(times, probe, strict=True))
+        ]
         tracks = mark_slow(track(tracks, round_, now), now, BOUNDS)
     return tracks, now
 
@@ -33,3 +38,23 @@ def test_not_for_the_whole_window_or_not_by_the_threshold_is_no_straggler():
 def test_the_other_ranks_are_not_named():
     tracks, now = replay([[1.0, 3.0, 1.0, 1.1]] * 10)
     assert [s.rank for s in stragglers(tracks, now, BOUNDS)] == [1]
+
+
+def test_a_slow_device_is_named_by_its_probe_when_the_collectives_equalise_the_step_times():
+    even = [[2.0, 2.0, 2.0]] * 7  # a synchronous gang: every rank waits for rank 1's device
+    tracks, now = replay(even, probes=[0.05, 0.15, 0.06])
+    [slow] = stragglers(tracks, now, BOUNDS)
+    assert slow.rank == 1
+    assert slow.describe() == (
+        "rank 1 (pod job-g1-1 on node node-1) takes 0.15s for the compute probe, 150% above the gang's median 0.06s"
+    )
+    assert stragglers(*replay(even, probes=[0.1, 0.145, 0.1]), BOUNDS) == ()  # 45 %: under the threshold
+    assert stragglers(*replay(even, probes=[0.1, 0.155, 0.1]), BOUNDS) != ()  # 55 %
+
+
+def test_without_a_probe_from_every_rank_the_step_times_are_compared():
+    # rank 2's trainer has no probe (or has not run it yet): a slow probe elsewhere names no one ...
+    assert stragglers(*replay([[1.0, 1.0, 1.0]] * 7, probes=[0.05, 0.15, None]), BOUNDS) == ()
+    # ... and a slow step does, as without probes
+    [slow] = stragglers(*replay([[1.0, 1.0, 1.6]] * 7, probes=[0.05, 0.05, None]), BOUNDS)
+    assert (slow.rank, slow.measure, slow.seconds) == (2, "step", 1.6)

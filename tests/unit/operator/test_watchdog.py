@@ -43,15 +43,17 @@ def test_a_read_of_the_trainers_own_exporter():
     m.enter("training")
     m.observe_step(41, tokens=8, seconds=0.5, loss=1.0, mfu={})
     read = rank_read(3, "p", "n", generate_latest(m.registry))
-    assert (read.phase, read.step, read.step_seconds) == ("training", 41, 0.5)
+    assert (read.phase, read.step, read.step_seconds, read.probe_seconds) == ("training", 41, 0.5, None)
+    m.observe_probe(0.02)
+    assert rank_read(3, "p", "n", generate_latest(m.registry)).probe_seconds == 0.02
     assert rank_read(3, "p", "n", None).phase is None
 
 
 def test_values_no_exporter_could_mean_are_dropped():
     body = b"longctx_train_heartbeat_step -3\nlongctx_train_last_step_seconds NaN\n"
-    body += b'longctx_train_phase{phase="training"} 1\n'
+    body += b'longctx_train_phase{phase="training"} 1\nlongctx_train_probe_seconds -1\n'
     read = rank_read(0, "p", None, body)
-    assert (read.phase, read.step, read.step_seconds) == ("training", None, None)
+    assert (read.phase, read.step, read.step_seconds, read.probe_seconds) == ("training", None, None, None)
 
 
 def test_the_planned_step_comes_from_the_status_layout():
