@@ -4,9 +4,9 @@ others' (every rank waits for it at the gradient all-reduce), its compute probe
 by the probe and no one by the step times.
 
 Two `python -m longctx_trainer` processes over gloo (data 2, one CPU device each), each pinned to
-its own CPU. Once both train, rank 1's CPU is shared with a busy-loop process the test starts,
-and rank 1 runs at a lower priority (nice 5), so its device (the CPU) gives it about a quarter of
-its time, whatever else the machine runs. Nothing in the trainer is faked. The operator's own
+its own CPU. Once both train, rank 1's CPU is shared with HOGS busy-loop processes the test
+starts, and rank 1 runs at a lower priority (nice 5), so its device (the CPU) gives it a small
+share of its time, whatever else the machine runs. Nothing in the trainer is faked. The operator's own
 code reads each rank's real exporter (watchdog.rank_read) round after round and folds the reads
 as the watchdog does (stall.track, straggler.mark_slow). Only ratios between the two ranks of
 this run are compared.
@@ -50,6 +50,7 @@ PROBES = 6
 BOUNDS = StragglerBounds(slower_percent=20, window_seconds=3)
 """20 %: with two ranks the median is their mean, so rank 1 is named from 1.5 x rank 0's time."""
 SLOW_NICE = 5
+HOGS = 2
 
 
 def _pinned(cpu: int, nice: int = 0):
@@ -109,7 +110,7 @@ def test_the_compute_probe_names_the_rank_whose_device_is_slow(tmp_path):
         _start_rank(tmp_path, 0, ports[0], coordinator, fast_cpu, 0),
         _start_rank(tmp_path, 1, ports[1], coordinator, slow_cpu, SLOW_NICE),
     ]
-    hog = None
+    hogs: list[subprocess.Popen] = []
     rounds: list[tuple[float, list[RankRead]]] = []
     try:
         deadline = time.monotonic() + 300
@@ -117,12 +118,15 @@ def test_the_compute_probe_names_the_rank_whose_device_is_slow(tmp_path):
             if time.monotonic() > deadline or any(w.poll() is not None for w in ranks):
                 pytest.fail(f"the ranks did not start training: {(tmp_path / 'rank1.err').read_text()[-3000:]}")
             time.sleep(0.5)
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_pinned(slow_cpu))
+        hogs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_pinned(slow_cpu))
+            for _ in range(HOGS)
+        ]
         started = None
         deadline = time.monotonic() + 300
-        while True:  # read both ranks every 0.5 s until each has served PROBES probes since the hog
+        while True:  # read both ranks every 0.5 s until each has served PROBES probes since the hogs
             reads = [_read(r, p) for r, p in enumerate(ports)]
-            if started is None:  # from the first step that ran entirely beside the hog
+            if started is None:  # from the first step that ran entirely beside the hogs
                 started = max(r.step or 0 for r in reads) + 1
             rounds.append((time.monotonic(), reads))
             probed = [_probes(rounds, rank, started) for rank in (0, 1)]
@@ -132,7 +136,7 @@ def test_the_compute_probe_names_the_rank_whose_device_is_slow(tmp_path):
                 pytest.fail(f"too few probes read: {probed}: {(tmp_path / 'rank1.err').read_text()[-3000:]}")
             time.sleep(0.5)
     finally:
-        for process in [*ranks, *([hog] if hog else [])]:
+        for process in [*ranks, *hogs]:
             process.kill()
             process.wait()
 
