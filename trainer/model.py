@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from . import fp8
 from .contract.config import DEFAULT_REMAT_POLICY, FP8_MATMULS, LOSS_CHUNK_TOKENS, RematPolicy, TrainerConfig
-from .contract.presets import RMS_NORM_EPS, ModelDims, RopeScaling
+from .contract.model import RMS_NORM_EPS, ModelConfig, RopeScaling
 from .mesh import ACTIVATION, CONTEXT, DATA, FFN, FSDP, HEADS, TENSOR, TOKENS
 from .ops import context_parallel_attention, permutation
 from .ops.adaptive import adaptive_attention
@@ -108,7 +108,7 @@ class ModelOptions:
         )
 
 
-def param_shapes(dims: ModelDims) -> dict:
+def param_shapes(dims: ModelConfig) -> dict:
     L, H, F, V, D = dims.layers, dims.hidden, dims.ffn, dims.vocab, dims.head_dim
     layers = {
         "attn_norm": (L, H),
@@ -137,7 +137,7 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
     return P(*fitted)
 
 
-def fp8_state(dims: ModelDims, layout: Fp8Layout) -> dict:
+def fp8_state(dims: ModelConfig, layout: Fp8Layout) -> dict:
     """Fresh FP8 scaling state of every FP8 matmul, stacked over layers like the weights (and one
     for an FP8 LM head). Its shapes depend on the model only, not on the layout, so a checkpoint
     restores under any layout."""
@@ -149,7 +149,7 @@ def fp8_state(dims: ModelDims, layout: Fp8Layout) -> dict:
     return state
 
 
-def param_specs(dims: ModelDims, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
+def param_specs(dims: ModelConfig, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
     """Partition specs of the parameters (and, with FP8, of the scaling state: replicated, a few
     scalars per matmul)."""
     shapes = param_shapes(dims)
@@ -160,7 +160,7 @@ def param_specs(dims: ModelDims, mesh: Mesh, fp8_layout: Fp8Layout | None = None
     return specs
 
 
-def param_shardings(dims: ModelDims, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
+def param_shardings(dims: ModelConfig, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
     return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(dims, mesh, fp8_layout))
 
 
@@ -170,14 +170,14 @@ def split_fp8_state(params: dict) -> tuple[dict, dict | None]:
     return weights, params.get(FP8_STATE)
 
 
-def with_fp8_state(params: dict, dims: ModelDims, fp8_layout: Fp8Layout | None) -> dict:
+def with_fp8_state(params: dict, dims: ModelConfig, fp8_layout: Fp8Layout | None) -> dict:
     """params with fresh FP8 scaling state added (FP8 runs), or unchanged."""
     if fp8_layout is None or FP8_STATE in params:
         return params
     return {**params, FP8_STATE: fp8_state(dims, fp8_layout)}
 
 
-def init_params(dims: ModelDims, key: jax.Array) -> dict:
+def init_params(dims: ModelConfig, key: jax.Array) -> dict:
     """fp32 master weights: N(0, 0.02) matrices, residual outputs scaled by 1/sqrt(2 layers), unit norms."""
     shapes = param_shapes(dims)
     flat, treedef = jax.tree.flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
@@ -229,7 +229,7 @@ def rope(x: jax.Array, positions: jax.Array, theta: float, scaling: RopeScaling 
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def _layer(x, layer, *, positions, segments, dims: ModelDims, mesh: Mesh, options: ModelOptions):
+def _layer(x, layer, *, positions, segments, dims: ModelConfig, mesh: Mesh, options: ModelOptions):
     p, scaling = layer  # this layer's weights and (FP8 runs) its matmuls' scaling state, else None
 
     def matmul(spec: str, a: jax.Array, name: str) -> jax.Array:
@@ -305,7 +305,7 @@ def final_hidden(
     targets: jax.Array,
     documents=None,
     *,
-    dims: ModelDims,
+    dims: ModelConfig,
     mesh: Mesh,
     options: ModelOptions,
 ) -> tuple[jax.Array, jax.Array]:
@@ -397,7 +397,7 @@ def loss_fn(
     targets: jax.Array,
     documents=None,
     *,
-    dims: ModelDims,
+    dims: ModelConfig,
     mesh: Mesh,
     options: ModelOptions,
 ) -> jax.Array:

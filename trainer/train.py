@@ -76,7 +76,7 @@ class StepFunctions:
     mesh: Mesh
 
     def __post_init__(self):
-        dims, mesh = self.config.model.dims(), self.mesh
+        dims, mesh = self.config.model, self.mesh
         options = model.ModelOptions.from_config(self.config)
         self.fp8_layout = options.fp8
         self.optimizer = make_optimizer(self.config.optimizer, self.config.steps)
@@ -126,7 +126,7 @@ class StepFunctions:
         return self._compiled[ring]
 
     def _initial_params(self, key: jax.Array) -> dict:
-        dims = self.config.model.dims()
+        dims = self.config.model
         return model.with_fp8_state(model.init_params(dims, key), dims, self.fp8_layout)
 
     def _init(self, key: jax.Array) -> dict:
@@ -134,7 +134,7 @@ class StepFunctions:
 
     def _init_with(self, params: dict) -> dict:
         weights, _ = model.split_fp8_state(params)
-        params = model.with_fp8_state(params, self.config.model.dims(), self.fp8_layout)
+        params = model.with_fp8_state(params, self.config.model, self.fp8_layout)
         return {"params": params, "opt_state": self.optimizer.init(weights), "step": jnp.zeros((), jnp.int32)}
 
     def _step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None, ring=None) -> tuple[dict, dict]:
@@ -145,7 +145,7 @@ class StepFunctions:
         loss_fn = self.loss
         if ring is not None:
             options = replace(self.options, adaptive_ring=ring)
-            loss_fn = partial(model.loss_fn, dims=self.config.model.dims(), mesh=self.mesh, options=options)
+            loss_fn = partial(model.loss_fn, dims=self.config.model, mesh=self.mesh, options=options)
         loss, grads = jax.value_and_grad(loss_fn)(state["params"], inputs, targets, documents)
         weights, _ = model.split_fp8_state(state["params"])
         weight_grads, scaling = model.split_fp8_state(grads)
@@ -173,7 +173,7 @@ def _restore(
 
 def _initial_weights(config: TrainerConfig, fns: StepFunctions, emit: Emit) -> dict:
     begin = time.perf_counter()
-    params, notes = load_params(config.init_from, config.model.dims(), fns.weight_shardings)
+    params, notes = load_params(config.init_from, config.model, fns.weight_shardings)
     state = fns.init_with(params)
     emit({"event": "init", "from": config.init_from, "notes": notes, "seconds": time.perf_counter() - begin})
     return state
@@ -208,7 +208,7 @@ def train(
         emit({"event": "resume", "step": start})
     metrics.observe_resume(start)
 
-    dims = config.model.dims()
+    dims = config.model
     flops = flops_per_token(dims, config.sequence_length).by_convention()
     peaks = {MFU_PEAK: peak_flops_per_device * mesh.size}
     if fp8_peak_flops_per_device is not None:

@@ -8,7 +8,7 @@ from typing import Literal, get_args
 from longctx_trainer.contract.config import DEFAULT_REMAT_POLICY, Attention, LoadBalance, Precision, RematPolicy
 from longctx_trainer.contract.flops import FlopsPerToken, flops_per_token
 from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 from .chunking import MIN_CHUNK_TOKENS, chunk_candidates, covering_chunk_tokens
 from .layouts import Layout, Rejection, divisors, enumerate_layouts, structural_rejections
@@ -38,7 +38,7 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class PlanRequest:
-    model: ModelDims
+    model: ModelConfig
     sequence_length: int
     global_batch_tokens: int
     nodes: int

@@ -46,8 +46,6 @@ RUN_TIMEOUT = 600
 TWIN_AFTER_SAMPLES = 5
 
 
-
-
 @dataclass(frozen=True)
 class Scraped:
     prometheus: Prometheus

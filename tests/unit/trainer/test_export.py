@@ -27,14 +27,14 @@ from longctx_trainer.contract.config import (
     TrainerConfig,
 )
 from longctx_trainer.contract.metrics import TrainMetrics
-from longctx_trainer.contract.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.model import RopeScaling
 from longctx_trainer.export import ExportError, export_checkpoint
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.train import train
 from longctx_trainer.weights import SafetensorsDir, differences, load_params, save_hf_checkpoint
 from support.hf_checkpoint import hf_config, hf_forward, hf_tensors, write_checkpoint
 
-DIMS = ModelDims(
+DIMS = ModelConfig(
     layers=2,
     hidden=32,
     heads=4,
@@ -168,7 +168,7 @@ def test_a_trained_checkpoint_exports_to_what_transformers_would_compute(tmp_pat
         loss_chunk_tokens=8,
     )
     tokens = np.random.default_rng(2).integers(0, 64, (2, 16))
-    dims = config.model.dims()
+    dims = config.model
     hidden, _ = jax.jit(partial(model.final_hidden, dims=dims, mesh=mesh, options=options))(
         state["params"], tokens, tokens
     )

@@ -36,7 +36,7 @@ from support.tiny import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = TINY_MODEL
-DIMS = MODEL.dims()
+DIMS = MODEL
 SEQ = 256
 SEPARATOR = 0  # NUL ends each byte-level document
 

@@ -23,7 +23,7 @@ from longctx_trainer.mesh import make_mesh
 from support import mutants
 from support.tiny import TINY_MODEL
 
-DIMS = TINY_MODEL.dims()
+DIMS = TINY_MODEL
 SEQ, BATCH = 32, 2
 
 
@@ -109,7 +109,7 @@ def test_params_are_zero3_sharded_where_divisible():
     specs = model.param_specs(DIMS, mesh)
     assert specs["layers"]["wq"] == jax.sharding.PartitionSpec(None, ("data", "context"), "tensor", None)
     assert specs["layers"]["w_down"] == jax.sharding.PartitionSpec(None, "tensor", ("data", "context"))
-    odd = ModelConfig(layers=1, hidden=6, heads=2, kv_heads=2, ffn=6, vocab=10).dims()
+    odd = ModelConfig(layers=1, hidden=6, heads=2, kv_heads=2, ffn=6, vocab=10)
     # hidden 6 does not divide over 4 (data x context) devices: that dim stays replicated.
     assert model.param_specs(odd, mesh)["layers"]["w_up"] == jax.sharding.PartitionSpec(None, None, "tensor")
 

@@ -17,7 +17,7 @@ from longctx_trainer import model
 from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
 
-DIMS = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64).dims()
+DIMS = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64)
 BATCH, SEQ = 2, 16
 
 

@@ -19,7 +19,7 @@ from longctx_trainer.mesh import make_mesh
 from longctx_trainer.ops import attention, cudnn_compat
 from longctx_trainer.train import StepFunctions
 
-DIMS = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256).dims()
+DIMS = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
 SEQ, BATCH = 64, 2
 TARGETS = (cudnn_compat.FORWARD_TARGET, cudnn_compat.BACKWARD_TARGET)
 WAIVED = [export.DisabledSafetyCheck.custom_call(t) for t in TARGETS]

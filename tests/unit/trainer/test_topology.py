@@ -123,7 +123,7 @@ def test_placement_from_the_pod_environment():
 # context ring holds other devices. Measured 2026-11-26: the two losses are bitwise equal (the
 # devices are relabelled, the computation is the same); the RoPE mutant moves the loss by 2.9e-6
 # relative. The loss only (no gradients): each compilation takes 30-40 s on a loaded 2-core machine.
-DIMS = TINY_MODEL.dims()
+DIMS = TINY_MODEL
 LAYOUT = ParallelConfig(data=2, context=4)
 
 

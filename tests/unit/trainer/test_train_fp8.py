@@ -99,7 +99,7 @@ def test_a_gpu_runs_the_layer_matmuls_as_fp8_gemms():
 def test_an_fp8_lm_head_merges_its_loss_chunks_into_one_scaling_state():
     config = _config("fp8", context=2, steps=1).model_copy(update={"fp8": Fp8Config(amax_history=4, lm_head=True)})
     mesh = make_mesh(config.parallelism, jax.devices()[:2])
-    dims = config.model.dims()
+    dims = config.model
     options = dataclasses.replace(model.ModelOptions.from_config(config), loss_chunk_tokens=8)  # 4 chunks a shard
     assert options.fp8 == model.Fp8Layout(history=4, lm_head=True)
     params = model.with_fp8_state(model.init_params(dims, jax.random.key(0)), dims, options.fp8)

@@ -5,7 +5,6 @@ the trainer's einsum layout) come from tests/support/hf_checkpoint.py. Loaded in
 (data 2 x context 2 x tensor 2) the trainer's model must give the same hidden states and loss (fp32, 2e-5 relative).
 """
 
-import dataclasses
 from functools import partial
 
 import jax
@@ -16,7 +15,7 @@ import pytest
 
 from longctx_trainer import model
 from longctx_trainer.contract.config import ParallelConfig
-from longctx_trainer.contract.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.model import ModelConfig, RopeScaling
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.weights import SafetensorsDir, WeightsError, load_params
 from support.hf_checkpoint import (
@@ -30,7 +29,7 @@ from support.hf_checkpoint import (
     write_checkpoint,
 )
 
-DIMS = ModelDims(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0)
+DIMS = ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0)
 HF_CONFIG = hf_config(DIMS)
 
 
@@ -70,7 +69,7 @@ def test_loaded_model_computes_what_the_hugging_face_model_computes(tmp_path):
 
 def test_tied_embeddings_and_bf16_files(tmp_path):
     """Llama 3.2 1B/3B tie the output projection to the embedding; most checkpoints are bf16."""
-    dims = ModelDims(**{**DIMS.__dict__, "tie_embeddings": True})
+    dims = DIMS.model_copy(update={"tie_embeddings": True})
     tensors = hf_tensors(dims, seed=2)
     del tensors["lm_head.weight"]
     bf16 = {n: a.astype(ml_dtypes.bfloat16) for n, a in tensors.items()}
@@ -127,7 +126,7 @@ def test_a_missing_tensor_or_directory_is_named(tmp_path):
 def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path, layout):
     """The job (theta 1e4, no scaling) against a Llama 3.1-style checkpoint: the same two notes
     whichever transformers saved its config.json."""
-    published = dataclasses.replace(DIMS, rope_theta=500000.0, rope_scaling=RopeScaling(factor=32.0))
+    published = DIMS.model_copy(update={"rope_theta": 500000.0, "rope_scaling": RopeScaling(factor=32.0)})
     _, notes = load_params(
         write_checkpoint(tmp_path, hf_tensors(DIMS), hf_config(published, layout)),
         DIMS,
@@ -155,7 +154,7 @@ def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path, layout):
     or 5, loads without notes and computes the same hidden states as transformers with that
     scaling. Head dim 8, theta 1e4, original context 64: the four frequencies make 10.2, 1.02, 0.10
     and 0.01 turns in it, one kept, one interpolated, two stretched."""
-    scaled = ModelDims(**{**DIMS.__dict__, "rope_scaling": RopeScaling(factor=8.0, original_context=64)})
+    scaled = DIMS.model_copy(update={"rope_scaling": RopeScaling(factor=8.0, original_context=64)})
     assert not np.allclose(hf_inv_freq(scaled), hf_inv_freq(DIMS))
     np.testing.assert_allclose(
         np.asarray(model.rope_frequencies(DIMS.head_dim, DIMS.rope_theta, scaled.rope_scaling)),

@@ -21,7 +21,7 @@ def test_saved_tensors_per_layer_match_what_the_trainer_keeps(capsys):
     """Remat policy save_attention: the bytes of the per-layer residuals (stacked over the layers
     by the scan) of the traced bf16 program equal the planner's layer input plus
     saved_attention_bytes_per_token, per token and layer; full remat keeps the input only."""
-    dims = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64).dims()
+    dims = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64)
     batch, seq = 2, 16
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
     params = init_params(dims, jax.random.key(0))
