@@ -37,7 +37,7 @@ import numpy as np
 
 from . import hfconfig
 from .contract.model import RMS_NORM_EPS, ModelConfig
-from .model import param_shapes
+from .model import Model, param_shapes
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 
@@ -239,10 +239,10 @@ def _check_tensors(weights: SafetensorsDir, dims: ModelConfig) -> None:
             )
 
 
-def load_params(directory: str | Path, dims: ModelConfig, shardings: dict) -> tuple[dict, list[str]]:
-    """fp32 master weights from the checkpoint in `directory`, laid out by `shardings`; also the
-    RoPE changes (see `differences`). Raises WeightsError naming what does not match."""
-    directory = Path(directory)
+def load_params(directory: str | Path, model: Model) -> tuple[dict, list[str]]:
+    """`model`'s fp32 master weights from the checkpoint in `directory`, laid out on its mesh; also
+    the RoPE changes (see `differences`). Raises WeightsError naming what does not match."""
+    directory, dims, shardings = Path(directory), model.config, model.param_shardings(weights_only=True)
     try:
         config = hfconfig.read(directory)
     except hfconfig.HfConfigError as e:

@@ -83,3 +83,24 @@ def test_rope_scaling_of_factor_one_changes_nothing():
     plain = model.rope_frequencies(128, 500000.0)
     np.testing.assert_array_equal(model.rope_frequencies(128, 500000.0, RopeScaling(factor=1.0)), plain)
     assert not np.allclose(model.rope_frequencies(128, 500000.0, RopeScaling(factor=32.0)), plain)
+
+
+def test_a_model_is_hashable_so_a_jitted_function_compiles_once_per_model():
+    mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
+    options = model.ModelOptions(
+        compute_dtype=jnp.float32, remat=False, offload=False, chunk_tokens=None, attention="ring", load_balance="none"
+    )
+    traced = []
+
+    @partial(jax.jit, static_argnums=0)
+    def param_count(lm: model.Model) -> jax.Array:
+        traced.append(lm)
+        return jnp.asarray(lm.config.param_count())
+
+    same = [model.Model(preset("tiny"), mesh, options) for _ in range(2)]
+    assert hash(same[0]) == hash(same[1])
+    for lm in same:
+        param_count(lm)
+    assert len(traced) == 1
+    param_count(model.Model(preset("125m"), mesh, options))
+    assert len(traced) == 2

@@ -35,11 +35,10 @@ def _options(**changes) -> model.ModelOptions:
 
 def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=model.param_shardings(DIMS, mesh))(
-        jax.random.key(1)
-    )
+    lm = model.Model(DIMS, mesh, options)
+    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(1))
     tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (BATCH, SEQ + 1))
-    loss = partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options)
+    loss = lm.loss
     value, grads = jax.jit(jax.value_and_grad(loss))(params, tokens[:, :-1], tokens[:, 1:])
     return float(value), jax.tree.map(np.asarray, grads)
 

@@ -136,12 +136,10 @@ def _loss(mesh) -> float:
         attention="ring",
         load_balance="dual_chunk_swap",
     )
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=model.param_shardings(DIMS, mesh))(
-        jax.random.key(1)
-    )
+    lm = model.Model(DIMS, mesh, options)
+    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(1))
     tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (2, 33))
-    loss = partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options)
-    return float(jax.jit(loss)(params, tokens[:, :-1], tokens[:, 1:]))
+    return float(jax.jit(lm.loss)(params, tokens[:, :-1], tokens[:, 1:]))
 
 
 @pytest.fixture(scope="module")
