@@ -63,7 +63,7 @@ def run(precision: str, context: int, steps: int) -> tuple[list[float], float]:
     )
     evaluation_data = config.data.model_copy(update={"seed": EVAL_DATA_SEED})
     held_out = Batches(config.model_copy(update={"data": evaluation_data}), mesh)
-    loss = jax.jit(fns.loss)
+    loss = jax.jit(fns.model.loss)
     evaluated = np.mean([float(loss(state["params"], *held_out.for_step(i))) for i in range(EVAL_BATCHES)])
     return [e["loss"] for e in events if e["event"] == "step"], float(evaluated)
 

@@ -225,10 +225,11 @@ def attention(cfg: dict, deadline: float) -> dict:
 
 
 def _trainer_config(preset, seq, precision, policy, *, offload, chunk, steps):
-    from longctx_trainer.contract.config import ModelConfig, OffloadConfig, OptimizerConfig, TrainerConfig
+    from longctx_trainer.contract.config import OffloadConfig, OptimizerConfig, TrainerConfig
+    from longctx_trainer.contract.presets import PRESETS
 
     return TrainerConfig(
-        model=ModelConfig.from_preset(preset),
+        model=PRESETS[preset],
         sequence_length=seq,
         global_batch_tokens=seq,
         steps=steps,

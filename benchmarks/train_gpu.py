@@ -26,6 +26,7 @@ import jax
 
 from longctx_trainer.contract.config import ModelConfig, OffloadConfig, OptimizerConfig, ParallelConfig, TrainerConfig
 from longctx_trainer.contract.metrics import TrainMetrics
+from longctx_trainer.contract.presets import preset
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.peak import fp8_peak_flops, peak_flops
 from longctx_trainer.train import train
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
 
     precisions = args.precision
     if args.cpu_smoke:
-        model = ModelConfig.from_preset("tiny")
+        model = preset("tiny")
         seqs, chunk, limit = args.seqs or [256, 512], min(args.chunk_tokens, 128), args.max_seq or 1024
     else:
         if jax.default_backend() != "gpu":
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"benchmarks/train_gpu.py needs a GPU (JAX backend is "
                 f"{jax.default_backend()!r}); use --cpu-smoke to exercise the code on CPU."
             )
-        model = ModelConfig.from_preset("1b")
+        model = preset("1b")
         seqs = args.seqs or [8192, 16384, 32768, 65536, 131072]
         chunk, limit = args.chunk_tokens, args.max_seq or 1 << 20
 

@@ -3,8 +3,8 @@ planner request (its dimensions) and by the rendered trainer config."""
 
 from __future__ import annotations
 
-from longctx_trainer.contract.config import ModelConfig
-from longctx_trainer.contract.presets import RopeScaling
+from longctx_trainer.contract.model import ModelConfig, RopeScaling
+from longctx_trainer.contract.presets import preset
 
 from .api.spec import ModelSpec
 
@@ -16,14 +16,7 @@ def model_config(model: ModelSpec) -> ModelConfig:
     if model.rope_theta:
         rope["rope_theta"] = model.rope_theta
     if model.preset:
-        return ModelConfig.from_preset(model.preset).model_copy(update=rope)
-    return ModelConfig(
-        layers=model.layers,
-        hidden=model.hidden,
-        heads=model.heads,
-        kv_heads=model.kv_heads,
-        ffn=model.ffn,
-        vocab=model.vocab,
-        tie_embeddings=bool(model.tie_embeddings),
-        **rope,
-    )
+        return preset(model.preset).model_copy(update=rope)
+    # explicit dimensions: what the spec leaves unset (tie_embeddings) is ModelConfig's default
+    dims = model.model_dump(exclude_none=True, exclude={"preset", "rope_theta", "rope_scaling"})
+    return ModelConfig(**dims, **rope)

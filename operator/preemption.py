@@ -48,7 +48,7 @@ def grace_period_seconds(spec: LongContextJobSpec, layout: ResolvedLayout) -> in
     if spec.checkpoint.preemption_grace_seconds is not None:
         return spec.checkpoint.preemption_grace_seconds
     step = layout.step_seconds if layout.step_seconds is not None else UNPLANNED_STEP_SECONDS
-    params = model_config(spec.model).dims().param_count()
+    params = model_config(spec.model).param_count()
     write = params * CHECKPOINT_BYTES_PER_PARAM / spec.resources.nodes / CHECKPOINT_WRITE_BYTES_PER_SECOND
     return GRACE_FLOOR_SECONDS + math.ceil(GRACE_MARGIN * (step + write))
 

@@ -13,7 +13,7 @@ from .model import model_config
 def plan_request(spec: LongContextJobSpec) -> PlanRequest:
     p = spec.parallelism
     return PlanRequest(
-        model=model_config(spec.model).dims(),
+        model=model_config(spec.model),
         sequence_length=spec.sequence_length,
         global_batch_tokens=spec.batch_tokens,
         nodes=spec.resources.nodes,

@@ -27,7 +27,6 @@ from .contract.topology import Topology, placement_labels
 from .data import Batches
 from .distributed import ProcessEnv, initialize
 from .faults import freeze_in_rendezvous
-from .model import ModelOptions
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
 from .preemption import Preemption
@@ -122,8 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     emit = _print_json if rank == 0 else (lambda event: None)
     emit(ring.event())
     metrics.observe_ring(ring.hops)
-    options = ModelOptions.from_config(config)
-    kernel, why = attention_kernel(options.compute_dtype, config.model.hidden // config.model.heads)
+    kernel, why = attention_kernel(fns.model.options.compute_dtype, config.model.head_dim)
     emit({"event": "attention_kernel", "kernel": kernel, "why": why})
     fp8_peak = fp8_peak_flops(jax.local_devices()[0]) if config.precision == "fp8" else None
     if config.precision == "fp8":  # say so where FP8 is only FP8's rounding, not its speed

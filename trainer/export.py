@@ -66,7 +66,7 @@ def export_checkpoint(
     params = jax.tree.map(np.asarray, state["params"])
     files = save_hf_checkpoint(
         params,
-        config.model.dims(),
+        config.model,
         output,
         dtype=dtype,
         max_positions=config.sequence_length,

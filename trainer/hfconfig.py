@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .contract.presets import ROPE_HIGH_FREQ_FACTOR, ROPE_LOW_FREQ_FACTOR, ModelDims, RopeScaling
+from .contract.model import ROPE_HIGH_FREQ_FACTOR, ROPE_LOW_FREQ_FACTOR, ModelConfig, RopeScaling
 
 FILE = "config.json"
 DEFAULT_ROPE_THETA = 10000.0
@@ -54,7 +54,7 @@ def read(directory: str | Path) -> dict:
 
 
 def dims(config: dict) -> dict:
-    """The dimensions a LlamaConfig describes, in ModelDims' names."""
+    """The dimensions a LlamaConfig describes, in ModelConfig' names."""
     try:
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
         return {
@@ -123,7 +123,7 @@ def token_ids(config: dict) -> dict:
     return {k: config[k] for k in TOKEN_FIELDS if k in config}
 
 
-def write(dims: ModelDims, *, max_positions: int, dtype: str, rms_norm_eps: float, token_ids: dict) -> dict:
+def write(dims: ModelConfig, *, max_positions: int, dtype: str, rms_norm_eps: float, token_ids: dict) -> dict:
     """config.json of a LlamaForCausalLM with these dimensions, in the transformers 4 layout."""
     config = {
         "architectures": ["LlamaForCausalLM"],

@@ -7,6 +7,10 @@ Parallelism is expressed with shardings on the (data, context, tensor) mesh:
 The sequence is reordered once at input by the load-balance permutation (tokens and targets
 alike, so the mean loss is unchanged) and RoPE uses the permuted positions.
 
+`Model` is one run's model: its `ModelConfig` (contract/model.py), the mesh and `ModelOptions`
+(how it runs, from the trainer config), with the forward (`final_hidden`) and the loss as methods;
+it is frozen and hashable, so the jitted step closes over it.
+
 Packed documents (data.packing, `Documents` from data.py, reordered the same way): with
 `document_mask` attention stays within each document and the loss averages over the predictions
 that stay within one; with `reset_positions` RoPE uses each token's position in its document.
@@ -15,7 +19,7 @@ that stay within one; with `reset_positions` RoPE uses each token's position in 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import jax
@@ -25,8 +29,17 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import fp8
-from .contract.config import DEFAULT_REMAT_POLICY, FP8_MATMULS, LOSS_CHUNK_TOKENS, RematPolicy, TrainerConfig
-from .contract.presets import RMS_NORM_EPS, ModelDims, RopeScaling
+from .contract.config import (
+    DEFAULT_REMAT_POLICY,
+    FP8_MATMULS,
+    LOSS_CHUNK_TOKENS,
+    Fp8Config,
+    PackingConfig,
+    ParallelConfig,
+    RematPolicy,
+    TrainerConfig,
+)
+from .contract.model import RMS_NORM_EPS, ModelConfig, RopeScaling
 from .mesh import ACTIVATION, CONTEXT, DATA, FFN, FSDP, HEADS, TENSOR, TOKENS
 from .ops import context_parallel_attention, permutation
 from .ops.adaptive import adaptive_attention
@@ -59,12 +72,16 @@ LAYER_INPUT = "layer_input"  # the one residual a remat'ed layer keeps (see rema
 ATTENTION_OUT = "attention_out"  # attention's output, kept by remat policy save_attention
 
 
+# The trainer config's sections as defaulted: the options below take their defaults from there.
+_PARALLEL, _PACKING, _FP8 = ParallelConfig(), PackingConfig(), Fp8Config()
+
+
 @dataclass(frozen=True)
 class Fp8Layout:
     """What FP8 scaling state a run keeps: the history length, and whether the LM head has one."""
 
     history: int
-    lm_head: bool = False
+    lm_head: bool = _FP8.lm_head
 
 
 @dataclass(frozen=True)
@@ -77,9 +94,9 @@ class ModelOptions:
     chunk_tokens: int | None
     attention: str
     load_balance: str
-    ulysses: int = 1  # the Ulysses group size of attention "hybrid"
-    document_mask: bool = False  # packed documents: attention and loss stay within each document
-    reset_positions: bool = False  # packed documents: RoPE positions restart in each document
+    ulysses: int = _PARALLEL.ulysses  # the Ulysses group size of attention "hybrid"
+    document_mask: bool = _PACKING.document_mask  # packed documents: attention and loss stay within each document
+    reset_positions: bool = _PACKING.reset_positions  # packed documents: RoPE positions restart in each document
     adaptive_ring: int | None = None  # adaptive context parallelism: this batch's ring part (adaptive_cp.py)
     loss_chunk_tokens: int = LOSS_CHUNK_TOKENS
     fp8: Fp8Layout | None = None  # None: no FP8
@@ -108,21 +125,21 @@ class ModelOptions:
         )
 
 
-def param_shapes(dims: ModelDims) -> dict:
-    L, H, F, V, D = dims.layers, dims.hidden, dims.ffn, dims.vocab, dims.head_dim
+def param_shapes(config: ModelConfig) -> dict:
+    L, H, F, V, D = config.layers, config.hidden, config.ffn, config.vocab, config.head_dim
     layers = {
         "attn_norm": (L, H),
-        "wq": (L, H, dims.heads, D),
-        "wk": (L, H, dims.kv_heads, D),
-        "wv": (L, H, dims.kv_heads, D),
-        "wo": (L, dims.heads, D, H),
+        "wq": (L, H, config.heads, D),
+        "wk": (L, H, config.kv_heads, D),
+        "wv": (L, H, config.kv_heads, D),
+        "wo": (L, config.heads, D, H),
         "mlp_norm": (L, H),
         "w_gate": (L, H, F),
         "w_up": (L, H, F),
         "w_down": (L, F, H),
     }
     shapes = {"embed": (V, H), "layers": layers, "final_norm": (H,)}
-    if not dims.tie_embeddings:
+    if not config.tie_embeddings:
         shapes["lm_head"] = (H, V)
     return shapes
 
@@ -137,31 +154,16 @@ def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
     return P(*fitted)
 
 
-def fp8_state(dims: ModelDims, layout: Fp8Layout) -> dict:
+def fp8_state(config: ModelConfig, layout: Fp8Layout) -> dict:
     """Fresh FP8 scaling state of every FP8 matmul, stacked over layers like the weights (and one
     for an FP8 LM head). Its shapes depend on the model only, not on the layout, so a checkpoint
     restores under any layout."""
     one = fp8.einsum_state(layout.history)
-    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (dims.layers, *x.shape)), one)
+    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (config.layers, *x.shape)), one)
     state = {"layers": dict.fromkeys(FP8_MATMULS, stacked)}
     if layout.lm_head:
         state["lm_head"] = one
     return state
-
-
-def param_specs(dims: ModelDims, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
-    """Partition specs of the parameters (and, with FP8, of the scaling state: replicated, a few
-    scalars per matmul)."""
-    shapes = param_shapes(dims)
-    specs = {k: _fit(_TOP_SPECS[k], s, mesh) for k, s in shapes.items() if k != "layers"}
-    specs["layers"] = {k: _fit(_LAYER_SPECS[k], s, mesh) for k, s in shapes["layers"].items()}
-    if fp8_layout is not None:
-        specs[FP8_STATE] = jax.tree.map(lambda _: P(), jax.eval_shape(partial(fp8_state, dims, fp8_layout)))
-    return specs
-
-
-def param_shardings(dims: ModelDims, mesh: Mesh, fp8_layout: Fp8Layout | None = None) -> dict:
-    return jax.tree.map(lambda s: NamedSharding(mesh, s), param_specs(dims, mesh, fp8_layout))
 
 
 def split_fp8_state(params: dict) -> tuple[dict, dict | None]:
@@ -170,19 +172,12 @@ def split_fp8_state(params: dict) -> tuple[dict, dict | None]:
     return weights, params.get(FP8_STATE)
 
 
-def with_fp8_state(params: dict, dims: ModelDims, fp8_layout: Fp8Layout | None) -> dict:
-    """params with fresh FP8 scaling state added (FP8 runs), or unchanged."""
-    if fp8_layout is None or FP8_STATE in params:
-        return params
-    return {**params, FP8_STATE: fp8_state(dims, fp8_layout)}
-
-
-def init_params(dims: ModelDims, key: jax.Array) -> dict:
+def init_params(config: ModelConfig, key: jax.Array) -> dict:
     """fp32 master weights: N(0, 0.02) matrices, residual outputs scaled by 1/sqrt(2 layers), unit norms."""
-    shapes = param_shapes(dims)
+    shapes = param_shapes(config)
     flat, treedef = jax.tree.flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
     keys = jax.random.split(key, len(flat))
-    out_scale = 1.0 / math.sqrt(2 * dims.layers)
+    out_scale = 1.0 / math.sqrt(2 * config.layers)
     leaves = []
     for (path, shape), k in zip(flat, keys, strict=False):
         name = path[-1].key
@@ -227,119 +222,6 @@ def rope(x: jax.Array, positions: jax.Array, theta: float, scaling: RopeScaling 
     cos, sin = jnp.cos(angles), jnp.sin(angles)
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
-
-
-def _layer(x, layer, *, positions, segments, dims: ModelDims, mesh: Mesh, options: ModelOptions):
-    p, scaling = layer  # this layer's weights and (FP8 runs) its matmuls' scaling state, else None
-
-    def matmul(spec: str, a: jax.Array, name: str) -> jax.Array:
-        if scaling is None:
-            return jnp.einsum(spec, a, p[name].astype(options.compute_dtype))
-        return fp8.fp8_einsum(spec, a, p[name], scaling[name])  # quantized from the fp32 master
-
-    x = checkpoint_name(x, LAYER_INPUT)
-    h = rms_norm(x, p["attn_norm"])
-    q = _constrain(matmul("bsh,hnd->bsnd", h, "wq"), mesh, HEADS)
-    k = _constrain(matmul("bsh,hnd->bsnd", h, "wk"), mesh, HEADS)
-    v = _constrain(matmul("bsh,hnd->bsnd", h, "wv"), mesh, HEADS)
-    q, k = (rope(t, positions, dims.rope_theta, dims.rope_scaling) for t in (q, k))
-    if options.adaptive_ring is not None:
-        ring, shard = options.adaptive_ring, q.shape[1] // mesh.shape[CONTEXT]
-        a = adaptive_attention(q, k, v, segments, mesh=mesh, ring=ring, local=shard - ring)
-    else:
-        a = context_parallel_attention(
-            q,
-            k,
-            v,
-            mesh=mesh,
-            causal=True,
-            impl=options.attention,
-            load_balance=options.load_balance,
-            chunk_tokens=options.chunk_tokens,
-            offload=options.offload,
-            ulysses=options.ulysses,
-            segments=segments,
-        )
-    a = _constrain(checkpoint_name(a, ATTENTION_OUT), mesh, HEADS)
-    x = _constrain(x + matmul("bsnd,ndh->bsh", a, "wo"), mesh, ACTIVATION)
-    h = rms_norm(x, p["mlp_norm"])
-    gate = _constrain(matmul("bsh,hf->bsf", h, "w_gate"), mesh, FFN)
-    up = _constrain(matmul("bsh,hf->bsf", h, "w_up"), mesh, FFN)
-    y = matmul("bsf,fh->bsh", jax.nn.silu(gate) * up, "w_down")
-    return _constrain(x + y, mesh, ACTIVATION)
-
-
-def remat_policy(options: ModelOptions, mesh: Mesh):
-    """Which residuals a remat'ed layer keeps: its input (policy "full"), and with policy
-    "save_attention" also attention's output (ATTENTION_OUT, for the output projection's
-    gradient) and its backward's residuals (ATTENTION_RESIDUALS), so the backward never reruns
-    the attention forward (the ring and its collective-permutes); the rest of the layer (norms,
-    projections, MLP) is recomputed from the input either way.
-
-    Plain remat keeps these on the device. With offload (where the backend has a separate host
-    memory) the input and the attention output, named, are moved to pinned host memory in the
-    forward and brought back for the backward, and attention's residuals are already on the
-    host (ops/offload.py), so the device holds only the layers in flight (FPDT; the planner
-    assumes exactly this).
-    """
-    offloaded = [LAYER_INPUT]
-    saved = []
-    if options.remat_policy == "save_attention":
-        offloaded.append(ATTENTION_OUT)
-        saved.append(ATTENTION_RESIDUALS)
-    if options.offload and host_offload_available(mesh.devices.flat[0].platform):
-        return jax.checkpoint_policies.save_and_offload_only_these_names(
-            names_which_can_be_saved=saved,
-            names_which_can_be_offloaded=offloaded,
-            offload_src="device",
-            offload_dst="pinned_host",
-        )
-    if saved:
-        return jax.checkpoint_policies.save_only_these_names(*saved, *offloaded[1:])
-    return jax.checkpoint_policies.nothing_saveable
-
-
-def final_hidden(
-    params: dict,
-    tokens: jax.Array,
-    targets: jax.Array,
-    documents=None,
-    *,
-    dims: ModelDims,
-    mesh: Mesh,
-    options: ModelOptions,
-) -> tuple[jax.Array, jax.Array]:
-    """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order
-    (`documents`: data.Documents of packed documents, or None). With the documents layout the
-    data path has already laid the batch out (`documents.order`: the true positions)."""
-    if options.laid_out_by_data:
-        if documents is None or documents.order is None:
-            raise ValueError("documents and adaptive layouts need the batch laid out by data.Batches")
-        positions = documents.positions if options.reset_positions else documents.order
-        segments = _constrain(documents.segments, mesh, TOKENS)
-        tokens, targets, positions = (_constrain(x, mesh, TOKENS) for x in (tokens, targets, positions))
-    else:
-        perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
-
-        def reorder(x):
-            return _constrain(x[:, perm], mesh, TOKENS)
-
-        tokens, targets = reorder(tokens), reorder(targets)
-        positions = jnp.asarray(perm, jnp.int32)
-        segments = None
-        if documents is not None and options.reset_positions:
-            positions = reorder(documents.positions)
-        if documents is not None and options.document_mask:
-            segments = reorder(documents.segments)
-
-    table = _constrain(params["embed"].astype(options.compute_dtype), mesh, P())  # for the lookup
-    x = _constrain(table[tokens], mesh, ACTIVATION)
-    body = partial(_layer, positions=positions, segments=segments, dims=dims, mesh=mesh, options=options)
-    if options.remat:
-        body = jax.checkpoint(body, policy=remat_policy(options, mesh), prevent_cse=False)
-    scaling = params[FP8_STATE]["layers"] if options.fp8 is not None else None
-    x, _ = jax.lax.scan(lambda carry, layer: (body(carry, layer), None), x, (params["layers"], scaling))
-    return rms_norm(x, params["final_norm"]), targets
 
 
 def chunked_cross_entropy(
@@ -391,33 +273,172 @@ def chunked_cross_entropy(
     return total / count
 
 
-def loss_fn(
-    params: dict,
-    tokens: jax.Array,
-    targets: jax.Array,
-    documents=None,
-    *,
-    dims: ModelDims,
-    mesh: Mesh,
-    options: ModelOptions,
-) -> jax.Array:
-    """Mean next-token cross-entropy (fp32) over all tokens of the batch; with a document mask,
-    over the predictions that stay within one document."""
-    x, targets = final_hidden(params, tokens, targets, documents, dims=dims, mesh=mesh, options=options)
-    weights = None
-    if documents is not None and options.document_mask:
-        mask = documents.loss_mask
-        if not options.laid_out_by_data:
-            mask = mask[:, permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)]
-        weights = _constrain(mask.astype(jnp.float32), mesh, TOKENS)
-    head = params["embed"].T if dims.tie_embeddings else params["lm_head"]
-    head_scaling = params[FP8_STATE].get("lm_head") if options.fp8 is not None else None
-    return chunked_cross_entropy(
-        x,
-        head if head_scaling is not None else head.astype(options.compute_dtype),  # FP8: from the fp32 master
-        targets,
-        mesh=mesh,
-        chunk_tokens=options.loss_chunk_tokens,
-        head_scaling=head_scaling,
-        weights=weights,
-    )
+@dataclass(frozen=True)
+class Model:
+    """The model of one run: what it is (`config`), where it runs (`mesh`) and how (`options`).
+
+    Frozen and hashable (all three parts are), so a jitted function closes over it, or takes it
+    as a static argument, and compiles once per model."""
+
+    config: ModelConfig
+    mesh: Mesh
+    options: ModelOptions
+
+    @classmethod
+    def from_config(cls, config: TrainerConfig, mesh: Mesh) -> Model:
+        return cls(config.model, mesh, ModelOptions.from_config(config))
+
+    def with_adaptive_ring(self, ring: int | None) -> Model:
+        """This model with adaptive context parallelism's ring part of one batch (adaptive_cp.py)."""
+        return replace(self, options=replace(self.options, adaptive_ring=ring))
+
+    def param_specs(self, *, weights_only: bool = False) -> dict:
+        """Partition specs of the parameters (and, with FP8 unless `weights_only`, of the scaling
+        state: replicated, a few scalars per matmul)."""
+        shapes = param_shapes(self.config)
+        specs = {k: _fit(_TOP_SPECS[k], s, self.mesh) for k, s in shapes.items() if k != "layers"}
+        specs["layers"] = {k: _fit(_LAYER_SPECS[k], s, self.mesh) for k, s in shapes["layers"].items()}
+        if self.options.fp8 is not None and not weights_only:
+            state = jax.eval_shape(partial(fp8_state, self.config, self.options.fp8))
+            specs[FP8_STATE] = jax.tree.map(lambda _: P(), state)
+        return specs
+
+    def param_shardings(self, *, weights_only: bool = False) -> dict:
+        return jax.tree.map(lambda s: NamedSharding(self.mesh, s), self.param_specs(weights_only=weights_only))
+
+    def with_fp8_state(self, params: dict) -> dict:
+        """params with fresh FP8 scaling state added (FP8 runs), or unchanged."""
+        if self.options.fp8 is None or FP8_STATE in params:
+            return params
+        return {**params, FP8_STATE: fp8_state(self.config, self.options.fp8)}
+
+    def _constrain(self, x: jax.Array, spec: P) -> jax.Array:
+        return _constrain(x, self.mesh, spec)
+
+    def _layer(self, x, layer, *, positions, segments):
+        config, mesh, options = self.config, self.mesh, self.options
+        p, scaling = layer  # this layer's weights and (FP8 runs) its matmuls' scaling state, else None
+
+        def matmul(spec: str, a: jax.Array, name: str) -> jax.Array:
+            if scaling is None:
+                return jnp.einsum(spec, a, p[name].astype(options.compute_dtype))
+            return fp8.fp8_einsum(spec, a, p[name], scaling[name])  # quantized from the fp32 master
+
+        x = checkpoint_name(x, LAYER_INPUT)
+        h = rms_norm(x, p["attn_norm"])
+        q = self._constrain(matmul("bsh,hnd->bsnd", h, "wq"), HEADS)
+        k = self._constrain(matmul("bsh,hnd->bsnd", h, "wk"), HEADS)
+        v = self._constrain(matmul("bsh,hnd->bsnd", h, "wv"), HEADS)
+        q, k = (rope(t, positions, config.rope_theta, config.rope_scaling) for t in (q, k))
+        if options.adaptive_ring is not None:
+            ring, shard = options.adaptive_ring, q.shape[1] // mesh.shape[CONTEXT]
+            a = adaptive_attention(q, k, v, segments, mesh=mesh, ring=ring, local=shard - ring)
+        else:
+            a = context_parallel_attention(
+                q,
+                k,
+                v,
+                mesh=mesh,
+                causal=True,
+                impl=options.attention,
+                load_balance=options.load_balance,
+                chunk_tokens=options.chunk_tokens,
+                offload=options.offload,
+                ulysses=options.ulysses,
+                segments=segments,
+            )
+        a = self._constrain(checkpoint_name(a, ATTENTION_OUT), HEADS)
+        x = self._constrain(x + matmul("bsnd,ndh->bsh", a, "wo"), ACTIVATION)
+        h = rms_norm(x, p["mlp_norm"])
+        gate = self._constrain(matmul("bsh,hf->bsf", h, "w_gate"), FFN)
+        up = self._constrain(matmul("bsh,hf->bsf", h, "w_up"), FFN)
+        y = matmul("bsf,fh->bsh", jax.nn.silu(gate) * up, "w_down")
+        return self._constrain(x + y, ACTIVATION)
+
+    def remat_policy(self):
+        """Which residuals a remat'ed layer keeps: its input (policy "full"), and with policy
+        "save_attention" also attention's output (ATTENTION_OUT, for the output projection's
+        gradient) and its backward's residuals (ATTENTION_RESIDUALS), so the backward never reruns
+        the attention forward (the ring and its collective-permutes); the rest of the layer (norms,
+        projections, MLP) is recomputed from the input either way.
+
+        Plain remat keeps these on the device. With offload (where the backend has a separate host
+        memory) the input and the attention output, named, are moved to pinned host memory in the
+        forward and brought back for the backward, and attention's residuals are already on the
+        host (ops/offload.py), so the device holds only the layers in flight (FPDT; the planner
+        assumes exactly this).
+        """
+        offloaded = [LAYER_INPUT]
+        saved = []
+        if self.options.remat_policy == "save_attention":
+            offloaded.append(ATTENTION_OUT)
+            saved.append(ATTENTION_RESIDUALS)
+        if self.options.offload and host_offload_available(self.mesh.devices.flat[0].platform):
+            return jax.checkpoint_policies.save_and_offload_only_these_names(
+                names_which_can_be_saved=saved,
+                names_which_can_be_offloaded=offloaded,
+                offload_src="device",
+                offload_dst="pinned_host",
+            )
+        if saved:
+            return jax.checkpoint_policies.save_only_these_names(*saved, *offloaded[1:])
+        return jax.checkpoint_policies.nothing_saveable
+
+    def final_hidden(
+        self, params: dict, tokens: jax.Array, targets: jax.Array, documents=None
+    ) -> tuple[jax.Array, jax.Array]:
+        """Final normed hidden states [batch, seq, hidden] and targets, in the load-balanced order
+        (`documents`: data.Documents of packed documents, or None). With the documents layout the
+        data path has already laid the batch out (`documents.order`: the true positions)."""
+        mesh, options = self.mesh, self.options
+        if options.laid_out_by_data:
+            if documents is None or documents.order is None:
+                raise ValueError("documents and adaptive layouts need the batch laid out by data.Batches")
+            positions = documents.positions if options.reset_positions else documents.order
+            segments = self._constrain(documents.segments, TOKENS)
+            tokens, targets, positions = (self._constrain(x, TOKENS) for x in (tokens, targets, positions))
+        else:
+            perm = permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)
+
+            def reorder(x):
+                return self._constrain(x[:, perm], TOKENS)
+
+            tokens, targets = reorder(tokens), reorder(targets)
+            positions = jnp.asarray(perm, jnp.int32)
+            segments = None
+            if documents is not None and options.reset_positions:
+                positions = reorder(documents.positions)
+            if documents is not None and options.document_mask:
+                segments = reorder(documents.segments)
+
+        table = self._constrain(params["embed"].astype(options.compute_dtype), P())  # for the lookup
+        x = self._constrain(table[tokens], ACTIVATION)
+        body = partial(self._layer, positions=positions, segments=segments)
+        if options.remat:
+            body = jax.checkpoint(body, policy=self.remat_policy(), prevent_cse=False)
+        scaling = params[FP8_STATE]["layers"] if options.fp8 is not None else None
+        x, _ = jax.lax.scan(lambda carry, layer: (body(carry, layer), None), x, (params["layers"], scaling))
+        return rms_norm(x, params["final_norm"]), targets
+
+    def loss(self, params: dict, tokens: jax.Array, targets: jax.Array, documents=None) -> jax.Array:
+        """Mean next-token cross-entropy (fp32) over all tokens of the batch; with a document mask,
+        over the predictions that stay within one document."""
+        mesh, options = self.mesh, self.options
+        x, targets = self.final_hidden(params, tokens, targets, documents)
+        weights = None
+        if documents is not None and options.document_mask:
+            mask = documents.loss_mask
+            if not options.laid_out_by_data:
+                mask = mask[:, permutation(tokens.shape[1], mesh.shape[CONTEXT], options.load_balance)]
+            weights = self._constrain(mask.astype(jnp.float32), TOKENS)
+        head = params["embed"].T if self.config.tie_embeddings else params["lm_head"]
+        head_scaling = params[FP8_STATE].get("lm_head") if options.fp8 is not None else None
+        return chunked_cross_entropy(
+            x,
+            head if head_scaling is not None else head.astype(options.compute_dtype),  # FP8: from the fp32 master
+            targets,
+            mesh=mesh,
+            chunk_tokens=options.loss_chunk_tokens,
+            head_scaling=head_scaling,
+            weights=weights,
+        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -77,21 +77,18 @@ class StepFunctions:
     mesh: Mesh
 
     def __post_init__(self):
-        dims, mesh = self.config.model.dims(), self.mesh
-        options = model.ModelOptions.from_config(self.config)
-        self.fp8_layout = options.fp8
+        mesh = self.mesh
+        self.model = model.Model.from_config(self.config, mesh)
         self.optimizer = make_optimizer(self.config.optimizer, self.config.steps)
-        self.options = options
-        self.loss = partial(model.loss_fn, dims=dims, mesh=mesh, options=options)
-        params = model.param_shardings(dims, mesh, self.fp8_layout)
-        self.weight_shardings = model.param_shardings(dims, mesh)  # the optimizer's, and a checkpoint's to fill
+        params = self.model.param_shardings()
+        weights = self.model.param_shardings(weights_only=True)  # the optimizer's
         replicated = NamedSharding(mesh, P())
-        abstract_weights = jax.eval_shape(partial(model.init_params, dims), jax.random.key(0))
+        abstract_weights = jax.eval_shape(partial(model.init_params, self.config.model), jax.random.key(0))
         opt_state = optax.tree_map_params(
             self.optimizer,
             lambda _, sharding: sharding,
             jax.eval_shape(self.optimizer.init, abstract_weights),
-            self.weight_shardings,
+            weights,
             transform_non_params=lambda _: replicated,
         )
         self.state_shardings = {"params": params, "opt_state": opt_state, "step": replicated}
@@ -107,7 +104,7 @@ class StepFunctions:
             static_argnums=4,  # ring, passed by position (jit takes no keywords with in_shardings)
         )
         self.loss_and_grads = jax.jit(
-            jax.value_and_grad(self.loss),
+            jax.value_and_grad(self.model.loss),
             in_shardings=(params, tokens, tokens, tokens),
             out_shardings=(replicated, params),
         )
@@ -127,15 +124,14 @@ class StepFunctions:
         return self._compiled[ring]
 
     def _initial_params(self, key: jax.Array) -> dict:
-        dims = self.config.model.dims()
-        return model.with_fp8_state(model.init_params(dims, key), dims, self.fp8_layout)
+        return self.model.with_fp8_state(model.init_params(self.config.model, key))
 
     def _init(self, key: jax.Array) -> dict:
         return self._init_with(self._initial_params(key))
 
     def _init_with(self, params: dict) -> dict:
         weights, _ = model.split_fp8_state(params)
-        params = model.with_fp8_state(params, self.config.model.dims(), self.fp8_layout)
+        params = self.model.with_fp8_state(params)
         return {"params": params, "opt_state": self.optimizer.init(weights), "step": jnp.zeros((), jnp.int32)}
 
     def _step(self, state: dict, inputs: jax.Array, targets: jax.Array, documents=None, ring=None) -> tuple[dict, dict]:
@@ -143,11 +139,9 @@ class StepFunctions:
         also "attention_pairs": the causal query-key pairs within documents, see flops.py). With
         FP8, the "gradient" of the scaling state is its updated value (fp8_einsum's backward
         returns it there) and replaces it as it is. `ring`: the adaptive variant's ring part."""
-        loss_fn = self.loss
-        if ring is not None:
-            options = replace(self.options, adaptive_ring=ring)
-            loss_fn = partial(model.loss_fn, dims=self.config.model.dims(), mesh=self.mesh, options=options)
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], inputs, targets, documents)
+        loss, grads = jax.value_and_grad(self.model.with_adaptive_ring(ring).loss)(
+            state["params"], inputs, targets, documents
+        )
         weights, _ = model.split_fp8_state(state["params"])
         weight_grads, scaling = model.split_fp8_state(grads)
         updates, opt_state = self.optimizer.update(weight_grads, state["opt_state"], weights)
@@ -174,7 +168,7 @@ def _restore(
 
 def _initial_weights(config: TrainerConfig, fns: StepFunctions, emit: Emit) -> dict:
     begin = time.perf_counter()
-    params, notes = load_params(config.init_from, config.model.dims(), fns.weight_shardings)
+    params, notes = load_params(config.init_from, fns.model)
     state = fns.init_with(params)
     emit({"event": "init", "from": config.init_from, "notes": notes, "seconds": time.perf_counter() - begin})
     return state
@@ -209,8 +203,7 @@ def train(
         emit({"event": "resume", "step": start})
     metrics.observe_resume(start)
 
-    dims = config.model.dims()
-    flops = flops_per_token(dims, config.sequence_length).by_convention()
+    flops = flops_per_token(config.model, config.sequence_length).by_convention()
     peaks = {MFU_PEAK: peak_flops_per_device * mesh.size}
     if fp8_peak_flops_per_device is not None:
         peaks["fp8"] = fp8_peak_flops_per_device * mesh.size
@@ -230,7 +223,7 @@ def train(
         seconds = time.perf_counter() - begin
         if "attention_pairs" in stats:  # the attention FLOPs this batch's documents need
             pairs = float(stats["attention_pairs"]) / config.batch_size
-            flops = flops_per_token(dims, config.sequence_length, causal_pairs=pairs).by_convention()
+            flops = flops_per_token(config.model, config.sequence_length, causal_pairs=pairs).by_convention()
         done = step + 1
         tokens_per_second = config.global_batch_tokens / seconds
         mfu = {(c, name): tokens_per_second * f / peak for c, f in flops.items() for name, peak in peaks.items()}

@@ -36,8 +36,8 @@ import ml_dtypes
 import numpy as np
 
 from . import hfconfig
-from .contract.presets import RMS_NORM_EPS, ModelDims
-from .model import param_shapes
+from .contract.model import RMS_NORM_EPS, ModelConfig
+from .model import Model, param_shapes
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 
@@ -138,7 +138,7 @@ class SafetensorsDir:
         return data[t.begin : t.begin + count * dtype.itemsize].view(dtype).reshape(t.shape)
 
 
-def differences(dims: ModelDims, config: dict) -> tuple[list[str], list[str]]:
+def differences(dims: ModelConfig, config: dict) -> tuple[list[str], list[str]]:
     """(mismatches that make the checkpoint unusable, deliberate RoPE changes to report)."""
     if config.get("model_type", "llama") != "llama":
         return [f"model_type is {config['model_type']!r}, only llama checkpoints are supported"], []
@@ -173,7 +173,7 @@ class _Mapping:
     to_hf: Callable[[np.ndarray], np.ndarray]
 
 
-def _mappings(dims: ModelDims) -> tuple[dict[str, _Mapping], dict[str, _Mapping]]:
+def _mappings(dims: ModelConfig) -> tuple[dict[str, _Mapping], dict[str, _Mapping]]:
     """(top-level parameters, stacked layer parameters) of this model."""
     H, D = dims.hidden, dims.head_dim
 
@@ -213,7 +213,7 @@ def _layer_tensor(layer: int, mapping: _Mapping) -> str:
     return f"model.layers.{layer}.{mapping.tensor}"
 
 
-def hf_shapes(dims: ModelDims) -> dict[str, tuple[int, ...]]:
+def hf_shapes(dims: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor a Hugging Face Llama checkpoint of these dimensions holds, with its shape."""
 
     def hf_shape(mapping: _Mapping, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -228,7 +228,7 @@ def hf_shapes(dims: ModelDims) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _check_tensors(weights: SafetensorsDir, dims: ModelDims) -> None:
+def _check_tensors(weights: SafetensorsDir, dims: ModelConfig) -> None:
     for name, shape in hf_shapes(dims).items():
         found = weights.tensors.get(name)
         if found is None:
@@ -239,10 +239,10 @@ def _check_tensors(weights: SafetensorsDir, dims: ModelDims) -> None:
             )
 
 
-def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tuple[dict, list[str]]:
-    """fp32 master weights from the checkpoint in `directory`, laid out by `shardings`; also the
-    RoPE changes (see `differences`). Raises WeightsError naming what does not match."""
-    directory = Path(directory)
+def load_params(directory: str | Path, model: Model) -> tuple[dict, list[str]]:
+    """`model`'s fp32 master weights from the checkpoint in `directory`, laid out on its mesh; also
+    the RoPE changes (see `differences`). Raises WeightsError naming what does not match."""
+    directory, dims, shardings = Path(directory), model.config, model.param_shardings(weights_only=True)
     try:
         config = hfconfig.read(directory)
     except hfconfig.HfConfigError as e:
@@ -278,7 +278,7 @@ def load_params(directory: str | Path, dims: ModelDims, shardings: dict) -> tupl
     return params, notes
 
 
-def hf_tensors_of(params: dict, dims: ModelDims) -> dict[str, np.ndarray]:
+def hf_tensors_of(params: dict, dims: ModelConfig) -> dict[str, np.ndarray]:
     """The inverse of `load_params`' mapping: host parameters -> Hugging Face names and layouts."""
     top, layers = _mappings(dims)
     out = {m.tensor: m.to_hf(params[name]) for name, m in top.items()}
@@ -319,7 +319,7 @@ def require_empty(directory: str | Path) -> None:
 
 def save_hf_checkpoint(
     params: dict,
-    dims: ModelDims,
+    dims: ModelConfig,
     directory: str | Path,
     *,
     dtype: str = "bfloat16",

@@ -28,12 +28,8 @@ from longctx_trainer.contract.config import (
     Schedule,
 )
 from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
-from longctx_trainer.contract.presets import (
-    PRESETS,
-    ROPE_HIGH_FREQ_FACTOR,
-    ROPE_LOW_FREQ_FACTOR,
-    ROPE_ORIGINAL_CONTEXT,
-)
+from longctx_trainer.contract.model import ROPE_HIGH_FREQ_FACTOR, ROPE_LOW_FREQ_FACTOR, ROPE_ORIGINAL_CONTEXT
+from longctx_trainer.contract.presets import PRESETS
 
 from ..names import API_VERSION, KIND
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from longctx_trainer.contract.adaptive import fitting_variant, ring_bytes
 from longctx_trainer.contract.config import Precision
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 from .costs import dtype_bytes
 from .layouts import Layout
@@ -73,7 +73,7 @@ def adaptive_saving(plan: Plan, seed: int = 0) -> AdaptiveSaving | None:
 
 
 def saving(
-    model: ModelDims,
+    model: ModelConfig,
     precision: Precision,
     seq: int,
     layout: Layout,

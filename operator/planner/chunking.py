@@ -20,24 +20,24 @@ from __future__ import annotations
 import math
 
 from longctx_trainer.contract.hardware import Gpu
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 from .costs import dtype_bytes, kv_dim
 
 MIN_CHUNK_TOKENS = 1024
 
 
-def chunk_compute_seconds(model: ModelDims, gpu: Gpu, tensor: int, chunk: int) -> float:
+def chunk_compute_seconds(model: ModelConfig, gpu: Gpu, tensor: int, chunk: int) -> float:
     """Forward attention of one query chunk against one K/V chunk (an unmasked block)."""
     return 4 * chunk * chunk * (model.hidden // tensor) / gpu.achievable_flops
 
 
-def chunk_transfer_seconds(model: ModelDims, gpu: Gpu, tensor: int, precision: str, chunk: int) -> float:
+def chunk_transfer_seconds(model: ModelConfig, gpu: Gpu, tensor: int, precision: str, chunk: int) -> float:
     """Moving one chunk of K and V between host and device."""
     return 2 * chunk * (kv_dim(model) // tensor) * dtype_bytes(precision) / gpu.achievable_host_link
 
 
-def covering_chunk_tokens(model: ModelDims, gpu: Gpu, precision: str) -> int:
+def covering_chunk_tokens(model: ModelConfig, gpu: Gpu, precision: str) -> int:
     """Smallest whole chunk whose attention compute covers its host transfer (tensor cancels)."""
     bound = (
         gpu.achievable_flops * kv_dim(model) * dtype_bytes(precision) / (2 * model.hidden * gpu.achievable_host_link)

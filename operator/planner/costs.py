@@ -1,7 +1,7 @@
 """Bytes per GPU of a Llama-style model (formulas in docs/planner.md); FLOPs per token are
 `longctx_trainer.contract.flops`, shared with the trainer.
 
-Everything here is arithmetic over `ModelDims` and a few layout numbers; no layout search.
+Everything here is arithmetic over `ModelConfig` and a few layout numbers; no layout search.
 Conventions:
 - `b` is the byte width of the compute precision (2 for bf16, 4 for fp32; 2 for fp8, whose
   activations stay bf16: only the layer matmuls' operands are FP8, quantized as they are used).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from longctx_trainer.contract.config import FP8_MATMULS, LOSS_CHUNK_TOKENS, Fp8Config
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 FP32 = 4
 FP8 = 1
@@ -26,7 +26,7 @@ def dtype_bytes(precision: str) -> int:
     return {"bf16": 2, "fp32": 4, "fp8": 2}[precision]
 
 
-def fp8_scaling_bytes(model: ModelDims, precision: str, history: int = Fp8Config().amax_history) -> int:
+def fp8_scaling_bytes(model: ModelConfig, precision: str, history: int = Fp8Config().amax_history) -> int:
     """FP8 delayed-scaling state, replicated: per layer and FP8 matmul, three operands (input,
     weight, output gradient) with an fp32 scale and amax history each (the default history)."""
     if precision != "fp8":
@@ -34,7 +34,7 @@ def fp8_scaling_bytes(model: ModelDims, precision: str, history: int = Fp8Config
     return model.layers * len(FP8_MATMULS) * 3 * (history + 1) * FP32
 
 
-def kv_dim(model: ModelDims) -> int:
+def kv_dim(model: ModelConfig) -> int:
     """Width of K (or V) per token: kv_heads * head_dim."""
     return model.kv_heads * model.head_dim
 
@@ -50,7 +50,7 @@ class StateBytes:
     gradients: int
 
 
-def state_bytes_per_device(model: ModelDims, precision: str, devices: int) -> StateBytes:
+def state_bytes_per_device(model: ModelConfig, precision: str, devices: int) -> StateBytes:
     """ZeRO-3: every piece of model state split evenly over all devices (rounded up).
 
     Gradients are fp32: the trainer differentiates with respect to the fp32 master weights and
@@ -69,7 +69,7 @@ def state_bytes_per_device(model: ModelDims, precision: str, devices: int) -> St
     )
 
 
-def gathered_params_bytes(model: ModelDims, precision: str, tensor: int) -> int:
+def gathered_params_bytes(model: ModelConfig, precision: str, tensor: int) -> int:
     """ZeRO-3 gathers full (tensor-sharded) weights just in time: two layers in flight (the one
     computing, the one prefetched) plus the LM head for the loss. fp8 adds the FP8 copies of the
     two layers' weights that their GEMMs read."""
@@ -78,7 +78,7 @@ def gathered_params_bytes(model: ModelDims, precision: str, tensor: int) -> int:
     return -(-(2 * model.params_per_layer() * per_layer + model.vocab * model.hidden * b) // tensor)
 
 
-def embedding_lookup_bytes(model: ModelDims, precision: str, tokens: int) -> int:
+def embedding_lookup_bytes(model: ModelConfig, precision: str, tokens: int) -> int:
     """Peak of the token lookup, which the trainer does on the whole table gathered to every device
     in the compute precision. Forward: the table (V*h*b) and the looked-up tokens (b*h each).
     Backward, the larger: the table's cotangent (a scatter-add of the tokens' gradients into V*h
@@ -92,7 +92,7 @@ def embedding_lookup_bytes(model: ModelDims, precision: str, tokens: int) -> int
 # --- activations --------------------------------------------------------------------------------
 
 
-def layer_activation_bytes_per_token(model: ModelDims, precision: str, tensor: int) -> int:
+def layer_activation_bytes_per_token(model: ModelConfig, precision: str, tensor: int) -> int:
     """Bytes one layer saves per token for its backward pass without recomputation.
 
     Replicated over tensor ranks (no sequence parallelism): the inputs and outputs of the two
@@ -106,12 +106,12 @@ def layer_activation_bytes_per_token(model: ModelDims, precision: str, tensor: i
     return b * replicated + -(-b * split // tensor) + FP32 * model.heads // tensor
 
 
-def layer_input_bytes_per_token(model: ModelDims, precision: str) -> int:
+def layer_input_bytes_per_token(model: ModelConfig, precision: str) -> int:
     """What a recomputed layer keeps: its input, h values per token."""
     return dtype_bytes(precision) * model.hidden
 
 
-def saved_attention_bytes_per_token(model: ModelDims, precision: str, tensor: int) -> int:
+def saved_attention_bytes_per_token(model: ModelConfig, precision: str, tensor: int) -> int:
     """What remat policy save_attention keeps per layer beyond the input (trainer/model.py): the
     attention output twice (named for the output projection, and as a residual of attention's
     backward), q, k and v, and the fp32 log-sum-exp per query head; split over tensor ranks."""
@@ -125,7 +125,7 @@ def loss_chunk_tokens(shard_tokens: int) -> int:
     return LOSS_CHUNK_TOKENS if shard_tokens % LOSS_CHUNK_TOKENS == 0 else shard_tokens
 
 
-def loss_chunk_bytes_per_token(model: ModelDims, tensor: int) -> int:
+def loss_chunk_bytes_per_token(model: ModelConfig, tensor: int) -> int:
     """fp32 logits of the vocabulary-parallel LM head and their gradient (softmax - one-hot) for
     one token of the loss chunk: the trainer recomputes a chunk's logits in the backward, so no
     other chunk's logits exist at the same time."""
@@ -139,7 +139,7 @@ class ActivationBytes:
 
 
 def activation_bytes(
-    model: ModelDims,
+    model: ModelConfig,
     precision: str,
     *,
     tensor: int,
@@ -171,7 +171,7 @@ def activation_bytes(
 
 
 def attention_working_set_bytes(
-    model: ModelDims, precision: str, *, tensor: int, query_tokens: int, kv_tokens: int, kv_buffers: int
+    model: ModelConfig, precision: str, *, tensor: int, query_tokens: int, kv_tokens: int, kv_buffers: int
 ) -> int:
     """Peak extra memory of the backward pass of one block of attention.
 
@@ -185,6 +185,6 @@ def attention_working_set_bytes(
     return kv_buffers * kv * (b + FP32) + query_accumulator
 
 
-def kv_bytes(model: ModelDims, precision: str, *, tensor: int, tokens: int) -> int:
+def kv_bytes(model: ModelConfig, precision: str, *, tensor: int, tokens: int) -> int:
     """K and V of `tokens` tokens on one tensor rank."""
     return 2 * kv_dim(model) // tensor * tokens * dtype_bytes(precision)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from longctx_trainer.contract.config import Attention, LoadBalance, hybrid_split, sequence_split, ulysses_kv_repeat
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def enumerate_layouts(devices: int) -> list[Layout]:
 def structural_rejections(
     layout: Layout,
     *,
-    model: ModelDims,
+    model: ModelConfig,
     sequence_length: int,
     batch_sequences: int,
     gpus_per_node: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from longctx_trainer.contract.config import Attention, Precision, ulysses_degree, ulysses_kv_repeat
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 from .costs import (
     activation_bytes,
@@ -68,7 +68,7 @@ class MemoryBreakdown:
 
 @dataclass(frozen=True)
 class MemoryInputs:
-    model: ModelDims
+    model: ModelConfig
     precision: Precision
     layout: Layout
     sequence_length: int

@@ -18,7 +18,7 @@ from longctx_trainer.contract.config import (
 )
 from longctx_trainer.contract.flops import FlopsPerToken, flops_per_token
 from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 from .chunking import MIN_CHUNK_TOKENS, chunk_candidates, covering_chunk_tokens
 from .layouts import Layout, Rejection, divisors, enumerate_layouts, structural_rejections
@@ -47,7 +47,7 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class PlanRequest:
-    model: ModelDims
+    model: ModelConfig
     sequence_length: int
     global_batch_tokens: int
     nodes: int

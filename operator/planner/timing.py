@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from longctx_trainer.contract.config import Attention, LoadBalance, Precision, ulysses_degree, ulysses_kv_repeat
 from longctx_trainer.contract.flops import flops_per_token
 from longctx_trainer.contract.hardware import Fabric, Gpu
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 from longctx_trainer.contract.topology import consecutive_ring_hops
 
 from .chunking import chunk_compute_seconds, chunk_transfer_seconds
@@ -47,7 +47,7 @@ class StepTime:
 
 @dataclass(frozen=True)
 class StepInputs:
-    model: ModelDims
+    model: ModelConfig
     gpu: Gpu
     fabric: Fabric
     layout: Layout

@@ -10,12 +10,12 @@ import json
 import numpy as np
 from safetensors.numpy import save_file
 
-from longctx_trainer.contract.presets import ModelDims
+from longctx_trainer.contract.model import ModelConfig
 
 TRANSFORMERS_4, TRANSFORMERS_5 = "transformers-4", "transformers-5"
 
 
-def hf_config(dims: ModelDims, layout: str = TRANSFORMERS_4) -> dict:
+def hf_config(dims: ModelConfig, layout: str = TRANSFORMERS_4) -> dict:
     """config.json as LlamaConfig.save_pretrained writes it. transformers 4: top-level rope_theta
     and, when scaled, rope_scaling; transformers 5: one rope_parameters dict that holds the theta
     and always names its rope_type ("default" without scaling), nothing at the top level."""
@@ -53,7 +53,7 @@ def hf_config(dims: ModelDims, layout: str = TRANSFORMERS_4) -> dict:
     }
 
 
-def hf_inv_freq(dims: ModelDims) -> np.ndarray:
+def hf_inv_freq(dims: ModelConfig) -> np.ndarray:
     """inv_freq as transformers computes it, with its llama3 rope_scaling when the model has one."""
     D = dims.head_dim
     inv_freq = 1.0 / dims.rope_theta ** (np.arange(0, D, 2) / D)
@@ -70,7 +70,7 @@ def hf_inv_freq(dims: ModelDims) -> np.ndarray:
     return np.where(is_medium, smoothed, inv_freq_llama)
 
 
-def hf_tensors(dims: ModelDims, seed: int = 0) -> dict[str, np.ndarray]:
+def hf_tensors(dims: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     H, D, F, V = dims.hidden, dims.head_dim, dims.ffn, dims.vocab
 
@@ -104,7 +104,7 @@ def write_checkpoint(directory, tensors, config: dict):
     return directory
 
 
-def hf_forward(t: dict, tokens: np.ndarray, dims: ModelDims) -> np.ndarray:
+def hf_forward(t: dict, tokens: np.ndarray, dims: ModelConfig) -> np.ndarray:
     """Final normed hidden states [batch, seq, hidden], computed as transformers' LlamaModel does."""
 
     def rms(x, w):
@@ -141,7 +141,7 @@ def hf_forward(t: dict, tokens: np.ndarray, dims: ModelDims) -> np.ndarray:
     return rms(x, t["model.norm.weight"])
 
 
-def hf_loss(tensors: dict, tokens: np.ndarray, targets: np.ndarray, dims: ModelDims) -> float:
+def hf_loss(tensors: dict, tokens: np.ndarray, targets: np.ndarray, dims: ModelConfig) -> float:
     """Mean next-token cross-entropy of the Hugging Face model (tied head when lm_head is absent)."""
     head = tensors.get("lm_head.weight", tensors["model.embed_tokens.weight"]).astype(np.float64)
     logits = hf_forward(tensors, tokens, dims) @ head.T

@@ -217,7 +217,7 @@ def test_trainer_loads_the_rendered_config_file(tmp_path):
     path.write_text(yaml.safe_dump(rendered_config({}, LAYOUT)))
     config = load_config(path)
     assert (config.parallelism.context, config.parallelism.tensor) == (2, 2)
-    assert config.model.dims().param_count() > 0
+    assert config.model.param_count() > 0
 
 
 def test_preset_rope_scaling_is_kept_unless_the_spec_sets_its_own():

@@ -17,7 +17,6 @@ from longctx_operator.api.spec import (
     Fp8Spec,
     LongContextJobSpec,
     MetricsSpec,
-    ModelSpec,
     OptimizerSpec,
     PackingSpec,
     ParallelismSpec,
@@ -29,19 +28,16 @@ from longctx_trainer.contract.config import (
     DataConfig,
     Fp8Config,
     MetricsConfig,
-    ModelConfig,
     OptimizerConfig,
     PackingConfig,
     ParallelConfig,
     Precision,
     TrainerConfig,
 )
-from longctx_trainer.contract.presets import ModelDims
 
 # Each family: the places that carry it, the first one the API's where there is one.
 FAMILIES = {
     "optimizer": (OptimizerSpec, OptimizerConfig),
-    "model": (ModelSpec, ModelConfig, ModelDims),
     "parallelism": (ParallelismSpec, ParallelConfig, PlanRequest),
     "data": (DataSpec, DataConfig),
     "packing": (PackingSpec, PackingConfig),

@@ -8,14 +8,13 @@ from the JAX distributed environment variables the operator sets per pod.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .presets import PRESETS, ROPE_THETA, ModelDims, RopeScaling
+from .model import ModelConfig
 
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
 # these types; the API spells the two-word values in camelCase (longctx_operator.api.spec).
@@ -92,36 +91,6 @@ def hybrid_split(context: int, ulysses: int) -> int:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ModelConfig(_Strict):
-    """Resolved model dimensions (a preset is expanded before rendering)."""
-
-    preset: str | None = Field(None, description="Preset the dimensions came from, if any.")
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    ffn: int = Field(gt=0)
-    vocab: int = Field(gt=0)
-    tie_embeddings: bool = False
-    rope_theta: float = Field(ROPE_THETA, gt=0)
-    rope_scaling: RopeScaling | None = None
-
-    @model_validator(mode="after")
-    def _check_heads(self) -> ModelConfig:
-        if self.hidden % self.heads:
-            raise ValueError("hidden must be divisible by heads")
-        if self.heads % self.kv_heads:
-            raise ValueError("heads must be divisible by kv_heads")
-        return self
-
-    @classmethod
-    def from_preset(cls, name: str) -> ModelConfig:
-        return cls(preset=name, **asdict(PRESETS[name]))
-
-    def dims(self) -> ModelDims:
-        return ModelDims(**self.model_dump(exclude={"preset", "rope_scaling"}), rope_scaling=self.rope_scaling)
 
 
 class ParallelConfig(_Strict):

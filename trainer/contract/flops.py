@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .presets import ModelDims
+from .model import ModelConfig
 
 
-def matmul_params(model: ModelDims) -> int:
+def matmul_params(model: ModelConfig) -> int:
     """N of the 6N rule: every layer weight plus the LM head. The input embedding is a table
     lookup (no FLOPs); a tied table still does the LM-head matmul, so it is counted once."""
     return model.non_embedding_param_count() + model.vocab * model.hidden
@@ -45,7 +45,7 @@ class FlopsPerToken:
         return {"causal": self.causal, "full": self.full}
 
 
-def flops_per_token(model: ModelDims, sequence_length: int, causal_pairs: float | None = None) -> FlopsPerToken:
+def flops_per_token(model: ModelConfig, sequence_length: int, causal_pairs: float | None = None) -> FlopsPerToken:
     """`causal_pairs`: query-key pairs per sequence that the mask leaves (packed documents:
     `causal_pairs_within_documents`); None: the causal mask's T^2 / 2."""
     # H*Q = heads * head_dim = hidden (GQA shares K/V heads but every query head still does

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..contract.config import ModelConfig
-from ..contract.presets import RMS_NORM_EPS
+from ..contract.model import RMS_NORM_EPS
 from .ring import Ring, ring_attention
 
 

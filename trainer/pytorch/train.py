@@ -145,7 +145,7 @@ def train(
     source = make_source(config.data, config.model.vocab, config.sequence_length)
     ring = Ring(groups.context, sequence_positions(config, layout))
     global_tokens = config.global_batch_tokens
-    flops = flops_per_token(config.model.dims(), config.sequence_length).by_convention()
+    flops = flops_per_token(config.model, config.sequence_length).by_convention()
     peak = peak_flops_per_process * layout.world_size if peak_flops_per_process else None
     losses = []
     metrics.enter("training")  # eager: no compiling phase

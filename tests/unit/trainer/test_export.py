@@ -7,7 +7,6 @@ trainer's model computes with the trained parameters.
 """
 
 import json
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -27,14 +26,14 @@ from longctx_trainer.contract.config import (
     TrainerConfig,
 )
 from longctx_trainer.contract.metrics import TrainMetrics
-from longctx_trainer.contract.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.model import RopeScaling
 from longctx_trainer.export import ExportError, export_checkpoint
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.train import train
 from longctx_trainer.weights import SafetensorsDir, differences, load_params, save_hf_checkpoint
 from support.hf_checkpoint import hf_config, hf_forward, hf_tensors, write_checkpoint
 
-DIMS = ModelDims(
+DIMS = ModelConfig(
     layers=2,
     hidden=32,
     heads=4,
@@ -43,6 +42,15 @@ DIMS = ModelDims(
     vocab=64,
     rope_theta=10000.0,
     rope_scaling=RopeScaling(factor=4.0, original_context=64),
+)
+OPTIONS = model.ModelOptions(
+    compute_dtype=jnp.float32,
+    remat=False,
+    offload=False,
+    chunk_tokens=None,
+    attention="ring",
+    load_balance="none",
+    loss_chunk_tokens=8,
 )
 
 
@@ -58,7 +66,7 @@ def test_load_then_save_gives_back_the_same_files_and_config(tmp_path):
     (tmp_path / "in").mkdir()
     tensors = hf_tensors(DIMS)
     write_checkpoint(tmp_path / "in", tensors, hf_config(DIMS))
-    params, _ = load_params(tmp_path / "in", DIMS, model.param_shardings(DIMS, _one_device()))
+    params, _ = load_params(tmp_path / "in", model.Model(DIMS, _one_device(), OPTIONS))
     [file] = save_hf_checkpoint(_host(params), DIMS, tmp_path / "out", dtype="float32", max_positions=4096)
     assert file.name == "model.safetensors"
     written = load_file(str(file))
@@ -85,7 +93,7 @@ def test_large_models_are_split_into_shards_with_an_index(tmp_path):
     (tmp_path / "in").mkdir()
     tensors = hf_tensors(DIMS)
     write_checkpoint(tmp_path / "in", tensors, hf_config(DIMS))
-    params, _ = load_params(tmp_path / "in", DIMS, model.param_shardings(DIMS, _one_device()))
+    params, _ = load_params(tmp_path / "in", model.Model(DIMS, _one_device(), OPTIONS))
     files = save_hf_checkpoint(
         _host(params), DIMS, tmp_path / "out", dtype="float16", max_positions=128, max_shard_bytes=8192
     )
@@ -102,7 +110,7 @@ def test_bf16_export_reads_back_rounded(tmp_path):
     (tmp_path / "in").mkdir()
     tensors = hf_tensors(DIMS)
     write_checkpoint(tmp_path / "in", tensors, hf_config(DIMS))
-    params, _ = load_params(tmp_path / "in", DIMS, model.param_shardings(DIMS, _one_device()))
+    params, _ = load_params(tmp_path / "in", model.Model(DIMS, _one_device(), OPTIONS))
     save_hf_checkpoint(_host(params), DIMS, tmp_path / "out", max_positions=128)
     back = SafetensorsDir(tmp_path / "out")
     for name, array in tensors.items():
@@ -158,20 +166,9 @@ def test_a_trained_checkpoint_exports_to_what_transformers_would_compute(tmp_pat
         state, _ = restored.restore(3, StepFunctions(config, mesh).abstract_state())
     finally:
         restored.close()
-    options = model.ModelOptions(
-        compute_dtype=jnp.float32,
-        remat=False,
-        offload=False,
-        chunk_tokens=None,
-        attention="ring",
-        load_balance="none",
-        loss_chunk_tokens=8,
-    )
     tokens = np.random.default_rng(2).integers(0, 64, (2, 16))
-    dims = config.model.dims()
-    hidden, _ = jax.jit(partial(model.final_hidden, dims=dims, mesh=mesh, options=options))(
-        state["params"], tokens, tokens
-    )
+    dims = config.model
+    hidden, _ = jax.jit(model.Model(dims, mesh, OPTIONS).final_hidden)(state["params"], tokens, tokens)
     np.testing.assert_allclose(np.asarray(hidden), hf_forward(exported, tokens, dims), rtol=2e-5, atol=2e-5)
     step2, _ = export_checkpoint(config, tmp_path / "hf2", step=2)
     assert step2 == 2

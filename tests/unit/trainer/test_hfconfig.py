@@ -1,16 +1,15 @@
 """config.json of a Hugging Face Llama checkpoint (trainer/hfconfig.py): either transformers layout
 in, the transformers 4 layout out. Loading whole checkpoints of each layout: test_weights.py."""
 
-import dataclasses
 import json
 
 import pytest
 
 from longctx_trainer import hfconfig
-from longctx_trainer.contract.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.model import ModelConfig, RopeScaling
 from support.hf_checkpoint import TRANSFORMERS_4, TRANSFORMERS_5, hf_config
 
-LLAMA31 = ModelDims(
+LLAMA31 = ModelConfig(
     layers=2,
     hidden=32,
     heads=4,
@@ -31,7 +30,7 @@ def test_either_layout_gives_the_same_model(layout):
     assert hfconfig.dims(config) == {
         name: getattr(LLAMA31, name) for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
     } | {"tie_embeddings": False}
-    unscaled = hfconfig.rope(hf_config(dataclasses.replace(LLAMA31, rope_scaling=None), layout))
+    unscaled = hfconfig.rope(hf_config(LLAMA31.model_copy(update={"rope_scaling": None}), layout))
     assert (unscaled.theta, unscaled.kind, unscaled.parameters, unscaled.scaling) == (500000.0, "default", None, None)
 
 

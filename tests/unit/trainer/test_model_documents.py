@@ -36,7 +36,7 @@ from support.tiny import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = TINY_MODEL
-DIMS = MODEL.dims()
+DIMS = MODEL
 SEQ = 256
 SEPARATOR = 0  # NUL ends each byte-level document
 
@@ -85,10 +85,9 @@ ONE_DEVICE = ParallelConfig()
 def token_losses(options, parallel=ONE_DEVICE) -> np.ndarray:
     """[2, SEQ] next-token loss of every prediction, natural order."""
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=model.param_shardings(DIMS, mesh))(
-        jax.random.key(3)
-    )
-    hidden = jax.jit(partial(model.final_hidden, dims=DIMS, mesh=mesh, options=options))
+    lm = model.Model(DIMS, mesh, options)
+    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(3))
+    hidden = jax.jit(lm.final_hidden)
     tokens, targets, documents = _batch(_windows())
     x, permuted_targets = hidden(params, tokens, targets, documents)
     logp = jax.nn.log_softmax(jnp.einsum("bsh,hv->bsv", x, params["lm_head"]), -1)
@@ -133,7 +132,7 @@ def test_mean_loss_leaves_out_predictions_across_a_boundary():
     params = model.init_params(DIMS, jax.random.key(3))
     tokens, targets, documents = _batch(_windows())
     losses = token_losses(_options(True))
-    loss = model.loss_fn(params, tokens, targets, documents, dims=DIMS, mesh=mesh, options=_options(True))
+    loss = model.Model(DIMS, mesh, _options(True)).loss(params, tokens, targets, documents)
     kept = documents.loss_mask
     assert not kept.all() and np.all(kept == (tokens != SEPARATOR))  # a separator's target starts a new document
     np.testing.assert_allclose(float(loss), losses[kept].mean(), rtol=1e-5)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from longctx_trainer import model
-from longctx_trainer.contract.config import ModelConfig, ParallelConfig
+from longctx_trainer.contract.config import ParallelConfig
+from longctx_trainer.contract.presets import preset
 from longctx_trainer.mesh import make_mesh
 from support import mutants
 
@@ -48,9 +49,9 @@ def test_rope_check_fails_when_the_frequencies_are_one_index_off(monkeypatch):
 
 def test_param_shapes_count_matches_preset_param_count():
     for dims in (
-        ModelConfig.from_preset("tiny").dims(),
-        ModelConfig.from_preset("1b").dims(),
-        ModelConfig.from_preset("llama3-8b").dims(),
+        preset("tiny"),
+        preset("1b"),
+        preset("llama3-8b"),
     ):
         shapes = model.param_shapes(dims)
         leaves = [s for s in shapes.values() if isinstance(s, tuple)] + list(shapes["layers"].values())
@@ -77,8 +78,29 @@ def test_chunked_cross_entropy_matches_full_logits(chunk_tokens):
 
 def test_rope_scaling_of_factor_one_changes_nothing():
     """What the API documents for turning a preset's scaling off."""
-    from longctx_trainer.contract.presets import RopeScaling
+    from longctx_trainer.contract.model import RopeScaling
 
     plain = model.rope_frequencies(128, 500000.0)
     np.testing.assert_array_equal(model.rope_frequencies(128, 500000.0, RopeScaling(factor=1.0)), plain)
     assert not np.allclose(model.rope_frequencies(128, 500000.0, RopeScaling(factor=32.0)), plain)
+
+
+def test_a_model_is_hashable_so_a_jitted_function_compiles_once_per_model():
+    mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
+    options = model.ModelOptions(
+        compute_dtype=jnp.float32, remat=False, offload=False, chunk_tokens=None, attention="ring", load_balance="none"
+    )
+    traced = []
+
+    @partial(jax.jit, static_argnums=0)
+    def param_count(lm: model.Model) -> jax.Array:
+        traced.append(lm)
+        return jnp.asarray(lm.config.param_count())
+
+    same = [model.Model(preset("tiny"), mesh, options) for _ in range(2)]
+    assert hash(same[0]) == hash(same[1])
+    for lm in same:
+        param_count(lm)
+    assert len(traced) == 1
+    param_count(model.Model(preset("125m"), mesh, options))
+    assert len(traced) == 2

@@ -23,7 +23,7 @@ from longctx_trainer.mesh import make_mesh
 from support import mutants
 from support.tiny import TINY_MODEL
 
-DIMS = TINY_MODEL.dims()
+DIMS = TINY_MODEL
 SEQ, BATCH = 32, 2
 
 
@@ -41,10 +41,10 @@ def _options(**changes) -> model.ModelOptions:
 
 def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    shardings = model.param_shardings(DIMS, mesh)
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=shardings)(jax.random.key(1))
+    lm = model.Model(DIMS, mesh, options)
+    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(1))
     tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (BATCH, SEQ + 1))
-    loss = partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options)
+    loss = lm.loss
     value, grads = jax.jit(jax.value_and_grad(loss))(params, tokens[:, :-1], tokens[:, 1:])
     return float(value), jax.tree.map(np.asarray, grads), params
 
@@ -106,12 +106,13 @@ def test_hybrid_model_matches_single_device(single_device):
 
 def test_params_are_zero3_sharded_where_divisible():
     mesh = make_mesh(ParallelConfig(data=2, context=2, tensor=2))
-    specs = model.param_specs(DIMS, mesh)
+    specs = model.Model(DIMS, mesh, _options()).param_specs()
     assert specs["layers"]["wq"] == jax.sharding.PartitionSpec(None, ("data", "context"), "tensor", None)
     assert specs["layers"]["w_down"] == jax.sharding.PartitionSpec(None, "tensor", ("data", "context"))
-    odd = ModelConfig(layers=1, hidden=6, heads=2, kv_heads=2, ffn=6, vocab=10).dims()
+    odd = ModelConfig(layers=1, hidden=6, heads=2, kv_heads=2, ffn=6, vocab=10)
     # hidden 6 does not divide over 4 (data x context) devices: that dim stays replicated.
-    assert model.param_specs(odd, mesh)["layers"]["w_up"] == jax.sharding.PartitionSpec(None, None, "tensor")
+    odd_specs = model.Model(odd, mesh, _options()).param_specs()
+    assert odd_specs["layers"]["w_up"] == jax.sharding.PartitionSpec(None, None, "tensor")
 
 
 ONE_DEVICE = ParallelConfig()
@@ -124,7 +125,7 @@ def _training_losses(options: model.ModelOptions, steps: int = 8, parallel: Para
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
     text = (Path(json.__file__).parent / "decoder.py").read_bytes()[: BATCH * (SEQ + 1)]
     tokens = np.frombuffer(text, np.uint8).reshape(BATCH, SEQ + 1).astype(np.int32)
-    loss = partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options)
+    loss = model.Model(DIMS, mesh, options).loss
     optimizer = optax.adam(3e-3)
 
     @jax.jit

@@ -5,8 +5,6 @@ Checked on the traced program (jax.ad_checkpoint.print_saved_residuals), so it h
 backend: the host offload probe is forced on, as it would be on a GPU.
 """
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +15,7 @@ from longctx_trainer import model
 from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
 
-DIMS = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64).dims()
+DIMS = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64)
 BATCH, SEQ = 2, 16
 
 
@@ -29,7 +27,7 @@ def _saved_residuals(capsys, offload: bool) -> list[str]:
     params = model.init_params(DIMS, jax.random.key(0))
     tokens = np.zeros((BATCH, SEQ), np.int32)
     capsys.readouterr()
-    print_saved_residuals(partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options), params, tokens, tokens)
+    print_saved_residuals(model.Model(DIMS, mesh, options).loss, params, tokens, tokens)
     return [line for line in capsys.readouterr().out.splitlines() if "from the argument" not in line]
 
 
@@ -54,7 +52,7 @@ def test_saved_attention_goes_to_the_host_with_offload(capsys, monkeypatch):
     params = model.init_params(DIMS, jax.random.key(0))
     tokens = np.zeros((BATCH, SEQ), np.int32)
     capsys.readouterr()
-    print_saved_residuals(partial(model.loss_fn, dims=DIMS, mesh=mesh, options=options), params, tokens, tokens)
+    print_saved_residuals(model.Model(DIMS, mesh, options).loss, params, tokens, tokens)
     lines = [line for line in capsys.readouterr().out.splitlines() if "from the argument" not in line]
     stacked = [line.split(" ")[0] for line in lines if f"[{DIMS.layers}," in line.split(" ")[0]]
     heads = f"[{DIMS.layers},{BATCH},{SEQ},{DIMS.heads},{DIMS.head_dim}]"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
-from longctx_trainer.contract.config import ModelConfig, OffloadConfig, TrainerConfig
+from longctx_trainer.contract.config import OffloadConfig, TrainerConfig
+from longctx_trainer.contract.presets import preset
 from longctx_trainer.ops import (
     chunked,
     context_parallel_attention,
@@ -173,7 +174,7 @@ def test_chunking_shrinks_compiled_temporaries():
 def training_step_temp_bytes(seq: int, chunk: int) -> int:
     """Compiled temporaries of a whole training step of the tiny model (layers under a scan, remat)."""
     config = TrainerConfig(
-        model=ModelConfig.from_preset("tiny"),
+        model=preset("tiny"),
         sequence_length=seq,
         global_batch_tokens=seq,
         steps=1,
@@ -186,7 +187,7 @@ def training_step_temp_bytes(seq: int, chunk: int) -> int:
 
 def all_pair_logits_bytes(seq: int, chunk: int) -> int:
     """fp32 logits of every chunk pair at once, all heads: what chunking must never hold."""
-    return (seq // chunk) ** 2 * 4 * chunk * chunk * ModelConfig.from_preset("tiny").heads
+    return (seq // chunk) ** 2 * 4 * chunk * chunk * preset("tiny").heads
 
 
 def test_chunking_bounds_the_training_steps_temporaries():

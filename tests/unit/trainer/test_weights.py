@@ -5,9 +5,6 @@ the trainer's einsum layout) come from tests/support/hf_checkpoint.py. Loaded in
 (data 2 x context 2 x tensor 2) the trainer's model must give the same hidden states and loss (fp32, 2e-5 relative).
 """
 
-import dataclasses
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -16,7 +13,7 @@ import pytest
 
 from longctx_trainer import model
 from longctx_trainer.contract.config import ParallelConfig
-from longctx_trainer.contract.presets import ModelDims, RopeScaling
+from longctx_trainer.contract.model import ModelConfig, RopeScaling
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.weights import SafetensorsDir, WeightsError, load_params
 from support.hf_checkpoint import (
@@ -30,7 +27,7 @@ from support.hf_checkpoint import (
     write_checkpoint,
 )
 
-DIMS = ModelDims(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0)
+DIMS = ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0)
 HF_CONFIG = hf_config(DIMS)
 
 
@@ -49,33 +46,35 @@ OPTIONS = model.ModelOptions(
 )
 
 
+def _model(dims: ModelConfig = DIMS) -> model.Model:
+    return model.Model(dims, _mesh(), OPTIONS)
+
+
 def test_loaded_model_computes_what_the_hugging_face_model_computes(tmp_path):
     tensors = hf_tensors(DIMS)
-    mesh = _mesh()
-    params, notes = load_params(write_checkpoint(tmp_path, tensors, HF_CONFIG), DIMS, model.param_shardings(DIMS, mesh))
+    loaded = _model()
+    params, notes = load_params(write_checkpoint(tmp_path, tensors, HF_CONFIG), loaded)
     assert notes == []
-    assert params["layers"]["wq"].sharding == model.param_shardings(DIMS, mesh)["layers"]["wq"]
+    assert params["layers"]["wq"].sharding == loaded.param_shardings()["layers"]["wq"]
     tokens = np.random.default_rng(1).integers(0, DIMS.vocab, (2, 16))
     targets = np.roll(tokens, -1, axis=1)
-    hidden, permuted_targets = jax.jit(partial(model.final_hidden, dims=DIMS, mesh=mesh, options=OPTIONS))(
-        params, tokens, targets
-    )
+    hidden, permuted_targets = jax.jit(loaded.final_hidden)(params, tokens, targets)
     perm = model.permutation(16, 2, "dual_chunk_swap")
     expected = hf_forward(tensors, tokens, DIMS)
     np.testing.assert_allclose(np.asarray(hidden), expected[:, perm], rtol=2e-5, atol=2e-5)
     expected_loss = hf_loss(tensors, tokens, targets, DIMS)
-    loss = jax.jit(partial(model.loss_fn, dims=DIMS, mesh=mesh, options=OPTIONS))(params, tokens, targets)
+    loss = jax.jit(loaded.loss)(params, tokens, targets)
     np.testing.assert_allclose(float(loss), expected_loss, rtol=2e-5)
 
 
 def test_tied_embeddings_and_bf16_files(tmp_path):
     """Llama 3.2 1B/3B tie the output projection to the embedding; most checkpoints are bf16."""
-    dims = ModelDims(**{**DIMS.__dict__, "tie_embeddings": True})
+    dims = DIMS.model_copy(update={"tie_embeddings": True})
     tensors = hf_tensors(dims, seed=2)
     del tensors["lm_head.weight"]
     bf16 = {n: a.astype(ml_dtypes.bfloat16) for n, a in tensors.items()}
     directory = write_checkpoint(tmp_path, bf16, {**HF_CONFIG, "tie_word_embeddings": True})
-    params, _ = load_params(directory, dims, model.param_shardings(dims, _mesh()))
+    params, _ = load_params(directory, _model(dims))
     assert "lm_head" not in params
     np.testing.assert_array_equal(np.asarray(params["embed"]), bf16["model.embed_tokens.weight"].astype(np.float32))
     wo = bf16["model.layers.1.self_attn.o_proj.weight"].astype(np.float32)  # [H, heads*D]
@@ -110,7 +109,7 @@ def test_reader_agrees_with_the_official_library_on_every_tensor(tmp_path):
 def test_a_checkpoint_of_another_model_is_refused_naming_the_difference(tmp_path, change, needle):
     write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, **change})
     with pytest.raises(WeightsError, match=needle):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())
 
 
 def test_a_missing_tensor_or_directory_is_named(tmp_path):
@@ -118,21 +117,17 @@ def test_a_missing_tensor_or_directory_is_named(tmp_path):
     del tensors["model.layers.1.mlp.up_proj.weight"]
     write_checkpoint(tmp_path, tensors, HF_CONFIG)
     with pytest.raises(WeightsError, match="no tensor model.layers.1.mlp.up_proj.weight"):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())
     with pytest.raises(WeightsError, match="config.json: No such file"):
-        load_params(tmp_path / "absent", DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path / "absent", _model())
 
 
 @pytest.mark.parametrize("layout", [TRANSFORMERS_4, TRANSFORMERS_5])
 def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path, layout):
     """The job (theta 1e4, no scaling) against a Llama 3.1-style checkpoint: the same two notes
     whichever transformers saved its config.json."""
-    published = dataclasses.replace(DIMS, rope_theta=500000.0, rope_scaling=RopeScaling(factor=32.0))
-    _, notes = load_params(
-        write_checkpoint(tmp_path, hf_tensors(DIMS), hf_config(published, layout)),
-        DIMS,
-        model.param_shardings(DIMS, _mesh()),
-    )
+    published = DIMS.model_copy(update={"rope_theta": 500000.0, "rope_scaling": RopeScaling(factor=32.0)})
+    _, notes = load_params(write_checkpoint(tmp_path, hf_tensors(DIMS), hf_config(published, layout)), _model())
     assert notes == [
         "rope_theta 10000 (the checkpoint was trained with 500000)",
         "no rope_scaling (the checkpoint has {'rope_type': 'llama3', 'factor': 32.0, 'low_freq_factor': 1.0, "
@@ -143,8 +138,7 @@ def test_rope_changes_for_context_extension_are_reported_not_refused(tmp_path, l
 def test_a_scaling_type_not_implemented_is_reported(tmp_path):
     _, notes = load_params(
         write_checkpoint(tmp_path, hf_tensors(DIMS), {**HF_CONFIG, "rope_scaling": {"type": "yarn", "factor": 4.0}}),
-        DIMS,
-        model.param_shardings(DIMS, _mesh()),
+        _model(),
     )
     assert notes == ["no rope_scaling (the checkpoint has {'type': 'yarn', 'factor': 4.0})"]
 
@@ -155,7 +149,7 @@ def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path, layout):
     or 5, loads without notes and computes the same hidden states as transformers with that
     scaling. Head dim 8, theta 1e4, original context 64: the four frequencies make 10.2, 1.02, 0.10
     and 0.01 turns in it, one kept, one interpolated, two stretched."""
-    scaled = ModelDims(**{**DIMS.__dict__, "rope_scaling": RopeScaling(factor=8.0, original_context=64)})
+    scaled = DIMS.model_copy(update={"rope_scaling": RopeScaling(factor=8.0, original_context=64)})
     assert not np.allclose(hf_inv_freq(scaled), hf_inv_freq(DIMS))
     np.testing.assert_allclose(
         np.asarray(model.rope_frequencies(DIMS.head_dim, DIMS.rope_theta, scaled.rope_scaling)),
@@ -163,13 +157,11 @@ def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path, layout):
         rtol=1e-6,
     )
     tensors = hf_tensors(scaled, seed=6)
-    mesh = _mesh()
-    params, notes = load_params(
-        write_checkpoint(tmp_path, tensors, hf_config(scaled, layout)), scaled, model.param_shardings(scaled, mesh)
-    )
+    loaded = _model(scaled)
+    params, notes = load_params(write_checkpoint(tmp_path, tensors, hf_config(scaled, layout)), loaded)
     assert notes == []
     tokens = np.random.default_rng(7).integers(0, DIMS.vocab, (2, 16))
-    hidden, _ = jax.jit(partial(model.final_hidden, dims=scaled, mesh=mesh, options=OPTIONS))(params, tokens, tokens)
+    hidden, _ = jax.jit(loaded.final_hidden)(params, tokens, tokens)
     perm = model.permutation(16, 2, "dual_chunk_swap")
     np.testing.assert_allclose(np.asarray(hidden), hf_forward(tensors, tokens, scaled)[:, perm], rtol=2e-5, atol=2e-5)
 
@@ -210,14 +202,14 @@ def test_broken_files_are_named_not_tracebacks(tmp_path):
     data = shard.read_bytes()
     shard.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
     with pytest.raises(WeightsError, match="not a safetensors file"):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())
     shard.write_bytes(data[:-100])
     with pytest.raises(WeightsError, match="beyond the end of the file"):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())
     shard.write_bytes(data)
     write_checkpoint(tmp_path, tensors, {**HF_CONFIG, "head_dim": 16})
     with pytest.raises(WeightsError, match="head_dim: the job's model has 8, the checkpoint 16"):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())
 
 
 def test_a_tensor_of_the_wrong_shape_is_named_before_any_reshape(tmp_path):
@@ -225,7 +217,7 @@ def test_a_tensor_of_the_wrong_shape_is_named_before_any_reshape(tmp_path):
     tensors["model.layers.0.self_attn.k_proj.weight"] = tensors["model.layers.0.self_attn.q_proj.weight"]
     write_checkpoint(tmp_path, tensors, HF_CONFIG)
     with pytest.raises(WeightsError, match=r"k_proj.weight has shape \[32, 32\], the model needs \[16, 32\]"):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())
 
 
 def test_an_index_decides_which_files_belong_to_the_checkpoint(tmp_path):
@@ -243,7 +235,7 @@ def test_an_index_decides_which_files_belong_to_the_checkpoint(tmp_path):
     weight_map = {n: "model-00001-of-00002.safetensors" for n in names[:half]}
     weight_map |= {n: "model-00002-of-00002.safetensors" for n in names[half:]}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    params, _ = load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+    params, _ = load_params(tmp_path, _model())
     np.testing.assert_array_equal(np.asarray(params["embed"]), tensors["model.embed_tokens.weight"])
 
 
@@ -263,9 +255,9 @@ def test_an_index_naming_a_missing_shard_or_a_malformed_header_is_named(tmp_path
         )
     )
     with pytest.raises(WeightsError, match="names files that are not there: model-00003.safetensors"):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())
     (tmp_path / "model.safetensors.index.json").unlink()
     header = json.dumps({"x": {"dtype": "F32", "data_offsets": [0]}}).encode()
     (tmp_path / "model-00002-of-00002.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
     with pytest.raises(WeightsError, match="tensor x has a malformed header entry"):
-        load_params(tmp_path, DIMS, model.param_shardings(DIMS, _mesh()))
+        load_params(tmp_path, _model())

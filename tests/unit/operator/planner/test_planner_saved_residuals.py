@@ -1,7 +1,6 @@
 """The planner's count of what a layer keeps for the backward equals what the traced trainer keeps."""
 
 import math
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -14,14 +13,14 @@ from longctx_operator.planner.costs import (
 )
 from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.model import ModelOptions, init_params, loss_fn
+from longctx_trainer.model import Model, ModelOptions, init_params
 
 
 def test_saved_tensors_per_layer_match_what_the_trainer_keeps(capsys):
     """Remat policy save_attention: the bytes of the per-layer residuals (stacked over the layers
     by the scan) of the traced bf16 program equal the planner's layer input plus
     saved_attention_bytes_per_token, per token and layer; full remat keeps the input only."""
-    dims = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64).dims()
+    dims = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64)
     batch, seq = 2, 16
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
     params = init_params(dims, jax.random.key(0))
@@ -33,7 +32,7 @@ def test_saved_tensors_per_layer_match_what_the_trainer_keeps(capsys):
             load_balance="none", remat_policy=policy,
         )  # fmt: skip
         capsys.readouterr()
-        print_saved_residuals(partial(loss_fn, dims=dims, mesh=mesh, options=options), params, tokens, tokens)
+        print_saved_residuals(Model(dims, mesh, options).loss, params, tokens, tokens)
         lines = capsys.readouterr().out.splitlines()
         stacked = [line.split(" ")[0] for line in lines if "from the argument" not in line]
         stacked = [t for t in stacked if f"[{dims.layers}," in t]

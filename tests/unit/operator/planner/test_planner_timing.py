@@ -123,7 +123,7 @@ def test_token_ring_exposure_over_tcp_by_hand():
 def test_auto_picks_token_ring_where_the_query_side_is_lighter_than_the_ring():
     # Multi-head attention (K/V as wide as the queries) at 16K on 2 nodes of 8 over InfiniBand: the
     # ring's dK/dV in fp32 one way cost more than TokenRing's queries one way and dQ the other.
-    mha = replace(LLAMA8B, kv_heads=LLAMA8B.heads)
+    mha = LLAMA8B.model_copy(update={"kv_heads": LLAMA8B.heads})
     job = dict(model=mha, nodes=2, sequence_length=16_384, global_batch_tokens=16_384)
     auto = plan(request(attention="auto", data=None, context=None, tensor=None, **job))
     assert auto.chosen.attention == "token_ring"

@@ -8,7 +8,7 @@ import pytest
 
 from longctx_trainer.contract import podenv
 from longctx_trainer.contract.config import OffloadConfig, PackingConfig
-from longctx_trainer.contract.presets import RopeScaling
+from longctx_trainer.contract.model import RopeScaling
 from longctx_trainer.pytorch.__main__ import check_agrees, unsupported
 from longctx_trainer.pytorch.layout import Layout, LayoutError
 from support.torch_train_worker import tiny_config
