@@ -33,7 +33,9 @@ from .contract.config import (
     DEFAULT_REMAT_POLICY,
     FP8_MATMULS,
     LOSS_CHUNK_TOKENS,
+    Attention,
     Fp8Config,
+    LoadBalance,
     PackingConfig,
     ParallelConfig,
     RematPolicy,
@@ -92,8 +94,8 @@ class ModelOptions:
     remat: bool
     offload: bool
     chunk_tokens: int | None
-    attention: str
-    load_balance: str
+    attention: Attention
+    load_balance: LoadBalance
     ulysses: int = _PARALLEL.ulysses  # the Ulysses group size of attention "hybrid"
     document_mask: bool = _PACKING.document_mask  # packed documents: attention and loss stay within each document
     reset_positions: bool = _PACKING.reset_positions  # packed documents: RoPE positions restart in each document
