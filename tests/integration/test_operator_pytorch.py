@@ -60,7 +60,9 @@ def test_pytorch_quickstart_succeeds_with_the_trainers_throughput(operator, kube
         }
         kubectl.apply(manifest)
         running = wait_until(
-            lambda: (kubectl.json("get", "lcj", "pytorch-quickstart")["status"].get("progress") or {}).get("step"),
+            lambda: ((kubectl.json("get", "lcj", "pytorch-quickstart").get("status") or {}).get("progress") or {}).get(
+                "step"
+            ),
             timeout=90,
             what="status.progress from the PyTorch trainer",
         )
