@@ -9,31 +9,23 @@ process's devices, and the host threads driving them, are now; the trainer expor
 (health.PROBE_SECONDS) and the operator compares the ranks by it (longctx_operator.straggler).
 
 It runs after every `metrics.probe_every_steps` steps, and the trainer exports the median of the
-last KEPT probes: one probe hit by a burst of other work (on the fast rank as well as the slow
-one) moves it little, so the operator's window is not reset by one noisy probe. Its cost is fixed
-by WORK: on one idle CPU core about 50 ms (2 GFLOP, measured); on a GPU 1.1 TFLOP, about a
-millisecond at an H100's dense bf16 peak (computed: not yet run on a GPU). Every ten steps, that
-is a few percent of the CPU quickstart's time (four devices a process on two cores) and far less
-of a GPU job's. It is compiled once for each device at the start, so no probe's time includes a
-compilation.
+last PROBE_KEPT probes (contract/health.py, shared with the PyTorch example's probe), so the
+operator's window is not reset by one noisy probe. Its cost is fixed by PROBE_WORK: on one idle
+CPU core about 50 ms (2 GFLOP, measured); on a GPU 1.1 TFLOP, about a millisecond at an H100's
+dense bf16 peak (computed: not yet run on a GPU). Every ten steps, that is a few percent of the
+CPU quickstart's time (four devices a process on two cores) and far less of a GPU job's. It is
+compiled once for each device at the start, so no probe's time includes a compilation.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Sequence
-from statistics import median
 
 import jax
 import jax.numpy as jnp
 
-WORK = {"cpu": (512, 8, jnp.float32)}
-"""(matrix side, matmuls, dtype) of the probe by platform."""
-ACCELERATOR_WORK = (4096, 8, jnp.bfloat16)
-"""The probe's work on a GPU (or any platform WORK does not name): about 1.1 TFLOP."""
-KEPT = 5
-"""Probes whose median is the probe time."""
+from .contract.health import ProbeTimes, probe_work
 
 
 def _chain(x: jax.Array, matmuls: int) -> jax.Array:
@@ -45,18 +37,17 @@ class ComputeProbe:
     """The probe on `devices` (this process's): `measure()` runs it and returns the probe time."""
 
     def __init__(self, devices: Sequence[jax.Device]):
-        side, matmuls, dtype = WORK.get(devices[0].platform, ACCELERATOR_WORK)
+        side, matmuls, dtype = probe_work(devices[0].platform)
         self._run = jax.jit(_chain, static_argnums=1)
         self._matmuls = matmuls
-        value = jnp.full((side, side), 1.0 / side, dtype)
+        value = jnp.full((side, side), 1.0 / side, jnp.dtype(dtype))
         self._inputs = [jax.device_put(value, device) for device in devices]
-        self._kept: deque[float] = deque(maxlen=KEPT)
+        self._times = ProbeTimes()
         self._time()  # compiles for each device: no measure includes it
 
     def measure(self) -> float:
-        """Runs the probe; the median of the last KEPT probes' times, this one's included."""
-        self._kept.append(self._time())
-        return median(self._kept)
+        """Runs the probe; the median of the last PROBE_KEPT probes' times, this one's included."""
+        return self._times.add(self._time())
 
     def _time(self) -> float:
         """Seconds from starting the probe on every device to the last one's result."""

@@ -29,7 +29,7 @@ import yaml
 from longctx_operator.stall import RankRead, track
 from longctx_operator.straggler import PROBE, StragglerBounds, mark_slow, stragglers
 from longctx_operator.watchdog import rank_read
-from longctx_trainer.probe import KEPT
+from longctx_trainer.contract.health import PROBE_KEPT as KEPT
 from support.ports import free_port
 
 pytestmark = pytest.mark.integration

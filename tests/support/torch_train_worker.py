@@ -29,3 +29,23 @@ def train_losses(rank: int, data: int, context: int, steps: int, corpus: str) ->
     layout = Layout(data=data, context=context, rank=rank, sequence_length=config.sequence_length)
     assert dist.get_world_size() == layout.world_size
     return train(config, layout, Groups.create(layout), emit=lambda e: None, metrics=TrainMetrics("test", rank))
+
+
+def probe_times(rank: int, every: int, steps: int, corpus: str) -> list[float]:
+    """The probe times one rank exported while training `steps` steps probing every `every`."""
+    from longctx_trainer.contract.config import MetricsConfig
+    from longctx_trainer.pytorch.train import train
+
+    config = tiny_config(1, 1, steps, corpus).model_copy(update={"metrics": MetricsConfig(probe_every_steps=every)})
+    layout = Layout(data=1, context=1, rank=rank, sequence_length=config.sequence_length)
+
+    class Recorded(TrainMetrics):
+        probes: list[float] = []
+
+        def observe_probe(self, seconds: float) -> None:
+            self.probes.append(seconds)
+            super().observe_probe(seconds)
+
+    metrics = Recorded("test", rank)
+    train(config, layout, Groups.create(layout), emit=lambda e: None, metrics=metrics)
+    return metrics.probes

@@ -6,6 +6,8 @@ reads them from every rank (longctx_operator.exposition) to find a hung gang and
 
 from __future__ import annotations
 
+from collections import deque
+from statistics import median
 from typing import Literal
 
 Phase = Literal["starting", "rendezvous", "compiling", "training", "checkpointing"]
@@ -23,3 +25,27 @@ PROBE_SECONDS = "longctx_train_probe_seconds"
 computation with no collective, so, unlike the step time, which a synchronous gang's collectives
 equalise, it tells a rank with a slow device from the ranks that wait for it."""
 HEALTH_METRICS = (PHASE, HEARTBEAT, HEARTBEAT_STEP, STEP_SECONDS, PROBE_SECONDS)
+
+PROBE_WORK: dict[str, tuple[int, int, str]] = {"cpu": (512, 8, "float32")}
+"""(matrix side, matmuls, dtype) of the compute probe by device platform; both trainers run it."""
+PROBE_ACCELERATOR_WORK: tuple[int, int, str] = (4096, 8, "bfloat16")
+"""The probe's work on a GPU (or any platform PROBE_WORK does not name): about 1.1 TFLOP."""
+PROBE_KEPT = 5
+"""Probes whose median is the exported probe time: one probe hit by a burst of other work (on the
+fast rank as well as the slow one) moves it little."""
+
+
+def probe_work(platform: str) -> tuple[int, int, str]:
+    """(matrix side, matmuls, dtype name) of the compute probe on devices of `platform`."""
+    return PROBE_WORK.get(platform, PROBE_ACCELERATOR_WORK)
+
+
+class ProbeTimes:
+    """The last PROBE_KEPT probe times; `add` returns their median, the time a trainer exports."""
+
+    def __init__(self) -> None:
+        self._kept: deque[float] = deque(maxlen=PROBE_KEPT)
+
+    def add(self, seconds: float) -> float:
+        self._kept.append(seconds)
+        return median(self._kept)

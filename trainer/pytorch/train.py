@@ -30,6 +30,7 @@ from ..contract.sources import TokenSource, make_source
 from ..contract.termination import Preempted, SigtermNotice
 from .layout import Groups, Layout
 from .model import Llama
+from .probe import ComputeProbe
 from .ring import Ring
 
 Emit = Callable[[dict], None]
@@ -147,6 +148,8 @@ def train(
     global_tokens = config.global_batch_tokens
     flops = flops_per_token(config.model, config.sequence_length).by_convention()
     peak = peak_flops_per_process * layout.world_size if peak_flops_per_process else None
+    every = config.metrics.probe_every_steps
+    probe = ComputeProbe(torch.device("cpu")) if every else None  # the example trains on CPU
     losses = []
     metrics.enter("training")  # eager: no compiling phase
     for step in range(start, config.steps):
@@ -175,6 +178,8 @@ def train(
         tokens_per_second = global_tokens / seconds
         mfu = {(c, MFU_PEAK): tokens_per_second * f / peak for c, f in flops.items()} if peak else {}
         metrics.observe_step(done, global_tokens, seconds, loss, mfu)
+        if probe is not None and done % every == 0:
+            metrics.observe_probe(probe.measure())  # eager: this step's work is done
         if done % config.log_every == 0 or done == config.steps:
             emit(
                 {

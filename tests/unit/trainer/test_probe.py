@@ -1,9 +1,10 @@
 """trainer/probe.py: the compute probe runs on every given device, with no collective, and its
-time is the median of its last KEPT runs."""
+time is the median of its last PROBE_KEPT runs."""
 
 import jax
 
 from longctx_trainer import probe
+from longctx_trainer.contract.health import probe_work
 
 
 def test_the_probe_time_is_the_median_of_the_last_runs():
@@ -22,6 +23,6 @@ def test_the_probe_runs_on_each_device_without_a_collective():
     real = probe.ComputeProbe(devices)
     assert real.measure() > 0
     assert [x.devices() for x in real._inputs] == [{d} for d in devices]
-    _, matmuls, _ = probe.WORK["cpu"]
+    _, matmuls, _ = probe_work("cpu")
     hlo = jax.jit(probe._chain, static_argnums=1).lower(real._inputs[0], matmuls).as_text()
     assert not any(op in hlo for op in ("all-reduce", "all-gather", "collective-permute", "all-to-all"))
