@@ -366,10 +366,12 @@ class HangDetectionSpec(ApiModel):
 
 
 class StragglerSpec(ApiModel):
-    """Straggler attribution from every rank's step time."""
+    """Straggler attribution from every rank's compute probe time (its step time when a rank
+    exports no probe)."""
 
     slower_percent: int = Field(50, ge=5, le=1000)
-    """A rank whose step time is above the gang's median by more than this percentage is slow."""
+    """A rank whose probe (or step) time is above the gang's median by more than this percentage
+    is slow."""
     window_seconds: int = Field(300, ge=10, le=86400)
     """A rank slow at every read for this long is a straggler (the Straggler condition)."""
 

@@ -53,5 +53,7 @@ def running_health(
         if spec.restart_policy.on_straggler:
             return gang_stalled(n, spec, generation, uid, reasons.STRAGGLER_DETECTED, f"straggler: {message}")
     else:
-        n.clear(conditions.STRAGGLER, reasons.NO_STRAGGLER, "every rank's step time is near the gang's median")
+        n.clear(
+            conditions.STRAGGLER, reasons.NO_STRAGGLER, "every rank's probe (or step) time is near the gang's median"
+        )
     return None
