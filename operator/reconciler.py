@@ -159,6 +159,7 @@ class Reconciler:
         self.other_pods = other_pods or OtherPods([], time.monotonic)
         self._event_at: dict[Key, float] = {}  # first watch event not yet decided on (RECONCILE_LATENCY)
         self.cache = Cache()
+        self.phases = metrics.PhaseCounts()
         self.queue = WorkQueue()
         self.workers = config.workers
         self.nodes_visible = config.read_nodes
@@ -185,6 +186,7 @@ class Reconciler:
             self._state(key).admission = None  # a new spec: a standing refusal was about the old one
         self.cache.put_job(obj, deleted)
         if deleted:
+            self.phases.forget(key)
             self.reservations.forget(key)
             self.progress.forget(key)
             self.watchdog.forget(key)
@@ -192,6 +194,7 @@ class Reconciler:
             self._event_at.pop(key, None)
             metrics.forget_job(*key)
         else:
+            self._count_phase(key)
             metrics.track_job(*key)
             observed = (obj.get("status") or {}).get("observedGeneration")
             if self._state(key).failures and observed == obj["metadata"].get("generation"):
@@ -417,7 +420,6 @@ class Reconciler:
             await self._apply(key, obj, job, status, decision, annotations.values)
             if generation and placement_wanted(spec, self.config):
                 await self._place(key, spec, generation)
-            metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
             return min(requeue, RESYNC_SECONDS) if requeue is not None else RESYNC_SECONDS
 
         return write
@@ -451,6 +453,7 @@ class Reconciler:
         if decision.status != old:
             updated = await self._call(self.kube.patch_status, namespace, name, patch)
             self.cache.put_job(updated, deleted=False)
+            self._count_phase(key)  # before the actions: the gauge never lags the status written
             obj = updated
         try:
             for action in decision.actions:
@@ -525,6 +528,10 @@ class Reconciler:
     async def events_posted(self) -> None:
         """Waits for every Event posted so far (tests; the operator never needs to)."""
         await asyncio.gather(*(state.events for state in self.jobs.values() if state.events is not None))
+
+    def _count_phase(self, key: Key) -> None:
+        """The phase gauge follows the job's cached status (the newest of watched and written)."""
+        self.phases.see(key, ((self.cache.jobs_of.get(key) or {}).get("status") or {}).get("phase"))
 
     def _state(self, key: Key) -> JobState:
         return self.jobs.setdefault(key, JobState())

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
 
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
@@ -149,6 +150,41 @@ def test_a_new_job_gets_its_status_then_service_config_and_job_then_events():
     job = kube.objects[("Job", "team", "fake-g1")]
     assert job["spec"]["completions"] == 2
     assert ("Normal", reasons.PLANNED) in [(t, r) for t, r, _ in kube.events]
+
+
+class GaugeReadingKube(FakeKube):
+    """Records the phase gauge as each create starts: after the status write, before the workload."""
+
+    def __init__(self, job: dict):
+        super().__init__(job)
+        self.admitted_at_create: list[float | None] = []
+
+    def create_owned(self, obj: dict, owner: dict) -> bool:
+        self.admitted_at_create.append(REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Admitted"}))
+        return super().create_owned(obj, owner)
+
+
+def test_the_phase_gauge_counts_the_written_status_before_the_workload_is_created():
+    """The gauge used to be set after every write of the decision (creates, placement) and not at all
+    when one failed: a refused create left the job counted Pending while its status said Admitted."""
+    kube = GaugeReadingKube(job_object())
+    kube.refuse["Job"] = ApiException(status=403, reason="Forbidden")
+    reconciler = Reconciler(kube, OperatorConfig())
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Pending"}) == 1  # no status yet
+
+    async def go():
+        with pytest.raises(ApiException):
+            await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert kube.job["status"]["phase"] == "Admitted"
+    assert kube.admitted_at_create == [1, 1, 1]
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Admitted"}) == 1
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Pending"}) == 0
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=True)
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Admitted"}) == 0
 
 
 def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
