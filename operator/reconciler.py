@@ -49,6 +49,7 @@ from .placement import placement_wanted, placements_due, topology_levels
 from .progress import ProgressPoller
 from .render import render_workload
 from .render.workload import node_selector, tolerations
+from .statuswrite import write_delay
 from .watchdog import Watchdog
 from .workqueue import WorkQueue
 
@@ -150,6 +151,9 @@ class JobState:
     """First refused admission of the coming generation (the admission-wait metric)."""
     events: asyncio.Task | None = None
     """The last Event-posting task: the next Events wait for it, so their order is the story."""
+    unwritten_since: float | None = None
+    """time.monotonic() when a decided change of status.workers alone was first left unwritten
+    (statuswrite.write_delay); None when the status written is the one decided."""
 
 
 class Reconciler:
@@ -415,9 +419,15 @@ class Reconciler:
         requeue = decision.requeue_after
         if asked and state.admission is not None:  # a refusal stands its backoff
             requeue = max(requeue or 0.0, state.admission_due - time.monotonic())
+        delay = write_delay(status, decision, state.unwritten_since, time.monotonic())
+        if delay:  # the counts alone changed: written with what follows, by this time at the latest
+            state.unwritten_since = state.unwritten_since if state.unwritten_since is not None else time.monotonic()
+            requeue = delay if requeue is None else min(requeue, delay)
+        else:
+            state.unwritten_since = None
 
         async def write() -> float:
-            await self._apply(key, obj, job, status, decision, annotations.values)
+            await self._apply(key, obj, job, decision, annotations.values, write_status=delay == 0.0)
             if generation and placement_wanted(spec, self.config):
                 await self._place(key, spec, generation)
             return min(requeue, RESYNC_SECONDS) if requeue is not None else RESYNC_SECONDS
@@ -444,13 +454,15 @@ class Reconciler:
         key: Key,
         obj: dict,
         job: LongContextJob,
-        old: LongContextJobStatus,
         decision: Decision,
         extra_pod_annotations: dict[str, str],
+        write_status: bool,
     ) -> None:
+        """Writes the decided status when `write_status` (statuswrite.write_delay), then applies
+        the actions and posts the Events."""
         namespace, name = key
-        patch = status_patch(obj.get("status") or {}, decision.status)
-        if decision.status != old:
+        if write_status:
+            patch = status_patch(obj.get("status") or {}, decision.status)
             updated = await self._call(self.kube.patch_status, namespace, name, patch)
             self.cache.put_job(updated, deleted=False)
             self._count_phase(key)  # before the actions: the gauge never lags the status written

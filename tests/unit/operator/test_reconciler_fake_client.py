@@ -18,6 +18,7 @@ from longctx_operator import reasons
 from longctx_operator.config import OperatorConfig
 from longctx_operator.kube import NotOwned, owner_reference
 from longctx_operator.reconciler import Reconciler
+from longctx_operator.statuswrite import WORKERS_WRITE_SECONDS
 from support.jobs import job_manifest
 
 KEY = ("team", "fake")
@@ -185,6 +186,47 @@ def test_the_phase_gauge_counts_the_written_status_before_the_workload_is_create
     assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Pending"}) == 0
     reconciler.job_event(copy.deepcopy(kube.job), deleted=True)
     assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Admitted"}) == 0
+
+
+def test_a_starting_gang_is_written_once_per_transition_and_its_counts_with_the_next():
+    """Ranks come up one by one: the phase and condition changes are written at once, each with one
+    patch and its Event; a change of the Ready count alone waits for the next write, or
+    WORKERS_WRITE_SECONDS (the operator used to patch the status on every count: 6 patches here)."""
+    reconciler, kube = make()
+    patches = []
+
+    async def step() -> float:
+        requeue = await reconciler.reconcile(KEY)
+        patches.append(sum(1 for c in kube.calls if c[0] == "patch-status"))
+        return requeue
+
+    async def go() -> float:
+        await step()  # Admitted
+        reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        await step()  # the Job's counts (2 ranks, none Ready): wait
+        reconciler.pod_event(pod(0, ready=False), deleted=False)
+        await step()  # Starting
+        reconciler.pod_event(pod(1, ready=False), deleted=False)
+        await step()  # Running
+        reconciler.pod_event(pod(0), deleted=False)
+        waited = await step()  # 1 of 2 Ready: waits
+        reconciler.pod_event(pod(1), deleted=False)
+        await step()  # Rendezvous, with the count that waited
+        reconciler.pod_event(pod(1, ready=False), deleted=False)
+        await step()  # 1 of 2 Ready again: waits ...
+        reconciler.jobs[KEY].unwritten_since -= WORKERS_WRITE_SECONDS
+        await step()  # ... written when due
+        await settle(reconciler)
+        return waited
+
+    waited = run(go())
+    assert patches == [1, 1, 2, 3, 3, 4, 4, 5]
+    assert 0 < waited <= WORKERS_WRITE_SECONDS
+    status = kube.job["status"]
+    assert status["phase"] == "Running" and status["workers"] == {"total": 2, "ready": 1, "failed": 0, "succeeded": 0}
+    assert {c["type"]: c["status"] for c in status["conditions"]}[cond.RENDEZVOUS] == "True"
+    reasons_posted = [r for _, r, _ in kube.events]
+    assert reasons_posted.count(reasons.ALL_RANKS_RUNNING) == 1 and reasons_posted.count(reasons.ALL_RANKS_READY) == 1
 
 
 def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
