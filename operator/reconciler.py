@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
@@ -39,6 +39,7 @@ from .api.spec import LongContextJob, LongContextJobSpec
 from .api.status import PENDING, LongContextJobStatus
 from .cache import Cache, Key
 from .config import OperatorConfig
+from .echo import unechoed_placements, without_unechoed_create
 from .kube import Kube, NotOwned
 from .lifecycle.decide import decide
 from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
@@ -151,6 +152,11 @@ class JobState:
     """First refused admission of the coming generation (the admission-wait metric)."""
     events: asyncio.Task | None = None
     """The last Event-posting task: the next Events wait for it, so their order is the story."""
+    created: tuple[int, float] | None = None
+    """The generation whose workload this operator created last, and when (time.monotonic()),
+    until the watch shows it (echo.without_unechoed_create)."""
+    placed: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """Pod uid -> the placement written and when, until the watch shows it (echo.unechoed_placements)."""
     unwritten_since: float | None = None
     """time.monotonic() when a decided change of status.workers alone was first left unwritten
     (statuswrite.write_delay); None when the status written is the one decided."""
@@ -375,6 +381,7 @@ class Reconciler:
         if generation:
             workload = self.cache.owned_workload(key, generation)  # only a Job this job created
             if workload is not None:
+                state.created = None  # seen
                 observed = observe_workload(
                     workload,
                     self.cache.generation_pods(key, generation),
@@ -413,6 +420,8 @@ class Reconciler:
         except AdmissionDue:
             await self._count_admission(key, spec)
             decision = next_step()  # no await from the count to the reservation (_account)
+        if observed is MISSING:
+            decision = without_unechoed_create(decision, state.created, time.monotonic())
         if since is not None:
             metrics.RECONCILE_LATENCY.observe(time.monotonic() - since)
         self._account(key, job, status, decision)
@@ -501,7 +510,9 @@ class Reconciler:
                 raise result  # retried by the worker, with backoff
             if isinstance(result, BaseException):
                 raise result
-        self._state(key).create_error, self._state(key).name_taken = None, False
+        state = self._state(key)
+        state.create_error, state.name_taken = None, False
+        state.created = (action.generation, time.monotonic())
 
     async def _place(self, key: Key, spec: LongContextJobSpec, generation: int) -> None:
         """Writes the placement annotation onto the generation's bound pods that lack their node's
@@ -511,6 +522,8 @@ class Reconciler:
         due, unknown = placements_due(pods, self.cache.nodes, topology_levels(spec, self.config))
         for node in unknown:
             self.awaiting_nodes.setdefault(node, set()).add(key)
+        state, now = self._state(key), time.monotonic()
+        due, state.placed = unechoed_placements(due, state.placed, now)
         results = await asyncio.gather(
             *(self._call(self.kube.annotate_pod, key[0], p.name, p.uid, PLACEMENT_ANNOTATION, p.value) for p in due),
             return_exceptions=True,
@@ -520,6 +533,8 @@ class Reconciler:
                 log.warning("%s/%s: placement of pod %s not written: %s", *key, placement.name, result.reason)
             elif isinstance(result, BaseException):
                 raise result
+            else:
+                state.placed[placement.uid] = (placement.value, now)
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.config import OperatorConfig
+from longctx_operator.echo import ECHO_SECONDS
 from longctx_operator.kube import NotOwned, owner_reference
 from longctx_operator.reconciler import Reconciler
 from longctx_operator.statuswrite import WORKERS_WRITE_SECONDS
@@ -498,6 +499,38 @@ def test_bound_ranks_get_their_placement_and_a_late_node_places_its_pod_when_it_
 
     run(go())
     assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x", "fake-g1-1-x"]
+
+
+def test_writes_the_watch_has_not_shown_yet_are_not_sent_again():
+    """The echo of the status write queues the job before the watch shows its Job, and pod events
+    before it shows their placement: the workload is not created again (create-or-get: 7 requests
+    more) nor a pod annotated twice, until the echo is overdue."""
+    reconciler, kube = make(config=OperatorConfig(topology_labels=["example.com/rack"]))
+    reconciler.node_event({"metadata": {"name": "node-0", "labels": {"example.com/rack": "r0"}}}, deleted=False)
+    creates = []
+
+    async def step() -> None:
+        await reconciler.reconcile(KEY)
+        creates.append(sum(1 for c in kube.calls if c[0] == "create"))
+
+    async def go():
+        await step()
+        reconciler.job_event(copy.deepcopy(kube.job), deleted=False)  # the status write's echo
+        await step()
+        assert creates == [3, 3]
+        generation, at = reconciler.jobs[KEY].created
+        reconciler.jobs[KEY].created = (generation, at - ECHO_SECONDS)  # no Job shown in time
+        await step()
+        reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        reconciler.pod_event(pod(0), deleted=False)
+        await step()
+        reconciler.pod_event(pod(0), deleted=False)  # another event of the pod, before its placement's
+        await step()
+        await settle(reconciler)
+
+    run(go())
+    assert creates == [3, 3, 6, 6, 6]
+    assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x"]
 
 
 class SlowStatusKube(FakeKube):
