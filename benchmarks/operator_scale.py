@@ -15,10 +15,11 @@ its own namespace with its controller started just for it:
 Each system gets one warm-up gang, then --jobs gangs created at once (pods kept Running), then its
 controller is stopped and its gangs deleted before the next. It prints p50/p95/max seconds from each
 gang's creation to all its pods Running (with the stages on the way), the ratios of p50 and p95
-against raw and JobSet, API requests per gang by client (the API server's audit log, by user agent,
-between the first create and the last Running, the operator's cluster-wide lists included), the
-controllers' CPU seconds for the batch and peak resident memory (VmHWM), and longctx's reconcile
-latency (first watch event to decision, its longctx_operator_reconcile_latency_seconds histogram).
+against raw and JobSet, API requests per gang by client and, for the controllers, by request (the
+API server's audit log, by user agent, between the first create and the last Running, the operator's
+cluster-wide lists included), the controllers' CPU seconds for the batch and peak resident memory
+(VmHWM), and longctx's reconcile latency (first watch event to decision, its
+longctx_operator_reconcile_latency_seconds histogram).
 
 Those are the "quiet" scenario. The "busy" one starts a second cluster of --busy-nodes nodes and
 runs longctx's gangs there twice, first on the idle cluster, then while --busy-pods unrelated pods
@@ -148,24 +149,31 @@ def client(user_agent: str) -> str:
 
 
 CONTROLLERS = ("longctx-operator", "jobset")
+WARMUP = "warmup"
+"""The name of each system's warm-up gang, whose objects' requests are not counted."""
 
 
-def audit_counts(path: Path, namespace: str, since: float, until: float) -> Counter[str]:
-    """Requests received between since and until, by client: those for objects in the namespace,
-    and the controllers' cluster-wide ones (the operator's lists of other pods, its node watch)."""
-    counts: Counter[str] = Counter()
+def audit_counts(path: Path, namespace: str, since: float, until: float) -> Counter[tuple[str, str]]:
+    """Requests received between since and until, by client and request ("patch
+    longcontextjobs/status"): those for objects in the namespace but the warm-up gang's, and the
+    controllers' cluster-wide ones (the operator's lists of other pods, its node watch)."""
+    counts: Counter[tuple[str, str]] = Counter()
     with path.open() as log:
         for line in log:
             if '"ResponseComplete"' not in line:
                 continue
             event = json.loads(line)
             who = client(event.get("userAgent", "?"))
-            where = event.get("objectRef", {}).get("namespace")
+            ref = event.get("objectRef", {})
+            where = ref.get("namespace")
             if where != namespace and (where or who not in CONTROLLERS):
+                continue
+            if (ref.get("name") or "").startswith(WARMUP):  # its late writes (Events, status) are not the batch's
                 continue
             received = datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
             if since <= received <= until:
-                counts[who] += 1
+                resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
+                counts[who, f"{event.get('verb')} {resource or event.get('requestURI', '?')}"] += 1
     return counts
 
 
@@ -377,7 +385,7 @@ def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path |
     controller.start()
     try:
         timeline = Timeline(cluster.kubeconfig, namespace, ROOTS[system], args.pods)
-        timeline.apply({"warmup": gang_objects(system, "warmup", namespace, args.pods)}, args.timeout)
+        timeline.apply({WARMUP: gang_objects(system, WARMUP, namespace, args.pods)}, args.timeout)
         print(f"{system}: warm-up gang Running", flush=True)
         cpu_before = cpu_seconds(controller.process.pid) if controller.process else 0.0
         latency_before = controller.latency_buckets() if system == "longctx" else None
@@ -495,8 +503,15 @@ def report(results: dict[str, dict], args, nodes: int) -> None:
             print(f"  reconcile latency (event to decision, bucket bound): p50 <= {p50}s, p95 <= {p95}s")
         if "requests" in result:
             counts = result["requests"]
-            by_client = ", ".join(f"{c} {n / args.jobs:.1f}" for c, n in counts.most_common())
-            print(f"  API requests per gang: {sum(counts.values()) / args.jobs:.1f} ({by_client})")
+            clients: Counter[str] = Counter()
+            for (who, _), n in counts.items():
+                clients[who] += n
+            by_client = ", ".join(f"{c} {n / args.jobs:.1f}" for c, n in clients.most_common())
+            print(f"  API requests per gang: {clients.total() / args.jobs:.1f} ({by_client})")
+            for who in CONTROLLERS:
+                ours = ", ".join(f"{what} {n / args.jobs:.2f}" for (w, what), n in counts.most_common() if w == who)
+                if ours:
+                    print(f"    {who} per gang: {ours}")
     running = {system: [s["running"] for s in result["stages"].values()] for system, result in results.items()}
     for base in ("raw", "jobset"):
         if "longctx" in running and base in running:

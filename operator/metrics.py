@@ -38,10 +38,35 @@ API_REQUESTS = Counter("longctx_operator_api_requests", "Kubernetes API requests
 PHASES = Phase.__args__
 
 
-def count_phases(phases: list[str | None]) -> None:
-    """Sets longctx_operator_jobs from the phases of every known job (None counts as Pending)."""
-    for phase in PHASES:
-        JOBS.labels(phase=phase).set(sum(1 for p in phases if (p or PENDING) == phase))
+class PhaseCounts:
+    """longctx_operator_jobs, kept from each job's phase as the operator's cache holds it: `see` is
+    called whenever a job's cached status may have changed (a watch event, the operator's own status
+    write as it returns), so the gauge never lags the status written; O(1) per call."""
+
+    def __init__(self) -> None:
+        self._phase: dict[tuple[str, str], str] = {}
+        self._counts: dict[str, int] = dict.fromkeys(PHASES, 0)
+        for phase in PHASES:
+            JOBS.labels(phase=phase).set(0)
+
+    def see(self, key: tuple[str, str], phase: str | None) -> None:
+        """Job `key` is in `phase` now (None counts as Pending)."""
+        self._move(key, phase or PENDING)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Job `key` was deleted."""
+        self._move(key, None)
+
+    def _move(self, key: tuple[str, str], phase: str | None) -> None:
+        old = self._phase.pop(key, None)
+        if phase is not None:
+            self._phase[key] = phase
+        if old == phase:
+            return
+        for changed, step in ((old, -1), (phase, 1)):
+            if changed is not None:
+                self._counts[changed] += step
+                JOBS.labels(phase=changed).set(self._counts[changed])
 
 
 def track_job(namespace: str, name: str) -> None:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
@@ -39,6 +39,7 @@ from .api.spec import LongContextJob, LongContextJobSpec
 from .api.status import PENDING, LongContextJobStatus
 from .cache import Cache, Key
 from .config import OperatorConfig
+from .echo import unechoed_placements, without_unechoed_create
 from .kube import Kube, NotOwned
 from .lifecycle.decide import decide
 from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
@@ -49,6 +50,7 @@ from .placement import placement_wanted, placements_due, topology_levels
 from .progress import ProgressPoller
 from .render import render_workload
 from .render.workload import node_selector, tolerations
+from .statuswrite import write_delay
 from .watchdog import Watchdog
 from .workqueue import WorkQueue
 
@@ -150,6 +152,14 @@ class JobState:
     """First refused admission of the coming generation (the admission-wait metric)."""
     events: asyncio.Task | None = None
     """The last Event-posting task: the next Events wait for it, so their order is the story."""
+    created: tuple[int, float] | None = None
+    """The generation whose workload this operator created last, and when (time.monotonic()),
+    until the watch shows it (echo.without_unechoed_create)."""
+    placed: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """Pod uid -> the placement written and when, until the watch shows it (echo.unechoed_placements)."""
+    unwritten_since: float | None = None
+    """time.monotonic() when a decided change of status.workers alone was first left unwritten
+    (statuswrite.write_delay); None when the status written is the one decided."""
 
 
 class Reconciler:
@@ -159,6 +169,7 @@ class Reconciler:
         self.other_pods = other_pods or OtherPods([], time.monotonic)
         self._event_at: dict[Key, float] = {}  # first watch event not yet decided on (RECONCILE_LATENCY)
         self.cache = Cache()
+        self.phases = metrics.PhaseCounts()
         self.queue = WorkQueue()
         self.workers = config.workers
         self.nodes_visible = config.read_nodes
@@ -185,6 +196,7 @@ class Reconciler:
             self._state(key).admission = None  # a new spec: a standing refusal was about the old one
         self.cache.put_job(obj, deleted)
         if deleted:
+            self.phases.forget(key)
             self.reservations.forget(key)
             self.progress.forget(key)
             self.watchdog.forget(key)
@@ -192,6 +204,7 @@ class Reconciler:
             self._event_at.pop(key, None)
             metrics.forget_job(*key)
         else:
+            self._count_phase(key)
             metrics.track_job(*key)
             observed = (obj.get("status") or {}).get("observedGeneration")
             if self._state(key).failures and observed == obj["metadata"].get("generation"):
@@ -368,6 +381,7 @@ class Reconciler:
         if generation:
             workload = self.cache.owned_workload(key, generation)  # only a Job this job created
             if workload is not None:
+                state.created = None  # seen
                 observed = observe_workload(
                     workload,
                     self.cache.generation_pods(key, generation),
@@ -406,18 +420,25 @@ class Reconciler:
         except AdmissionDue:
             await self._count_admission(key, spec)
             decision = next_step()  # no await from the count to the reservation (_account)
+        if observed is MISSING:
+            decision = without_unechoed_create(decision, state.created, time.monotonic())
         if since is not None:
             metrics.RECONCILE_LATENCY.observe(time.monotonic() - since)
         self._account(key, job, status, decision)
         requeue = decision.requeue_after
         if asked and state.admission is not None:  # a refusal stands its backoff
             requeue = max(requeue or 0.0, state.admission_due - time.monotonic())
+        delay = write_delay(status, decision, state.unwritten_since, time.monotonic())
+        if delay:  # the counts alone changed: written with what follows, by this time at the latest
+            state.unwritten_since = state.unwritten_since if state.unwritten_since is not None else time.monotonic()
+            requeue = delay if requeue is None else min(requeue, delay)
+        else:
+            state.unwritten_since = None
 
         async def write() -> float:
-            await self._apply(key, obj, job, status, decision, annotations.values)
+            await self._apply(key, obj, job, decision, annotations.values, write_status=delay == 0.0)
             if generation and placement_wanted(spec, self.config):
                 await self._place(key, spec, generation)
-            metrics.count_phases([(o.get("status") or {}).get("phase") for o in self.cache.jobs_of.values()])
             return min(requeue, RESYNC_SECONDS) if requeue is not None else RESYNC_SECONDS
 
         return write
@@ -442,15 +463,18 @@ class Reconciler:
         key: Key,
         obj: dict,
         job: LongContextJob,
-        old: LongContextJobStatus,
         decision: Decision,
         extra_pod_annotations: dict[str, str],
+        write_status: bool,
     ) -> None:
+        """Writes the decided status when `write_status` (statuswrite.write_delay), then applies
+        the actions and posts the Events."""
         namespace, name = key
-        patch = status_patch(obj.get("status") or {}, decision.status)
-        if decision.status != old:
+        if write_status:
+            patch = status_patch(obj.get("status") or {}, decision.status)
             updated = await self._call(self.kube.patch_status, namespace, name, patch)
             self.cache.put_job(updated, deleted=False)
+            self._count_phase(key)  # before the actions: the gauge never lags the status written
             obj = updated
         try:
             for action in decision.actions:
@@ -486,7 +510,9 @@ class Reconciler:
                 raise result  # retried by the worker, with backoff
             if isinstance(result, BaseException):
                 raise result
-        self._state(key).create_error, self._state(key).name_taken = None, False
+        state = self._state(key)
+        state.create_error, state.name_taken = None, False
+        state.created = (action.generation, time.monotonic())
 
     async def _place(self, key: Key, spec: LongContextJobSpec, generation: int) -> None:
         """Writes the placement annotation onto the generation's bound pods that lack their node's
@@ -496,6 +522,8 @@ class Reconciler:
         due, unknown = placements_due(pods, self.cache.nodes, topology_levels(spec, self.config))
         for node in unknown:
             self.awaiting_nodes.setdefault(node, set()).add(key)
+        state, now = self._state(key), time.monotonic()
+        due, state.placed = unechoed_placements(due, state.placed, now)
         results = await asyncio.gather(
             *(self._call(self.kube.annotate_pod, key[0], p.name, p.uid, PLACEMENT_ANNOTATION, p.value) for p in due),
             return_exceptions=True,
@@ -505,6 +533,8 @@ class Reconciler:
                 log.warning("%s/%s: placement of pod %s not written: %s", *key, placement.name, result.reason)
             elif isinstance(result, BaseException):
                 raise result
+            else:
+                state.placed[placement.uid] = (placement.value, now)
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""
@@ -525,6 +555,10 @@ class Reconciler:
     async def events_posted(self) -> None:
         """Waits for every Event posted so far (tests; the operator never needs to)."""
         await asyncio.gather(*(state.events for state in self.jobs.values() if state.events is not None))
+
+    def _count_phase(self, key: Key) -> None:
+        """The phase gauge follows the job's cached status (the newest of watched and written)."""
+        self.phases.see(key, ((self.cache.jobs_of.get(key) or {}).get("status") or {}).get("phase"))
 
     def _state(self, key: Key) -> JobState:
         return self.jobs.setdefault(key, JobState())

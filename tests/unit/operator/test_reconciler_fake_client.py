@@ -11,12 +11,15 @@ import threading
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
 
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from longctx_operator.config import OperatorConfig
+from longctx_operator.echo import ECHO_SECONDS
 from longctx_operator.kube import NotOwned, owner_reference
 from longctx_operator.reconciler import Reconciler
+from longctx_operator.statuswrite import WORKERS_WRITE_SECONDS
 from support.jobs import job_manifest
 
 KEY = ("team", "fake")
@@ -149,6 +152,82 @@ def test_a_new_job_gets_its_status_then_service_config_and_job_then_events():
     job = kube.objects[("Job", "team", "fake-g1")]
     assert job["spec"]["completions"] == 2
     assert ("Normal", reasons.PLANNED) in [(t, r) for t, r, _ in kube.events]
+
+
+class GaugeReadingKube(FakeKube):
+    """Records the phase gauge as each create starts: after the status write, before the workload."""
+
+    def __init__(self, job: dict):
+        super().__init__(job)
+        self.admitted_at_create: list[float | None] = []
+
+    def create_owned(self, obj: dict, owner: dict) -> bool:
+        self.admitted_at_create.append(REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Admitted"}))
+        return super().create_owned(obj, owner)
+
+
+def test_the_phase_gauge_counts_the_written_status_before_the_workload_is_created():
+    """The gauge used to be set after every write of the decision (creates, placement) and not at all
+    when one failed: a refused create left the job counted Pending while its status said Admitted."""
+    kube = GaugeReadingKube(job_object())
+    kube.refuse["Job"] = ApiException(status=403, reason="Forbidden")
+    reconciler = Reconciler(kube, OperatorConfig())
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Pending"}) == 1  # no status yet
+
+    async def go():
+        with pytest.raises(ApiException):
+            await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert kube.job["status"]["phase"] == "Admitted"
+    assert kube.admitted_at_create == [1, 1, 1]
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Admitted"}) == 1
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Pending"}) == 0
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=True)
+    assert REGISTRY.get_sample_value("longctx_operator_jobs", {"phase": "Admitted"}) == 0
+
+
+def test_a_starting_gang_is_written_once_per_transition_and_its_counts_with_the_next():
+    """Ranks come up one by one: the phase and condition changes are written at once, each with one
+    patch and its Event; a change of the Ready count alone waits for the next write, or
+    WORKERS_WRITE_SECONDS (the operator used to patch the status on every count: 6 patches here)."""
+    reconciler, kube = make()
+    patches = []
+
+    async def step() -> float:
+        requeue = await reconciler.reconcile(KEY)
+        patches.append(sum(1 for c in kube.calls if c[0] == "patch-status"))
+        return requeue
+
+    async def go() -> float:
+        await step()  # Admitted
+        reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        await step()  # the Job's counts (2 ranks, none Ready): wait
+        reconciler.pod_event(pod(0, ready=False), deleted=False)
+        await step()  # Starting
+        reconciler.pod_event(pod(1, ready=False), deleted=False)
+        await step()  # Running
+        reconciler.pod_event(pod(0), deleted=False)
+        waited = await step()  # 1 of 2 Ready: waits
+        reconciler.pod_event(pod(1), deleted=False)
+        await step()  # Rendezvous, with the count that waited
+        reconciler.pod_event(pod(1, ready=False), deleted=False)
+        await step()  # 1 of 2 Ready again: waits ...
+        reconciler.jobs[KEY].unwritten_since -= WORKERS_WRITE_SECONDS
+        await step()  # ... written when due
+        await settle(reconciler)
+        return waited
+
+    waited = run(go())
+    assert patches == [1, 1, 2, 3, 3, 4, 4, 5]
+    assert 0 < waited <= WORKERS_WRITE_SECONDS
+    status = kube.job["status"]
+    assert status["phase"] == "Running" and status["workers"] == {"total": 2, "ready": 1, "failed": 0, "succeeded": 0}
+    assert {c["type"]: c["status"] for c in status["conditions"]}[cond.RENDEZVOUS] == "True"
+    reasons_posted = [r for _, r, _ in kube.events]
+    assert reasons_posted.count(reasons.ALL_RANKS_RUNNING) == 1 and reasons_posted.count(reasons.ALL_RANKS_READY) == 1
 
 
 def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
@@ -420,6 +499,38 @@ def test_bound_ranks_get_their_placement_and_a_late_node_places_its_pod_when_it_
 
     run(go())
     assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x", "fake-g1-1-x"]
+
+
+def test_writes_the_watch_has_not_shown_yet_are_not_sent_again():
+    """The echo of the status write queues the job before the watch shows its Job, and pod events
+    before it shows their placement: the workload is not created again (create-or-get: 7 requests
+    more) nor a pod annotated twice, until the echo is overdue."""
+    reconciler, kube = make(config=OperatorConfig(topology_labels=["example.com/rack"]))
+    reconciler.node_event({"metadata": {"name": "node-0", "labels": {"example.com/rack": "r0"}}}, deleted=False)
+    creates = []
+
+    async def step() -> None:
+        await reconciler.reconcile(KEY)
+        creates.append(sum(1 for c in kube.calls if c[0] == "create"))
+
+    async def go():
+        await step()
+        reconciler.job_event(copy.deepcopy(kube.job), deleted=False)  # the status write's echo
+        await step()
+        assert creates == [3, 3]
+        generation, at = reconciler.jobs[KEY].created
+        reconciler.jobs[KEY].created = (generation, at - ECHO_SECONDS)  # no Job shown in time
+        await step()
+        reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        reconciler.pod_event(pod(0), deleted=False)
+        await step()
+        reconciler.pod_event(pod(0), deleted=False)  # another event of the pod, before its placement's
+        await step()
+        await settle(reconciler)
+
+    run(go())
+    assert creates == [3, 3, 6, 6, 6]
+    assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x"]
 
 
 class SlowStatusKube(FakeKube):
