@@ -26,12 +26,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 CHECKPOINT_INTERVAL = 5
 FLOOR_SECONDS = 20
+"""hangDetection.floorSeconds of the test's job: its steps take well under 2 s (10 x 2 s = 20 s)."""
 REAL_NODES = 3
 """The module's cluster (tests/e2e/conftest.py): a two-rank gang and a spare node."""
+STRAGGLER_PERCENT = 20
+"""With two ranks the median is their mean: rank 1 is named once its probe takes 1.5 x rank 0's."""
 NODE_LOST_SECONDS = 2
 EVICTION_SECONDS = 300
 """Kubernetes' default toleration of a NotReady or unreachable node."""
-"""hangDetection.floorSeconds of the test's job: its steps take well under 2 s (10 x 2 s = 20 s)."""
 
 
 def test_a_stopped_rank_is_named_stalled_and_the_gang_resumes(real_cluster):
@@ -106,6 +108,44 @@ def test_a_rank_that_never_joins_the_rendezvous_is_named_stalled_in_phase_rendez
         assert "has not reached its first step" in message, message
         assert f"rank 1 (pod {frozen}" in message and "phase rendezvous, not answering)" in message, message
         assert "rank 0 (" not in message, message
+    finally:
+        job.delete()
+
+
+def test_a_rank_starved_of_its_cpu_is_named_the_straggler_by_its_compute_probe(real_cluster):
+    """Once the gang trains, two busy loops start in rank 1's trainer container, which then shares
+    its pod's one-CPU limit with them: its compute probe (trainer/probe.py) takes several times
+    rank 0's, while the gradient all-reduce keeps the two ranks' step times equal. The operator's
+    watchdog names rank 1, and only rank 1, in the Straggler condition, by the probe."""
+    job = Job(
+        real_cluster,
+        {
+            "steps": 5000,  # deleted by the test once it has the verdict
+            "sequenceLength": 512,
+            "globalBatchTokens": 1024,
+            "stragglerDetection": {"slowerPercent": STRAGGLER_PERCENT, "windowSeconds": 10},
+        },
+    )
+    try:
+        job.wait(lambda current: ((current.get("status") or {}).get("progress") or {}).get("step"), "the first step")
+        slowed = job.pods(1)[1]["metadata"]["name"]
+        real_cluster.kubectl(
+            "exec", "-n", job.namespace, slowed, "-c", "trainer", "--",
+            "sh", "-c", "for hog in 1 2; do (while :; do :; done) >/dev/null 2>&1 & done",
+        )  # fmt: skip
+        named = job.wait(
+            lambda current: any(
+                c["type"] == "Straggler" and c["status"] == "True"
+                for c in (current.get("status") or {}).get("conditions", [])
+            ),
+            "the Straggler condition",
+            timeout=300,
+        )
+        (straggler,) = [c for c in named["status"]["conditions"] if c["type"] == "Straggler"]
+        message = straggler["message"]
+        assert f"rank 1 (pod {slowed}" in message and "for the compute probe" in message, message
+        assert "rank 0 (" not in message, message
+        assert phase(named) == "Running" and named["status"].get("stallRestarts", 0) == 0, job.describe(named)
     finally:
         job.delete()
 
