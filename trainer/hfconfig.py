@@ -54,7 +54,7 @@ def read(directory: str | Path) -> dict:
 
 
 def dims(config: dict) -> dict:
-    """The dimensions a LlamaConfig describes, in ModelConfig' names."""
+    """The dimensions a LlamaConfig describes, in ModelConfig's names."""
     try:
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
         return {
@@ -123,29 +123,29 @@ def token_ids(config: dict) -> dict:
     return {k: config[k] for k in TOKEN_FIELDS if k in config}
 
 
-def write(dims: ModelConfig, *, max_positions: int, dtype: str, rms_norm_eps: float, token_ids: dict) -> dict:
+def write(model: ModelConfig, *, max_positions: int, dtype: str, rms_norm_eps: float, token_ids: dict) -> dict:
     """config.json of a LlamaForCausalLM with these dimensions, in the transformers 4 layout."""
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_act": "silu",
-        "hidden_size": dims.hidden,
-        "intermediate_size": dims.ffn,
-        "num_attention_heads": dims.heads,
-        "num_key_value_heads": dims.kv_heads,
-        "num_hidden_layers": dims.layers,
-        "head_dim": dims.head_dim,
-        "vocab_size": dims.vocab,
+        "hidden_size": model.hidden,
+        "intermediate_size": model.ffn,
+        "num_attention_heads": model.heads,
+        "num_key_value_heads": model.kv_heads,
+        "num_hidden_layers": model.layers,
+        "head_dim": model.head_dim,
+        "vocab_size": model.vocab,
         "rms_norm_eps": rms_norm_eps,
-        "rope_theta": dims.rope_theta,
-        "tie_word_embeddings": dims.tie_embeddings,
+        "rope_theta": model.rope_theta,
+        "tie_word_embeddings": model.tie_embeddings,
         "max_position_embeddings": max_positions,
         "attention_bias": False,
         "mlp_bias": False,
         "torch_dtype": dtype,
     }
-    if dims.rope_scaling is not None:
-        r = dims.rope_scaling
+    if model.rope_scaling is not None:
+        r = model.rope_scaling
         config["rope_scaling"] = {
             "rope_type": "llama3",
             "factor": r.factor,

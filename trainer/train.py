@@ -247,14 +247,8 @@ def train(
             checkpoints is not None and preemption is not None and preemption.reached(done) and done < config.steps
         )
         if checkpoints is not None and (preempted or checkpoints.due(done, config.steps)):
-            metrics.enter("checkpointing")
-            begin = time.perf_counter()
-            checkpoints.save(
-                done, state, {"step": done, "data_position": batches.position(done), "data_seed": config.data.seed}
-            )
-            seconds = time.perf_counter() - begin
-            metrics.observe_checkpoint(done, seconds)
-            metrics.enter("training")
+            meta = {"step": done, "data_position": batches.position(done), "data_seed": config.data.seed}
+            seconds = metrics.checkpoint(done, partial(checkpoints.save, done, state, meta))
             emit({"event": "checkpoint", "step": done, "seconds": seconds})
         if preempted:
             emit({"event": "preempted", "step": done})

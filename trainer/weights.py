@@ -138,27 +138,27 @@ class SafetensorsDir:
         return data[t.begin : t.begin + count * dtype.itemsize].view(dtype).reshape(t.shape)
 
 
-def differences(dims: ModelConfig, config: dict) -> tuple[list[str], list[str]]:
+def differences(config: ModelConfig, hf_config: dict) -> tuple[list[str], list[str]]:
     """(mismatches that make the checkpoint unusable, deliberate RoPE changes to report)."""
-    if config.get("model_type", "llama") != "llama":
-        return [f"model_type is {config['model_type']!r}, only llama checkpoints are supported"], []
+    if hf_config.get("model_type", "llama") != "llama":
+        return [f"model_type is {hf_config['model_type']!r}, only llama checkpoints are supported"], []
     try:
-        theirs, rope = hfconfig.dims(config), hfconfig.rope(config)
+        theirs, rope = hfconfig.dims(hf_config), hfconfig.rope(hf_config)
     except hfconfig.HfConfigError as e:
         raise WeightsError(str(e)) from None
     fatal = [
-        f"{name}: the job's model has {getattr(dims, name)}, the checkpoint {value}"
+        f"{name}: the job's model has {getattr(config, name)}, the checkpoint {value}"
         for name, value in theirs.items()
-        if getattr(dims, name) != value
+        if getattr(config, name) != value
     ]
-    eps = config.get("rms_norm_eps", RMS_NORM_EPS)
+    eps = hf_config.get("rms_norm_eps", RMS_NORM_EPS)
     if not math.isclose(eps, RMS_NORM_EPS, rel_tol=1e-6):
         fatal.append(f"rms_norm_eps: the checkpoint uses {eps}, this trainer {RMS_NORM_EPS}")
     notes = []
-    if not math.isclose(rope.theta, dims.rope_theta, rel_tol=1e-9):
-        notes.append(f"rope_theta {dims.rope_theta:g} (the checkpoint was trained with {rope.theta:g})")
-    if rope.scaling != dims.rope_scaling or not rope.implemented:  # differs, or a type not implemented
-        ours = "no rope_scaling" if dims.rope_scaling is None else f"rope_scaling {dims.rope_scaling!r}"
+    if not math.isclose(rope.theta, config.rope_theta, rel_tol=1e-9):
+        notes.append(f"rope_theta {config.rope_theta:g} (the checkpoint was trained with {rope.theta:g})")
+    if rope.scaling != config.rope_scaling or not rope.implemented:  # differs, or a type not implemented
+        ours = "no rope_scaling" if config.rope_scaling is None else f"rope_scaling {config.rope_scaling!r}"
         notes.append(f"{ours} (the checkpoint has {rope.parameters or 'none'})")
     return fatal, notes
 
@@ -173,9 +173,9 @@ class _Mapping:
     to_hf: Callable[[np.ndarray], np.ndarray]
 
 
-def _mappings(dims: ModelConfig) -> tuple[dict[str, _Mapping], dict[str, _Mapping]]:
+def _mappings(config: ModelConfig) -> tuple[dict[str, _Mapping], dict[str, _Mapping]]:
     """(top-level parameters, stacked layer parameters) of this model."""
-    H, D = dims.hidden, dims.head_dim
+    H, D = config.hidden, config.head_dim
 
     def same(tensor):
         return _Mapping(tensor, lambda a: a, lambda a: a)
@@ -189,17 +189,17 @@ def _mappings(dims: ModelConfig) -> tuple[dict[str, _Mapping], dict[str, _Mappin
         )
 
     top = {"embed": same("model.embed_tokens.weight"), "final_norm": same("model.norm.weight")}
-    if not dims.tie_embeddings:
+    if not config.tie_embeddings:
         top["lm_head"] = transposed("lm_head.weight")
     layers = {
         "attn_norm": same("input_layernorm.weight"),
-        "wq": heads_out("self_attn.q_proj.weight", dims.heads),
-        "wk": heads_out("self_attn.k_proj.weight", dims.kv_heads),
-        "wv": heads_out("self_attn.v_proj.weight", dims.kv_heads),
+        "wq": heads_out("self_attn.q_proj.weight", config.heads),
+        "wk": heads_out("self_attn.k_proj.weight", config.kv_heads),
+        "wv": heads_out("self_attn.v_proj.weight", config.kv_heads),
         "wo": _Mapping(
             "self_attn.o_proj.weight",  # [H, heads*D] -> [heads, D, H]
-            lambda a: a.reshape(H, dims.heads, D).transpose(1, 2, 0),
-            lambda a: a.transpose(2, 0, 1).reshape(H, dims.heads * D),
+            lambda a: a.reshape(H, config.heads, D).transpose(1, 2, 0),
+            lambda a: a.transpose(2, 0, 1).reshape(H, config.heads * D),
         ),
         "mlp_norm": same("post_attention_layernorm.weight"),
         "w_gate": transposed("mlp.gate_proj.weight"),
@@ -213,23 +213,23 @@ def _layer_tensor(layer: int, mapping: _Mapping) -> str:
     return f"model.layers.{layer}.{mapping.tensor}"
 
 
-def hf_shapes(dims: ModelConfig) -> dict[str, tuple[int, ...]]:
+def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor a Hugging Face Llama checkpoint of these dimensions holds, with its shape."""
 
     def hf_shape(mapping: _Mapping, shape: tuple[int, ...]) -> tuple[int, ...]:
         return mapping.to_hf(np.broadcast_to(np.float32(0), shape)).shape  # zero strides: no memory
 
-    top, layers = _mappings(dims)
-    ours = param_shapes(dims)
+    top, layers = _mappings(config)
+    ours = param_shapes(config)
     shapes = {m.tensor: hf_shape(m, ours[name]) for name, m in top.items()}
     for name, m in layers.items():
         shape = hf_shape(m, ours["layers"][name][1:])
-        shapes |= {_layer_tensor(layer, m): shape for layer in range(dims.layers)}
+        shapes |= {_layer_tensor(layer, m): shape for layer in range(config.layers)}
     return shapes
 
 
-def _check_tensors(weights: SafetensorsDir, dims: ModelConfig) -> None:
-    for name, shape in hf_shapes(dims).items():
+def _check_tensors(weights: SafetensorsDir, config: ModelConfig) -> None:
+    for name, shape in hf_shapes(config).items():
         found = weights.tensors.get(name)
         if found is None:
             raise WeightsError(f"{weights.directory}: the checkpoint has no tensor {name}")
@@ -242,24 +242,24 @@ def _check_tensors(weights: SafetensorsDir, dims: ModelConfig) -> None:
 def load_params(directory: str | Path, model: Model) -> tuple[dict, list[str]]:
     """`model`'s fp32 master weights from the checkpoint in `directory`, laid out on its mesh; also
     the RoPE changes (see `differences`). Raises WeightsError naming what does not match."""
-    directory, dims, shardings = Path(directory), model.config, model.param_shardings(weights_only=True)
+    directory, config, shardings = Path(directory), model.config, model.param_shardings(weights_only=True)
     try:
-        config = hfconfig.read(directory)
+        hf_config = hfconfig.read(directory)
     except hfconfig.HfConfigError as e:
         raise WeightsError(str(e)) from None
-    fatal, notes = differences(dims, config)
+    fatal, notes = differences(config, hf_config)
     if fatal:
         raise WeightsError(f"{directory} does not match the job's model: " + "; ".join(fatal))
     weights = SafetensorsDir(directory)
-    _check_tensors(weights, dims)  # before any reshape: every view below is then well-formed
-    shapes = param_shapes(dims)
+    _check_tensors(weights, config)  # before any reshape: every view below is then well-formed
+    shapes = param_shapes(config)
 
     def build(shape, sharding, shard_of: Callable[[tuple], np.ndarray]) -> jax.Array:
         return jax.make_array_from_callback(
             shape, sharding, lambda index: np.ascontiguousarray(shard_of(index), dtype=np.float32)
         )
 
-    top, stacked = _mappings(dims)
+    top, stacked = _mappings(config)
     params = {}
     for name, m in top.items():
         params[name] = build(
@@ -270,7 +270,10 @@ def load_params(directory: str | Path, model: Model) -> tuple[dict, list[str]]:
 
         def shard_of(index, m=m):
             return np.stack(
-                [m.to_ours(weights.array(_layer_tensor(layer, m)))[index[1:]] for layer in range(dims.layers)[index[0]]]
+                [
+                    m.to_ours(weights.array(_layer_tensor(layer, m)))[index[1:]]
+                    for layer in range(config.layers)[index[0]]
+                ]
             )
 
         layers[name] = build(shapes["layers"][name], shardings["layers"][name], shard_of)
@@ -278,11 +281,11 @@ def load_params(directory: str | Path, model: Model) -> tuple[dict, list[str]]:
     return params, notes
 
 
-def hf_tensors_of(params: dict, dims: ModelConfig) -> dict[str, np.ndarray]:
+def hf_tensors_of(params: dict, config: ModelConfig) -> dict[str, np.ndarray]:
     """The inverse of `load_params`' mapping: host parameters -> Hugging Face names and layouts."""
-    top, layers = _mappings(dims)
+    top, layers = _mappings(config)
     out = {m.tensor: m.to_hf(params[name]) for name, m in top.items()}
-    for layer in range(dims.layers):
+    for layer in range(config.layers):
         out |= {_layer_tensor(layer, m): m.to_hf(params["layers"][name][layer]) for name, m in layers.items()}
     return out
 
@@ -319,7 +322,7 @@ def require_empty(directory: str | Path) -> None:
 
 def save_hf_checkpoint(
     params: dict,
-    dims: ModelConfig,
+    config: ModelConfig,
     directory: str | Path,
     *,
     dtype: str = "bfloat16",
@@ -334,7 +337,7 @@ def save_hf_checkpoint(
     require_empty(directory)
     directory.mkdir(parents=True, exist_ok=True)
     target = np.dtype(EXPORT_DTYPES[dtype])
-    tensors = hf_tensors_of(params, dims)
+    tensors = hf_tensors_of(params, config)
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
     for name, array in tensors.items():
@@ -357,8 +360,8 @@ def save_hf_checkpoint(
             "weight_map": {t: name for name, shard in zip(names, shards, strict=False) for t in shard},
         }
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    config = hfconfig.write(
-        dims, max_positions=max_positions, dtype=dtype, rms_norm_eps=RMS_NORM_EPS, token_ids=token_ids or {}
+    hf_config = hfconfig.write(
+        config, max_positions=max_positions, dtype=dtype, rms_norm_eps=RMS_NORM_EPS, token_ids=token_ids or {}
     )
-    (directory / hfconfig.FILE).write_text(json.dumps(config, indent=2))
+    (directory / hfconfig.FILE).write_text(json.dumps(hf_config, indent=2))
     return [directory / name for name in names]

@@ -135,12 +135,13 @@ class ModelSpec(ApiModel):
     vocab: int | None = Field(None, ge=2, le=4194304)
     """Vocabulary size (explicit dimensions only)."""
     tie_embeddings: bool | None = None
-    """Share the input embedding with the output projection (explicit dimensions; default false)."""
+    """Share the input embedding with the output projection (explicit dimensions only; unset: the
+    trainer's default)."""
     rope_theta: float | None = Field(None, gt=0)
-    """RoPE base frequency; default the preset's, or 500000 with explicit dimensions."""
+    """RoPE base frequency; default the preset's, or the trainer's default with explicit dimensions."""
     rope_scaling: RopeScalingSpec | None = None
-    """RoPE frequency scaling; default the preset's (x32 for 1b/3b as Llama 3.2, x8 for
-    llama3-405b as Llama 3.1, none otherwise), none with explicit dimensions; factor 1 is none."""
+    """RoPE frequency scaling; default the preset's (its published model's), none with explicit
+    dimensions; factor 1 is none."""
 
 
 class OptimizerSpec(ApiModel):
@@ -155,7 +156,8 @@ class OptimizerSpec(ApiModel):
     grad_clip: float = Field(1.0, gt=0)
     """Global gradient-norm clip."""
     schedule: Schedule = "cosine"
-    """After warm-up: cosine decay to 10% of the peak by the last step, or constant."""
+    """After warm-up: cosine decay to the schedule's floor fraction of the peak by the last step, or
+    constant."""
 
 
 class ParallelismSpec(ApiModel):
@@ -238,8 +240,8 @@ class ResourcesSpec(ApiModel):
     """CPU request and limit per pod, e.g. "96". gpuType cpu: default the operator's cpuJobCpu."""
     memory: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
     """Memory request and limit per pod, e.g. 1800Gi. Host offload lives here: when set, the planner
-    rejects layouts whose offloaded tensors exceed 80% of it. gpuType cpu: default the operator's
-    cpuJobMemory."""
+    rejects layouts whose offloaded tensors exceed its host-memory margin of it. gpuType cpu: default
+    the operator's cpuJobMemory."""
 
 
 class NetworkSpec(ApiModel):
@@ -249,8 +251,8 @@ class NetworkSpec(ApiModel):
     """tcp, infiniband or roce (NVIDIA Network Operator), efa (AWS), gcp-tcpx (A3 High),
     gcp-tcpxo (A3 Mega), gcp-rdma (A3 Ultra)."""
     rdma_resource: str | None = Field(None, max_length=EXTENDED_RESOURCE_MAX_LENGTH, pattern=EXTENDED_RESOURCE_PATTERN)
-    """Extended resource of the RDMA device plugin (infiniband/roce; default rdma/rdma_shared_device_a):
-    <domain>/<name>, outside kubernetes.io, never an nvidia.com/gpu resource."""
+    """Extended resource of the RDMA device plugin (infiniband/roce; default the shared device
+    plugin's): <domain>/<name>, outside kubernetes.io, never an nvidia.com/gpu resource."""
     rdma_resource_count: int = Field(1, ge=1, le=64)
     """How many of rdmaResource each pod requests."""
     networks: list[Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]] = Field(
@@ -265,7 +267,7 @@ class NetworkSpec(ApiModel):
     socket_interface: str = Field("eth0", max_length=64, pattern=r"^[A-Za-z0-9_.:^=-]+$")
     """Interface for bootstrap sockets (NCCL_SOCKET_IFNAME, NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME)."""
     gid_index: int | None = Field(None, ge=0, le=255)
-    """RoCE GID index (NCCL_IB_GID_INDEX); default 3 on roce."""
+    """RoCE GID index (NCCL_IB_GID_INDEX); default the usual RoCE v2 index on roce."""
     efa_devices_per_node: int | None = Field(None, ge=1, le=64)
     """EFA interfaces per node (vpc.amazonaws.com/efa), e.g. 32 on p5.48xlarge; required for efa."""
     coordinator_port: int = Field(8476, ge=1024, le=65535)

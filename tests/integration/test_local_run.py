@@ -100,12 +100,12 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     from longctx_trainer.contract.sources import SyntheticTokens
     from support.hf_checkpoint import hf_config, hf_loss, hf_tensors, write_checkpoint
 
-    dims = PRESETS["tiny"]
-    tensors = hf_tensors(dims, seed=4)
+    tiny = PRESETS["tiny"]
+    tensors = hf_tensors(tiny, seed=4)
     del tensors["lm_head.weight"]  # tiny ties its embeddings
     weights = tmp_path / "Llama-tiny"
     weights.mkdir()
-    write_checkpoint(weights, tensors, hf_config(dims))
+    write_checkpoint(weights, tensors, hf_config(tiny))
     run_dir = tmp_path / "run"
     proc = _longctx(
         "run",
@@ -118,8 +118,8 @@ def test_run_starts_from_a_hugging_face_checkpoint_on_both_workers(tmp_path):
     assert f"weights from {weights}" in out
     events = [e for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines()) if e]
     loss = next(e["loss"] for e in events if e["event"] == "step")
-    windows = np.stack([SyntheticTokens(dims.vocab, 512, seed=0).sample(i) for i in range(2)])
-    np.testing.assert_allclose(loss, hf_loss(tensors, windows[:, :-1], windows[:, 1:], dims), rtol=1e-4)
+    windows = np.stack([SyntheticTokens(tiny.vocab, 512, seed=0).sample(i) for i in range(2)])
+    np.testing.assert_allclose(loss, hf_loss(tensors, windows[:, :-1], windows[:, 1:], tiny), rtol=1e-4)
 
 
 def test_a_failing_worker_stops_the_run_with_one_line(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from longctx_operator.api.crd import CRD_NAME
 from longctx_operator.names import API_VERSION, KIND
+from support import processes
 from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,13 +70,8 @@ class OperatorProcess:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            processes.stop(self.proc, timeout=20)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from support import processes
 from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,9 +71,4 @@ class Prometheus:
         return self.api("query", **params)["result"]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop(self.proc, timeout=30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -172,6 +173,17 @@ class TrainMetrics:
         self.step.labels(**self._labels).set(step)
         self.resumed_from_step.labels(**self._labels).set(step)
         self.last_checkpoint_step.labels(**self._labels).set(step)
+
+    def checkpoint(self, step: int, save: Callable[[], object]) -> float:
+        """Runs `save` in the checkpointing phase, records its wall time as `step`'s checkpoint,
+        returns to training and returns the seconds it took (both trainers save this way)."""
+        self.enter("checkpointing")
+        begin = time.perf_counter()
+        save()
+        seconds = time.perf_counter() - begin
+        self.observe_checkpoint(step, seconds)
+        self.enter("training")
+        return seconds
 
     def observe_checkpoint(self, step: int, seconds: float) -> None:
         self.checkpoint_duration.labels(**self._labels).observe(seconds)

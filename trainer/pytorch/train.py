@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,16 @@ def train(
     every = config.metrics.probe_every_steps
     probe = ComputeProbe(torch.device("cpu")) if every else None  # the example trains on CPU
     losses = []
+
+    def save(step: int) -> None:
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "step": step,
+        }
+        checkpoints.save(step, state)
+
     metrics.enter("training")  # eager: no compiling phase
     for step in range(start, config.steps):
         begin = time.perf_counter()
@@ -192,18 +203,7 @@ def train(
                 }
             )
         if checkpoints is not None and (preempted or checkpoints.due(done, config.steps)):
-            metrics.enter("checkpointing")
-            begin = time.perf_counter()
-            state = {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(),
-                "step": done,
-            }
-            checkpoints.save(done, state)
-            seconds = time.perf_counter() - begin
-            metrics.observe_checkpoint(done, seconds)
-            metrics.enter("training")
+            seconds = metrics.checkpoint(done, partial(save, done))
             emit({"event": "checkpoint", "step": done, "seconds": seconds})
         if preempted:
             emit({"event": "preempted", "step": done})

@@ -33,7 +33,7 @@ from longctx_trainer.train import train
 from longctx_trainer.weights import SafetensorsDir, differences, load_params, save_hf_checkpoint
 from support.hf_checkpoint import hf_config, hf_forward, hf_tensors, write_checkpoint
 
-DIMS = ModelConfig(
+MODEL = ModelConfig(
     layers=2,
     hidden=32,
     heads=4,
@@ -64,17 +64,17 @@ def _host(params):
 
 def test_load_then_save_gives_back_the_same_files_and_config(tmp_path):
     (tmp_path / "in").mkdir()
-    tensors = hf_tensors(DIMS)
-    write_checkpoint(tmp_path / "in", tensors, hf_config(DIMS))
-    params, _ = load_params(tmp_path / "in", model.Model(DIMS, _one_device(), OPTIONS))
-    [file] = save_hf_checkpoint(_host(params), DIMS, tmp_path / "out", dtype="float32", max_positions=4096)
+    tensors = hf_tensors(MODEL)
+    write_checkpoint(tmp_path / "in", tensors, hf_config(MODEL))
+    params, _ = load_params(tmp_path / "in", model.Model(MODEL, _one_device(), OPTIONS))
+    [file] = save_hf_checkpoint(_host(params), MODEL, tmp_path / "out", dtype="float32", max_positions=4096)
     assert file.name == "model.safetensors"
     written = load_file(str(file))
     assert set(written) == set(tensors)
     for name, array in tensors.items():
         np.testing.assert_array_equal(written[name], array)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert differences(DIMS, config) == ([], [])
+    assert differences(MODEL, config) == ([], [])
     assert (config["architectures"], config["max_position_embeddings"], config["torch_dtype"]) == (
         ["LlamaForCausalLM"],
         4096,
@@ -91,11 +91,11 @@ def test_load_then_save_gives_back_the_same_files_and_config(tmp_path):
 
 def test_large_models_are_split_into_shards_with_an_index(tmp_path):
     (tmp_path / "in").mkdir()
-    tensors = hf_tensors(DIMS)
-    write_checkpoint(tmp_path / "in", tensors, hf_config(DIMS))
-    params, _ = load_params(tmp_path / "in", model.Model(DIMS, _one_device(), OPTIONS))
+    tensors = hf_tensors(MODEL)
+    write_checkpoint(tmp_path / "in", tensors, hf_config(MODEL))
+    params, _ = load_params(tmp_path / "in", model.Model(MODEL, _one_device(), OPTIONS))
     files = save_hf_checkpoint(
-        _host(params), DIMS, tmp_path / "out", dtype="float16", max_positions=128, max_shard_bytes=8192
+        _host(params), MODEL, tmp_path / "out", dtype="float16", max_positions=128, max_shard_bytes=8192
     )
     assert len(files) > 2 and files[0].name == f"model-00001-of-{len(files):05d}.safetensors"
     assert all(f.stat().st_size <= 8192 + 4096 for f in files)  # data within the limit, plus the header
@@ -108,10 +108,10 @@ def test_large_models_are_split_into_shards_with_an_index(tmp_path):
 
 def test_bf16_export_reads_back_rounded(tmp_path):
     (tmp_path / "in").mkdir()
-    tensors = hf_tensors(DIMS)
-    write_checkpoint(tmp_path / "in", tensors, hf_config(DIMS))
-    params, _ = load_params(tmp_path / "in", model.Model(DIMS, _one_device(), OPTIONS))
-    save_hf_checkpoint(_host(params), DIMS, tmp_path / "out", max_positions=128)
+    tensors = hf_tensors(MODEL)
+    write_checkpoint(tmp_path / "in", tensors, hf_config(MODEL))
+    params, _ = load_params(tmp_path / "in", model.Model(MODEL, _one_device(), OPTIONS))
+    save_hf_checkpoint(_host(params), MODEL, tmp_path / "out", max_positions=128)
     back = SafetensorsDir(tmp_path / "out")
     for name, array in tensors.items():
         np.testing.assert_array_equal(back.array(name), array.astype(ml_dtypes.bfloat16))
@@ -167,9 +167,8 @@ def test_a_trained_checkpoint_exports_to_what_transformers_would_compute(tmp_pat
     finally:
         restored.close()
     tokens = np.random.default_rng(2).integers(0, 64, (2, 16))
-    dims = config.model
-    hidden, _ = jax.jit(model.Model(dims, mesh, OPTIONS).final_hidden)(state["params"], tokens, tokens)
-    np.testing.assert_allclose(np.asarray(hidden), hf_forward(exported, tokens, dims), rtol=2e-5, atol=2e-5)
+    hidden, _ = jax.jit(model.Model(config.model, mesh, OPTIONS).final_hidden)(state["params"], tokens, tokens)
+    np.testing.assert_allclose(np.asarray(hidden), hf_forward(exported, tokens, config.model), rtol=2e-5, atol=2e-5)
     step2, _ = export_checkpoint(config, tmp_path / "hf2", step=2)
     assert step2 == 2
 

@@ -36,7 +36,6 @@ from support.tiny import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = TINY_MODEL
-DIMS = MODEL
 SEQ = 256
 SEPARATOR = 0  # NUL ends each byte-level document
 
@@ -85,8 +84,8 @@ ONE_DEVICE = ParallelConfig()
 def token_losses(options, parallel=ONE_DEVICE) -> np.ndarray:
     """[2, SEQ] next-token loss of every prediction, natural order."""
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    lm = model.Model(DIMS, mesh, options)
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(3))
+    lm = model.Model(MODEL, mesh, options)
+    params = jax.jit(partial(model.init_params, MODEL), out_shardings=lm.param_shardings())(jax.random.key(3))
     hidden = jax.jit(lm.final_hidden)
     tokens, targets, documents = _batch(_windows())
     x, permuted_targets = hidden(params, tokens, targets, documents)
@@ -129,10 +128,10 @@ def test_sharded_document_masked_losses_equal_one_device():
 
 def test_mean_loss_leaves_out_predictions_across_a_boundary():
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
-    params = model.init_params(DIMS, jax.random.key(3))
+    params = model.init_params(MODEL, jax.random.key(3))
     tokens, targets, documents = _batch(_windows())
     losses = token_losses(_options(True))
-    loss = model.Model(DIMS, mesh, _options(True)).loss(params, tokens, targets, documents)
+    loss = model.Model(MODEL, mesh, _options(True)).loss(params, tokens, targets, documents)
     kept = documents.loss_mask
     assert not kept.all() and np.all(kept == (tokens != SEPARATOR))  # a separator's target starts a new document
     np.testing.assert_allclose(float(loss), losses[kept].mean(), rtol=1e-5)
@@ -150,9 +149,9 @@ def test_document_layout_of_a_window():
 
 
 def test_document_flops_convention():
-    one_document = flops_per_token(DIMS, SEQ)
-    assert flops_per_token(DIMS, SEQ, causal_pairs=SEQ**2 / 2) == one_document
-    halves = flops_per_token(DIMS, SEQ, causal_pairs=2 * (SEQ / 2) ** 2 / 2)
+    one_document = flops_per_token(MODEL, SEQ)
+    assert flops_per_token(MODEL, SEQ, causal_pairs=SEQ**2 / 2) == one_document
+    halves = flops_per_token(MODEL, SEQ, causal_pairs=2 * (SEQ / 2) ** 2 / 2)
     assert halves.attention_causal * 2 == one_document.attention_causal
     assert halves.attention_full == one_document.attention_full and halves.dense == one_document.dense
 

@@ -48,14 +48,14 @@ def test_rope_check_fails_when_the_frequencies_are_one_index_off(monkeypatch):
 
 
 def test_param_shapes_count_matches_preset_param_count():
-    for dims in (
+    for config in (
         preset("tiny"),
         preset("1b"),
         preset("llama3-8b"),
     ):
-        shapes = model.param_shapes(dims)
+        shapes = model.param_shapes(config)
         leaves = [s for s in shapes.values() if isinstance(s, tuple)] + list(shapes["layers"].values())
-        assert sum(int(np.prod(s)) for s in leaves) == dims.param_count()
+        assert sum(int(np.prod(s)) for s in leaves) == config.param_count()
 
 
 @pytest.mark.parametrize("chunk_tokens", [4, 8, 3])  # 3 does not divide the shard: one chunk

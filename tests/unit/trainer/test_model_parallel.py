@@ -23,7 +23,6 @@ from longctx_trainer.mesh import make_mesh
 from support import mutants
 from support.tiny import TINY_MODEL
 
-DIMS = TINY_MODEL
 SEQ, BATCH = 32, 2
 
 
@@ -41,9 +40,9 @@ def _options(**changes) -> model.ModelOptions:
 
 def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    lm = model.Model(DIMS, mesh, options)
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(1))
-    tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (BATCH, SEQ + 1))
+    lm = model.Model(TINY_MODEL, mesh, options)
+    params = jax.jit(partial(model.init_params, TINY_MODEL), out_shardings=lm.param_shardings())(jax.random.key(1))
+    tokens = np.random.default_rng(0).integers(0, TINY_MODEL.vocab, (BATCH, SEQ + 1))
     loss = lm.loss
     value, grads = jax.jit(jax.value_and_grad(loss))(params, tokens[:, :-1], tokens[:, 1:])
     return float(value), jax.tree.map(np.asarray, grads), params
@@ -106,7 +105,7 @@ def test_hybrid_model_matches_single_device(single_device):
 
 def test_params_are_zero3_sharded_where_divisible():
     mesh = make_mesh(ParallelConfig(data=2, context=2, tensor=2))
-    specs = model.Model(DIMS, mesh, _options()).param_specs()
+    specs = model.Model(TINY_MODEL, mesh, _options()).param_specs()
     assert specs["layers"]["wq"] == jax.sharding.PartitionSpec(None, ("data", "context"), "tensor", None)
     assert specs["layers"]["w_down"] == jax.sharding.PartitionSpec(None, "tensor", ("data", "context"))
     odd = ModelConfig(layers=1, hidden=6, heads=2, kv_heads=2, ffn=6, vocab=10)
@@ -125,7 +124,7 @@ def _training_losses(options: model.ModelOptions, steps: int = 8, parallel: Para
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
     text = (Path(json.__file__).parent / "decoder.py").read_bytes()[: BATCH * (SEQ + 1)]
     tokens = np.frombuffer(text, np.uint8).reshape(BATCH, SEQ + 1).astype(np.int32)
-    loss = model.Model(DIMS, mesh, options).loss
+    loss = model.Model(TINY_MODEL, mesh, options).loss
     optimizer = optax.adam(3e-3)
 
     @jax.jit
@@ -134,7 +133,7 @@ def _training_losses(options: model.ModelOptions, steps: int = 8, parallel: Para
         updates, state = optimizer.update(grads, state, params)
         return optax.apply_updates(params, updates), state, value
 
-    params = model.init_params(DIMS, jax.random.key(1))
+    params = model.init_params(TINY_MODEL, jax.random.key(1))
     state, losses = optimizer.init(params), []
     for _ in range(steps):
         params, state, value = step(params, state)

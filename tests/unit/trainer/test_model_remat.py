@@ -15,7 +15,7 @@ from longctx_trainer import model
 from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
 
-DIMS = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64)
+MODEL = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64)
 BATCH, SEQ = 2, 16
 
 
@@ -24,10 +24,10 @@ def _saved_residuals(capsys, offload: bool) -> list[str]:
         compute_dtype=jnp.float32, remat=True, offload=offload, chunk_tokens=None, attention="ring", load_balance="none"
     )
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
-    params = model.init_params(DIMS, jax.random.key(0))
+    params = model.init_params(MODEL, jax.random.key(0))
     tokens = np.zeros((BATCH, SEQ), np.int32)
     capsys.readouterr()
-    print_saved_residuals(model.Model(DIMS, mesh, options).loss, params, tokens, tokens)
+    print_saved_residuals(model.Model(MODEL, mesh, options).loss, params, tokens, tokens)
     return [line for line in capsys.readouterr().out.splitlines() if "from the argument" not in line]
 
 
@@ -35,8 +35,8 @@ def _saved_residuals(capsys, offload: bool) -> list[str]:
 def test_layers_keep_only_their_input(capsys, monkeypatch, offload, memory):
     monkeypatch.setattr(model, "host_offload_available", lambda platform: True)
     types = [line.split(" ")[0] for line in _saved_residuals(capsys, offload)]
-    stacked = [t for t in types if f"[{DIMS.layers}," in t]  # one entry per layer
-    assert stacked == [f"{memory}[{DIMS.layers},{BATCH},{SEQ},{DIMS.hidden}]"], types
+    stacked = [t for t in types if f"[{MODEL.layers}," in t]  # one entry per layer
+    assert stacked == [f"{memory}[{MODEL.layers},{BATCH},{SEQ},{MODEL.hidden}]"], types
 
 
 def test_saved_attention_goes_to_the_host_with_offload(capsys, monkeypatch):
@@ -49,13 +49,13 @@ def test_saved_attention_goes_to_the_host_with_offload(capsys, monkeypatch):
         load_balance="none", remat_policy="save_attention",
     )  # fmt: skip
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
-    params = model.init_params(DIMS, jax.random.key(0))
+    params = model.init_params(MODEL, jax.random.key(0))
     tokens = np.zeros((BATCH, SEQ), np.int32)
     capsys.readouterr()
-    print_saved_residuals(model.Model(DIMS, mesh, options).loss, params, tokens, tokens)
+    print_saved_residuals(model.Model(MODEL, mesh, options).loss, params, tokens, tokens)
     lines = [line for line in capsys.readouterr().out.splitlines() if "from the argument" not in line]
-    stacked = [line.split(" ")[0] for line in lines if f"[{DIMS.layers}," in line.split(" ")[0]]
-    heads = f"[{DIMS.layers},{BATCH},{SEQ},{DIMS.heads},{DIMS.head_dim}]"
-    assert f"f32<host>[{DIMS.layers},{BATCH},{SEQ},{DIMS.hidden}]" in stacked  # the layer input
+    stacked = [line.split(" ")[0] for line in lines if f"[{MODEL.layers}," in line.split(" ")[0]]
+    heads = f"[{MODEL.layers},{BATCH},{SEQ},{MODEL.heads},{MODEL.head_dim}]"
+    assert f"f32<host>[{MODEL.layers},{BATCH},{SEQ},{MODEL.hidden}]" in stacked  # the layer input
     assert f"f32<host>{heads}" in stacked, stacked  # attention's output
     assert len(stacked) > 2  # and attention's residuals

@@ -19,7 +19,7 @@ from longctx_trainer.mesh import make_mesh
 from longctx_trainer.ops import attention, cudnn_compat
 from longctx_trainer.train import StepFunctions
 
-DIMS = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
+MODEL = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
 SEQ, BATCH = 64, 2
 TARGETS = (cudnn_compat.FORWARD_TARGET, cudnn_compat.BACKWARD_TARGET)
 WAIVED = [export.DisabledSafetyCheck.custom_call(t) for t in TARGETS]
@@ -35,9 +35,9 @@ def _options(**changes) -> model.ModelOptions:
 
 def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
     mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    lm = model.Model(DIMS, mesh, options)
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(1))
-    tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (BATCH, SEQ + 1))
+    lm = model.Model(MODEL, mesh, options)
+    params = jax.jit(partial(model.init_params, MODEL), out_shardings=lm.param_shardings())(jax.random.key(1))
+    tokens = np.random.default_rng(0).integers(0, MODEL.vocab, (BATCH, SEQ + 1))
     loss = lm.loss
     value, grads = jax.jit(jax.value_and_grad(loss))(params, tokens[:, :-1], tokens[:, 1:])
     return float(value), jax.tree.map(np.asarray, grads)

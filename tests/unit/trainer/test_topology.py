@@ -129,7 +129,6 @@ def test_placement_from_the_pod_environment():
 # context ring holds other devices. Measured 2026-11-26: the two losses are bitwise equal (the
 # devices are relabelled, the computation is the same); the RoPE mutant moves the loss by 2.9e-6
 # relative. The loss only (no gradients): each compilation takes 30-40 s on a loaded 2-core machine.
-DIMS = TINY_MODEL
 LAYOUT = ParallelConfig(data=2, context=4)
 
 
@@ -142,9 +141,9 @@ def _loss(mesh) -> float:
         attention="ring",
         load_balance="dual_chunk_swap",
     )
-    lm = model.Model(DIMS, mesh, options)
-    params = jax.jit(partial(model.init_params, DIMS), out_shardings=lm.param_shardings())(jax.random.key(1))
-    tokens = np.random.default_rng(0).integers(0, DIMS.vocab, (2, 33))
+    lm = model.Model(TINY_MODEL, mesh, options)
+    params = jax.jit(partial(model.init_params, TINY_MODEL), out_shardings=lm.param_shardings())(jax.random.key(1))
+    tokens = np.random.default_rng(0).integers(0, TINY_MODEL.vocab, (2, 33))
     return float(jax.jit(lm.loss)(params, tokens[:, :-1], tokens[:, 1:]))
 
 

@@ -99,15 +99,14 @@ def test_a_gpu_runs_the_layer_matmuls_as_fp8_gemms():
 def test_an_fp8_lm_head_merges_its_loss_chunks_into_one_scaling_state():
     config = _config("fp8", context=2, steps=1).model_copy(update={"fp8": Fp8Config(amax_history=4, lm_head=True)})
     mesh = make_mesh(config.parallelism, jax.devices()[:2])
-    dims = config.model
     options = dataclasses.replace(model.ModelOptions.from_config(config), loss_chunk_tokens=8)  # 4 chunks a shard
     assert options.fp8 == model.Fp8Layout(history=4, lm_head=True)
-    params = model.Model(dims, mesh, options).with_fp8_state(model.init_params(dims, jax.random.key(0)))
-    tokens = jax.random.randint(jax.random.key(1), (config.batch_size, config.sequence_length), 0, dims.vocab)
+    params = model.Model(config.model, mesh, options).with_fp8_state(model.init_params(config.model, jax.random.key(0)))
+    tokens = jax.random.randint(jax.random.key(1), (config.batch_size, config.sequence_length), 0, config.model.vocab)
     targets = jnp.roll(tokens, -1, axis=1)
 
     def loss(opts, p):
-        return model.Model(dims, mesh, opts).loss(p, tokens, targets)
+        return model.Model(config.model, mesh, opts).loss(p, tokens, targets)
 
     value, grads = jax.jit(jax.value_and_grad(partial(loss, options)))(params)
     bf16_head = dataclasses.replace(options, fp8=model.Fp8Layout(history=4))  # the layers still FP8

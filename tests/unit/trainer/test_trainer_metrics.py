@@ -127,11 +127,11 @@ def test_exporter_serves_training_metrics(tmp_path):
 
 
 def test_flops_per_token_conventions():
-    dims = preset("llama3-8b")
-    n = dims.non_embedding_param_count() + dims.vocab * dims.hidden
+    llama = preset("llama3-8b")
+    n = llama.non_embedding_param_count() + llama.vocab * llama.hidden
     attention = 12 * 32 * 32 * 128 * 8192
-    assert flops_per_token(dims, 8192).full == 6 * n + attention
-    assert flops_per_token(dims, 8192).causal == 6 * n + attention / 2
+    assert flops_per_token(llama, 8192).full == 6 * n + attention
+    assert flops_per_token(llama, 8192).causal == 6 * n + attention / 2
 
 
 def test_a_taken_metrics_port_is_named():
