@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,16 +30,69 @@ sys.path.insert(0, str(REPO / "tests"))  # the real-node tests' cluster and job 
 from e2e.conftest import CLUSTER, RealCluster  # noqa: E402
 from e2e.test_real_nodes import NAME, Job, phase  # noqa: E402
 
+from support.cluster import Kubectl  # noqa: E402
 from support.recovery import breakdown, table  # noqa: E402
 
 CHECKPOINT_INTERVAL = 5
+WATCHED = (
+    "{.type} {.object.metadata.name} del={.object.metadata.deletionTimestamp}"
+    " grace={.object.metadata.deletionGracePeriodSeconds} phase={.object.status.phase}"
+    " finished={.object.status.containerStatuses[*].state.terminated.finishedAt}"
+    ' finalizers={.object.metadata.finalizers}{"\\n"}'
+)
+"""What the trace prints of each watch event of a job's pods and Jobs."""
+
+
+class Trace:
+    """`kubectl get -w` of the job's pods and Jobs, each event stamped when it arrives: explains the
+    delete stage (when the old pods were asked to go, with what grace, when their containers
+    ended, when they and the old Job were gone)."""
+
+    def __init__(self, cluster: RealCluster, namespace: str):
+        self.began = datetime.now(UTC)
+        self.lines: list[tuple[float, str]] = []
+        self._watches = [
+            subprocess.Popen(
+                [
+                    "kubectl",
+                    "get",
+                    kind,
+                    "-n",
+                    namespace,
+                    "-w",
+                    "--output-watch-events",
+                    "-o",
+                    f"jsonpath={WATCHED}",
+                ],
+                env=Kubectl(cluster.kubeconfig).env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            for kind in ("pods", "jobs")
+        ]
+        self._readers = [threading.Thread(target=self._read, args=(w,), daemon=True) for w in self._watches]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, watch: subprocess.Popen) -> None:
+        for line in watch.stdout:
+            seconds = (datetime.now(UTC) - self.began).total_seconds()
+            self.lines.append((seconds, line.rstrip()))
+
+    def stop(self) -> list[str]:
+        for watch in self._watches:
+            watch.terminate()
+        for reader in self._readers:
+            reader.join(timeout=5)
+        return [f"+{seconds:6.1f} s  {line}" for seconds, line in sorted(self.lines)]
 
 
 def progress(job: dict) -> dict:
     return (job.get("status") or {}).get("progress") or {}
 
 
-def measure(cluster: RealCluster, steps: int) -> dict[str, float]:
+def measure(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
     job = Job(
         cluster,
         {
@@ -56,6 +110,8 @@ def measure(cluster: RealCluster, steps: int) -> dict[str, float]:
     try:
         job.wait(lambda current: progress(current).get("lastCheckpointStep"), "generation 1 to pass a checkpoint")
         victim = job.pods(1)[1]["metadata"]["name"]
+        watching = Trace(cluster, job.namespace)
+        time.sleep(1)  # the watches' initial listings arrive before the kill
         failed = datetime.now(UTC)
         # PID 1, the launcher, forwards SIGINT to the trainer, which ends at once: a failure.
         cluster.kubectl("exec", "-n", job.namespace, victim, "-c", "trainer", "--", "sh", "-c", "kill -INT 1")
@@ -66,6 +122,8 @@ def measure(cluster: RealCluster, steps: int) -> dict[str, float]:
             ),
             "generation 2's first step",
         )
+        trace.append(f"kill at +{(failed - watching.began).total_seconds():.1f} s")
+        trace.extend(watching.stop())
         final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
         if phase(final) != "Succeeded":
             raise SystemExit(f"the job did not succeed:\n{job.describe(final)}")
@@ -83,7 +141,9 @@ def measure(cluster: RealCluster, steps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60, help="steps of the job (it must outlast the restart)")
+    parser.add_argument("--trace", action="store_true", help="also print the pods' and Jobs' watch events")
     args = parser.parse_args()
+    trace: list[str] = []
     with tempfile.TemporaryDirectory(prefix="longctx-bench-recovery-") as scratch:
         state = Path(scratch) / "cluster"
         env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}
@@ -92,12 +152,15 @@ def main() -> None:
             subprocess.run(up, env=env, check=True, stdout=subprocess.DEVNULL)
             subprocess.run([str(CLUSTER / "install-operator")], env=env, check=True, stdout=subprocess.DEVNULL)
             started = time.monotonic()
-            seconds = measure(RealCluster(state, state / "kubeconfig"), args.steps)
+            seconds = measure(RealCluster(state, state / "kubeconfig"), args.steps, trace)
         finally:
             subprocess.run([str(CLUSTER / "down")], env=env, check=False)
     print(f"kill of rank 1's trainer -> generation 2's first step (job of {args.steps} steps):")
     print(table(seconds))
     print(f"(the job ran {time.monotonic() - started:.0f} s in all)")
+    if args.trace:
+        print("\nthe job's pods and Jobs from the kill to generation 2's first step (watch events):")
+        print("\n".join(trace))
 
 
 if __name__ == "__main__":
