@@ -30,6 +30,7 @@ from .faults import freeze_in_rendezvous
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
 from .preemption import Preemption
+from .shared_storage import shared_by_all_processes
 from .topology import exchange, ordered_mesh
 from .train import StepFunctions, train
 from .weights import WeightsError
@@ -96,6 +97,17 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
     rank = jax.process_index()
+    if config.checkpoint.path and not shared_by_all_processes(
+        config.checkpoint.path, rank, process_env.num_processes
+    ):  # a save would wait forever for the other processes' parts (shared_storage.py)
+        print(
+            f"longctx_trainer: warning: checkpoint.path {config.checkpoint.path!r} is not one directory "
+            f"shared by the job's {process_env.num_processes} processes (each sees only its own files: "
+            "mount a ReadWriteMany claim there, or use gs:// or s3://); training without checkpoints",
+            file=sys.stderr,
+            flush=True,
+        )
+        config = config.model_copy(update={"checkpoint": config.checkpoint.model_copy(update={"path": None})})
     # Ctrl-C (SIGINT) ends the process where it stands, by the kernel: unwinding (Python's
     # KeyboardInterrupt) would run JAX's exit hooks, which wait at a barrier for the other ranks,
     # which wait for this one, and the whole gang would hang. SIGTERM (a deleted pod, a Kueue

@@ -33,8 +33,8 @@ def advice(spec: LongContextJobSpec) -> list[Advice]:
     if not _checkpoints_survive(spec):
         nodes = spec.resources.nodes
         where = (
-            f"the {nodes} pods write their parts of each checkpoint to {nodes} different disks, so "
-            f"no checkpoint is complete"
+            f"the {nodes} pods would write their parts of each checkpoint to {nodes} different disks, "
+            f"so the trainer runs without checkpoints"
             if nodes > 1
             else "it lives on the pod's own disk"
         )

@@ -41,8 +41,9 @@ CONFIG = {
 }
 
 
-def _start(config: Path, name: str, devices: int, **jax_env: str) -> subprocess.Popen:
-    """Start a worker; its stdout and stderr go to files (pipes could fill up and block it)."""
+def _start(config: Path, name: str, devices: int, cwd: Path | None = None, **jax_env: str) -> subprocess.Popen:
+    """Start a worker (in `cwd`, default ours); its stdout and stderr go to files (pipes could fill
+    up and block it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", podenv.RESERVED_PREFIX))}
     env.update(jax_env, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
     return subprocess.Popen(
@@ -56,14 +57,18 @@ def _start(config: Path, name: str, devices: int, **jax_env: str) -> subprocess.
             str(config.parent / f"{name}.npz"),
         ],
         env=env,
+        cwd=cwd,
         stdout=(config.parent / f"{name}.out").open("w"),
         stderr=(config.parent / f"{name}.err").open("w"),
     )
 
 
-def _start_ranks(config: Path, coordinator: str, racks: tuple[str, str] | None = None) -> list[subprocess.Popen]:
+def _start_ranks(
+    config: Path, coordinator: str, racks: tuple[str, str] | None = None, cwds: tuple[Path, Path] | None = None
+) -> list[subprocess.Popen]:
     """Two processes of two CPU devices each, joined at `coordinator`; with `racks`, each is told its
-    rack through a placement file, as the operator's annotation reaches a pod (contract/topology.py)."""
+    rack through a placement file, as the operator's annotation reaches a pod (contract/topology.py);
+    with `cwds`, each runs in its own working directory."""
     placement: list[dict[str, str]] = [{}, {}]
     for rank, rack in enumerate(racks or ()):
         path = config.parent / f"placement{rank}.json"
@@ -74,6 +79,7 @@ def _start_ranks(config: Path, coordinator: str, racks: tuple[str, str] | None =
             config,
             f"rank{rank}",
             2,
+            cwds[rank] if cwds else None,
             JAX_COORDINATOR_ADDRESS=coordinator,
             JAX_NUM_PROCESSES="2",
             JAX_PROCESS_ID=str(rank),
@@ -83,8 +89,8 @@ def _start_ranks(config: Path, coordinator: str, racks: tuple[str, str] | None =
     ]
 
 
-def _finish(proc: subprocess.Popen, folder: Path, name: str) -> list[dict]:
-    proc.wait(timeout=600)
+def _finish(proc: subprocess.Popen, folder: Path, name: str, timeout: float = 600) -> list[dict]:
+    proc.wait(timeout=timeout)
     assert proc.returncode == 0, (folder / f"{name}.err").read_text()[-4000:]
     out = (folder / f"{name}.out").read_text()
     return [e for e in map(parse_event, out.splitlines()) if e is not None]
@@ -123,6 +129,33 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
     assert sorted(multi.files) == sorted(ref.files) and len(ref.files) > 5
     for name in ref.files:
         np.testing.assert_allclose(multi[name], ref[name], rtol=2e-5, atol=1e-7, err_msg=name)
+
+
+def test_a_checkpoint_path_the_processes_do_not_share_trains_to_the_end_without_checkpoints(tmp_path):
+    """A relative checkpoint path in two working directories is two directories, as on two pods
+    with no shared claim mounted there: the first save would wait forever for the other process's
+    part. The ranks find it out before training (trainer/shared_storage.py), each says so on
+    stderr, and they train to the end without checkpoints."""
+    config = tmp_path / "local.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, "checkpoint": {"path": "ckpt", "interval_steps": 2}}))
+    pods = (tmp_path / "pod0", tmp_path / "pod1")
+    for pod in pods:
+        pod.mkdir()
+    workers = _start_ranks(config, f"127.0.0.1:{free_port()}", cwds=pods)
+    try:
+        rank0 = _finish(workers[0], tmp_path, "rank0", timeout=300)
+        _finish(workers[1], tmp_path, "rank1", timeout=60)
+    finally:
+        for worker in workers:
+            worker.kill()
+    assert rank0[-1] == {"event": "done", "step": 3}, rank0[-3:]
+    assert not [e for e in rank0 if e["event"] == "checkpoint"]
+    for rank, pod in enumerate(pods):
+        assert (
+            "checkpoint.path 'ckpt' is not one directory shared by the job's 2 processes"
+            in (tmp_path / f"rank{rank}.err").read_text()
+        )
+        assert list((pod / "ckpt").iterdir()) == []  # no step, no marker left behind
 
 
 def test_a_signalled_rank_exits_at_once_and_its_peer_fails(tmp_path):
