@@ -260,7 +260,10 @@ class Reconciler:
         self._tasks.append(asyncio.create_task(self.watchdog.run()))
 
     async def stop(self) -> None:
-        tasks = [*self._tasks, *self._writes]
+        """Cancels the workers, the writes and the Event posts (best effort: an Event task left
+        running would call into the thread pool after its shutdown), then stops the threads."""
+        events = [state.events for state in self.jobs.values() if state.events is not None]
+        tasks = [*self._tasks, *self._writes, *events]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
