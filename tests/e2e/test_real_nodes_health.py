@@ -31,6 +31,10 @@ REAL_NODES = 3
 """The module's cluster (tests/e2e/conftest.py): a two-rank gang and a spare node."""
 STRAGGLER_PERCENT = 20
 """With two ranks the median is their mean: rank 1 is named once its probe takes 1.5 x rank 0's."""
+HOGS = 6
+"""Busy loops in rank 1's container: with the trainer's few threads they share its one-CPU limit,
+so its probe gets about a third of a CPU, wherever the machine's other load leaves rank 0."""
+HOG_LOOPS = f"for hog in {' '.join(map(str, range(HOGS)))}; do (while :; do :; done) >/dev/null 2>&1 & done"
 NODE_LOST_SECONDS = 2
 EVICTION_SECONDS = 300
 """Kubernetes' default toleration of a NotReady or unreachable node."""
@@ -113,7 +117,7 @@ def test_a_rank_that_never_joins_the_rendezvous_is_named_stalled_in_phase_rendez
 
 
 def test_a_rank_starved_of_its_cpu_is_named_the_straggler_by_its_compute_probe(real_cluster):
-    """Once the gang trains, two busy loops start in rank 1's trainer container, which then shares
+    """Once the gang trains, HOGS busy loops start in rank 1's trainer container, which then shares
     its pod's one-CPU limit with them: its compute probe (trainer/probe.py) takes several times
     rank 0's, while the gradient all-reduce keeps the two ranks' step times equal. The operator's
     watchdog names rank 1, and only rank 1, in the Straggler condition, by the probe."""
@@ -131,7 +135,7 @@ def test_a_rank_starved_of_its_cpu_is_named_the_straggler_by_its_compute_probe(r
         slowed = job.pods(1)[1]["metadata"]["name"]
         real_cluster.kubectl(
             "exec", "-n", job.namespace, slowed, "-c", "trainer", "--",
-            "sh", "-c", "for hog in 1 2; do (while :; do :; done) >/dev/null 2>&1 & done",
+            "sh", "-c", HOG_LOOPS,
         )  # fmt: skip
         named = job.wait(
             lambda current: any(
@@ -143,6 +147,7 @@ def test_a_rank_starved_of_its_cpu_is_named_the_straggler_by_its_compute_probe(r
         )
         (straggler,) = [c for c in named["status"]["conditions"] if c["type"] == "Straggler"]
         message = straggler["message"]
+        print(f"straggler: {message}")
         assert f"rank 1 (pod {slowed}" in message and "for the compute probe" in message, message
         assert "rank 0 (" not in message, message
         assert phase(named) == "Running" and named["status"].get("stallRestarts", 0) == 0, job.describe(named)
