@@ -25,6 +25,7 @@ from longctx_operator.api import parse_job
 from longctx_operator.config import OperatorConfig
 from longctx_operator.localrun import parse_event
 from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION
+from longctx_operator.observe import pod_rank
 from longctx_operator.placement import topology_levels
 from support.prometheus import Prometheus
 
@@ -358,12 +359,16 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         k = preempted["status"]["lastRestart"]["checkpointStep"]
         assert k >= 3 and preempted["status"]["restarts"] == 0 and preempted["status"]["workloadGeneration"] == 1
         assert sorted(int(p.name) for p in job.checkpoints.iterdir() if p.name.isdigit()) == [k]
-        ended = [p for p in job.pods(1) if p["status"].get("phase") == "Failed"]  # rank 0; rank 1's pod was deleted
-        assert ended and all(
-            c["state"]["terminated"]["exitCode"] == 85 for p in ended for c in p["status"]["containerStatuses"]
+        # The status may say Preempted from rank 1's termination message before rank 0's pod has
+        # ended: wait for rank 0's, which alone logs the progress events.
+        job.wait(
+            lambda j: any(pod_rank(p) == 0 and p["status"].get("phase") == "Failed" for p in job.pods(1)),
+            "rank 0's pod of generation 1 to end",
         )
-        # the deleted rank's pod may be gone with its logs: the other rank's ended pod says it too
-        assert any({"event": "preempted", "step": k} in job.logs(p) for p in ended)
+        ended = [p for p in job.pods(1) if p["status"].get("phase") == "Failed"]  # rank 1's pod may be gone
+        assert all(c["state"]["terminated"]["exitCode"] == 85 for p in ended for c in p["status"]["containerStatuses"])
+        (rank0_ended,) = [p for p in ended if pod_rank(p) == 0]
+        assert {"event": "preempted", "step": k} in job.logs(rank0_ended)
         resumed = job.wait(
             lambda j: (
                 ((j.get("status") or {}).get("progress") or {}).get("resumedFromStep") == k
