@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from longctx_trainer.contract.config import is_url
+
 from .api.validate import InvalidJob, parse_job, problems
 from .names import API_VERSION, KIND
 from .planner import PlanError
@@ -337,7 +339,7 @@ def cmd_run(args) -> int:
     except Interrupted as stop:
         local, last = stop.run, stop.run.last_checkpoint()
         checkpoint = job.spec.checkpoint.path
-        where = checkpoint if "://" in checkpoint or Path(checkpoint).is_absolute() else run_dir / checkpoint
+        where = checkpoint if is_url(checkpoint) or Path(checkpoint).is_absolute() else run_dir / checkpoint
         say(
             f"stopped at step {local.step}/{job.spec.steps}; "
             + (

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from longctx_trainer.contract import podenv
+from longctx_trainer.contract.config import is_url
 from longctx_trainer.launch import first_failure
 
 from . import names
@@ -307,7 +308,7 @@ class LocalRun:
         """The step of the last checkpoint rank 0 wrote or resumed from; before it says (a run
         stopped while starting), the newest one on a local checkpoint path."""
         path = self.job.spec.checkpoint.path
-        if self.checkpoint is not None or "://" in path or not (self.run_dir / path).is_dir():
+        if self.checkpoint is not None or is_url(path) or not (self.run_dir / path).is_dir():
             return self.checkpoint
         return max((int(d.name) for d in (self.run_dir / path).iterdir() if d.name.isdigit()), default=None)
 
@@ -383,7 +384,7 @@ def with_inputs_from(job: LongContextJob, folder: Path) -> LongContextJob:
     against `folder`, the manifest's own; URLs and absolute paths stay as written."""
 
     def absolute(path: str | None) -> str | None:
-        if path is None or "://" in path or Path(path).is_absolute():
+        if path is None or is_url(path) or Path(path).is_absolute():
             return path
         return str((folder / path).resolve())
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
-from .contract.config import CheckpointConfig
+from .contract.config import CheckpointConfig, is_url
 
 
 def checkpoint_location(path: str) -> str | Path:
     """Object-store URLs (gs://, s3://) go to orbax as they are; local paths are made absolute."""
-    return path if "://" in path else Path(path).absolute()
+    return path if is_url(path) else Path(path).absolute()
 
 
 class Checkpoints:

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from jax.experimental import multihost_utils
 
+from .contract.config import is_url
+
 
 def _marker(directory: Path, token: int, process: int) -> Path:
     return directory / f".longctx-shared-{token:016x}-{process}"
@@ -31,7 +33,7 @@ def sees_every_marker(directory: Path, token: int, processes: int) -> bool:
 def shared_by_all_processes(path: str, process: int, processes: int) -> bool:
     """True when every one of the job's `processes` sees the same directory at `path` (a
     collective: every process calls it, at the same point). Creates the directory if missing."""
-    if processes == 1 or "://" in path:
+    if processes == 1 or is_url(path):
         return True
     directory = Path(path).absolute()
     directory.mkdir(parents=True, exist_ok=True)

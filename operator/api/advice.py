@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.contract.config import is_url
+
 from .. import reasons
 from ..reasons import Reason
 from .spec import LongContextJobSpec
@@ -24,7 +26,7 @@ class Advice:
 
 
 def _checkpoints_survive(spec: LongContextJobSpec) -> bool:
-    return "://" in spec.checkpoint.path or spec.checkpoint.persistent_volume_claim is not None
+    return is_url(spec.checkpoint.path) or spec.checkpoint.persistent_volume_claim is not None
 
 
 def advice(spec: LongContextJobSpec) -> list[Advice]:

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from longctx_trainer.contract import podenv
-from longctx_trainer.contract.config import AUTO, BYTE_VOCAB, hybrid_split, sequence_split, ulysses_kv_repeat
+from longctx_trainer.contract.config import (
+    AUTO,
+    BYTE_VOCAB,
+    URL_MARK,
+    hybrid_split,
+    is_url,
+    sequence_split,
+    ulysses_kv_repeat,
+)
 from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.contract.presets import PRESETS
 
@@ -650,10 +658,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "spec",
-        "!has(self.initFrom) || !self.initFrom.path.contains('://')",
+        f"!has(self.initFrom) || !self.initFrom.path.contains('{URL_MARK}')",
         "initFrom.path must be a directory in the pod: mount the checkpoint with "
         "initFrom.persistentVolumeClaim (object-store URLs are not read)",
-        lambda s: s.init_from is None or "://" not in s.init_from.path,
+        lambda s: s.init_from is None or not is_url(s.init_from.path),
         ".initFrom.path",
     ),
     Rule(
@@ -715,11 +723,11 @@ RULES: tuple[Rule, ...] = (
     # rule below compares their text.
     Rule(
         "spec",
-        "has(self.checkpoint.persistentVolumeClaim) || self.checkpoint.path.contains('://') || "
+        f"has(self.checkpoint.persistentVolumeClaim) || self.checkpoint.path.contains('{URL_MARK}') || "
         + _cel_clean("self.checkpoint.path"),
         "checkpoint.path must not have '.', '..' or empty segments ('//', a trailing '/')",
         lambda s: (
-            s.checkpoint.persistent_volume_claim is not None or "://" in s.checkpoint.path or _clean(s.checkpoint.path)
+            s.checkpoint.persistent_volume_claim is not None or is_url(s.checkpoint.path) or _clean(s.checkpoint.path)
         ),
         ".checkpoint.path",
     ),

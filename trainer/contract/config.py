@@ -201,6 +201,15 @@ class DataConfig(_Strict):
         return self
 
 
+URL_MARK = "://"
+"""A path holding this is an object-store URL (gs://, s3://), given to orbax as written; any
+other path is a directory on the process's own file system."""
+
+
+def is_url(path: str) -> bool:
+    return URL_MARK in path
+
+
 class CheckpointConfig(_Strict):
     path: str | None = Field(None, description="Directory for orbax checkpoints; None disables.")
     interval_steps: int = Field(100, gt=0)
