@@ -1,4 +1,4 @@
-"""Llama-style decoder: RMSNorm, RoPE, GQA attention, SwiGLU MLP, layers under jax.lax.scan.
+"""Llama-style decoder: RMSNorm, RoPE, GQA attention, SwiGLU MLP, layers under a scan (ops/loops.py).
 
 Parallelism is expressed with shardings on the (data, context, tensor) mesh:
 - activations: batch over data, sequence over context, attention heads and MLP ffn over tensor;
@@ -46,6 +46,7 @@ from .mesh import ACTIVATION, CONTEXT, DATA, FFN, FSDP, HEADS, TENSOR, TOKENS
 from .ops import context_parallel_attention, permutation
 from .ops.adaptive import adaptive_attention
 from .ops.attention import ATTENTION_RESIDUALS
+from .ops.loops import scan
 from .ops.offload import host_offload_available
 
 # Partition spec of every parameter before divisibility is checked (see `param_specs`).
@@ -268,7 +269,7 @@ def chunked_cross_entropy(
 
     if head_scaling is not None:
         head_scaling = fp8.shared_across(head_scaling, local // chunk)
-    total, _ = jax.lax.scan(
+    total, _ = scan(
         lambda acc, xts: (acc + chunk_loss(*xts), None), jnp.zeros((), jnp.float32), (xs, ts, ws, head_scaling)
     )
     count = batch * seq if weights is None else jnp.maximum(jnp.sum(weights), 1.0)
@@ -419,7 +420,7 @@ class Model:
         if options.remat:
             body = jax.checkpoint(body, policy=self.remat_policy(), prevent_cse=False)
         scaling = params[FP8_STATE]["layers"] if options.fp8 is not None else None
-        x, _ = jax.lax.scan(lambda carry, layer: (body(carry, layer), None), x, (params["layers"], scaling))
+        x, _ = scan(lambda carry, layer: (body(carry, layer), None), x, (params["layers"], scaling))
         return rms_norm(x, params["final_norm"]), targets
 
     def loss(self, params: dict, tokens: jax.Array, targets: jax.Array, documents=None) -> jax.Array:

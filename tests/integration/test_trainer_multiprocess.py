@@ -23,6 +23,7 @@ import yaml
 
 from longctx_operator.localrun import parse_event
 from longctx_trainer.contract import podenv
+from support.hlo import loops_holding_collectives
 from support.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -43,9 +44,10 @@ CONFIG = {
 
 def _start(config: Path, name: str, devices: int, cwd: Path | None = None, **jax_env: str) -> subprocess.Popen:
     """Start a worker (in `cwd`, default ours); its stdout and stderr go to files (pipes could fill
-    up and block it)."""
+    up and block it). XLA writes the train step it compiles to `<name>.hlo/`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", podenv.RESERVED_PREFIX))}
-    env.update(jax_env, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    dump = f"--xla_dump_to={config.parent / f'{name}.hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=_step"
+    env.update(jax_env, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {dump}", JAX_PLATFORMS="cpu")
     return subprocess.Popen(
         [
             sys.executable,
@@ -89,6 +91,12 @@ def _start_ranks(
     ]
 
 
+def _loops_holding_collectives(folder: Path, name: str) -> list[str]:
+    """The loops of the train step that worker `name` compiled which run collectives."""
+    (step,) = (folder / f"{name}.hlo").glob("*jit__step.cpu_after_optimizations.txt")
+    return loops_holding_collectives(step.read_text())
+
+
 def _finish(proc: subprocess.Popen, folder: Path, name: str, timeout: float = 600) -> list[dict]:
     proc.wait(timeout=timeout)
     assert proc.returncode == 0, (folder / f"{name}.err").read_text()[-4000:]
@@ -129,6 +137,11 @@ def test_two_processes_over_gloo_match_one_process(tmp_path):
     assert sorted(multi.files) == sorted(ref.files) and len(ref.files) > 5
     for name in ref.files:
         np.testing.assert_allclose(multi[name], ref[name], rtol=2e-5, atol=1e-7, err_msg=name)
+
+    # Over gloo no loop of the step runs a collective (ops/loops.py: they could overlap the
+    # collectives after the loop); in one process the layers and the ring stay loops.
+    assert _loops_holding_collectives(tmp_path, "rank0") == []
+    assert _loops_holding_collectives(tmp_path, "single")
 
 
 def test_a_checkpoint_path_the_processes_do_not_share_trains_to_the_end_without_checkpoints(tmp_path):

@@ -1,5 +1,5 @@
 """Reading XLA HLO text (`jax.jit(f).lower(...).as_text(dialect="hlo")`) in tests: instructions by
-name, and which dots XLA's GPU GEMM rewriter can turn into FP8 GEMMs."""
+name, which dots XLA's GPU GEMM rewriter can turn into FP8 GEMMs, and which loops run collectives."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ _TYPE = re.compile(r"[a-z]\w*\[[\d,]*\](?:\{[^}]*\})?\s*")
 LAYOUT_OPS = {"bitcast", "broadcast", "copy", "reshape", "transpose", "slice", "dynamic-slice", "pad"}
 """Ops the rewriter lets stand between the dequantization and the dot (they commute with it)."""
 FP8_TYPES = ("f8e4m3fn", "f8e5m2")
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_COLLECTIVE = re.compile(rf" (?:{'|'.join(COLLECTIVES)})(?:-start)?\(")
+_HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$")
+_CALLED = re.compile(r"(?:body|condition|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_WHILE_BODY = re.compile(r" while\(.*\bbody=%?([\w.\-]+)")
 
 
 @dataclass(frozen=True)
@@ -60,3 +66,37 @@ def fp8_dots(text: str) -> list[tuple[str, str]]:
             if lhs and rhs:
                 dots.append((lhs, rhs))
     return dots
+
+
+def _computations(text: str) -> dict[str, list[str]]:
+    """Each computation's lines, by name."""
+    found: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            lines = found.setdefault(header.group(1), [])
+        elif line.startswith(" "):
+            lines.append(line)
+    return found
+
+
+def loops_holding_collectives(text: str) -> list[str]:
+    """The while bodies (of a compiled module's text) that run a collective, themselves or in a
+    computation they call."""
+    computations = _computations(text)
+
+    def called(lines: list[str]) -> set[str]:
+        names = {m for line in lines for m in _CALLED.findall(line)}
+        for line in lines:
+            names |= {b.strip().lstrip("%") for group in _BRANCHES.findall(line) for b in group.split(",")}
+        return names & computations.keys()
+
+    def holds(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        lines = computations[name]
+        return any(_COLLECTIVE.search(line) for line in lines) or any(
+            holds(c, seen | {name}) for c in called(lines) - seen - {name}
+        )
+
+    bodies = {m for lines in computations.values() for line in lines for m in _WHILE_BODY.findall(line)}
+    return sorted(b for b in bodies if b in computations and holds(b))

@@ -29,6 +29,7 @@ from jax import lax
 from .block import F32, merge_partials
 from .block_kernel import BlockKernel, block_kernel
 from .chunked import LocalAttention, Span, chunked_backward, chunked_forward, split_kv
+from .loops import scan
 from .offload import to_device, to_host
 
 
@@ -94,7 +95,7 @@ def make_ring_attention(
             return (*attend(out, lse, k, v, k_seg, step), *passed[:2], k_seg_next), None
 
         init = (jnp.zeros(q.shape, F32), jnp.full(q.shape[:3], -jnp.inf, F32), k, v, segments)
-        (out, lse, k_last, v_last, k_seg), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
+        (out, lse, k_last, v_last, k_seg), _ = scan(step_and_pass, init, jnp.arange(members - 1))
         out, lse = attend(out, lse, k_last, v_last, k_seg, members - 1)
         return out.astype(q.dtype), lse
 
@@ -127,7 +128,7 @@ def make_ring_attention(
             return jnp.zeros(x.shape, F32)
 
         init = (zeros(q), k, v, segments, zeros(k), zeros(v))
-        (dq, k, v, k_seg, dk, dv), _ = lax.scan(step_and_pass, init, jnp.arange(members - 1))
+        (dq, k, v, k_seg, dk, dv), _ = scan(step_and_pass, init, jnp.arange(members - 1))
         dq_s, dk_s, dv_s = grads(k, v, k_seg, members - 1)
         dk, dv = dk + dk_s, dv + dv_s
         if members > 1:
@@ -193,7 +194,7 @@ class _DualChunkRing:
         passed = self.rotate(k, v)
         out, lse = kernel.forward(q, k, v, True)  # step 0: the local shard, causally
         steps = jnp.arange(1, self.members - 1)
-        (out, lse, k, v), _ = lax.scan(step_and_pass, (out, lse, *passed), steps)
+        (out, lse, k, v), _ = scan(step_and_pass, (out, lse, *passed), steps)
         out, lse = attend(out, lse, k, v, self.members - 1)
         return out.astype(q.dtype), lse
 
@@ -218,7 +219,7 @@ class _DualChunkRing:
 
         dq, dk, dv = kernel.backward(q, k, v, out, lse, do, True)  # step 0
         carry = (dq, *self.rotate(k, v, dk, dv))
-        (dq, k, v, dk, dv), _ = lax.scan(step_and_pass, carry, jnp.arange(1, self.members - 1))
+        (dq, k, v, dk, dv), _ = scan(step_and_pass, carry, jnp.arange(1, self.members - 1))
         dq_s, dk_s, dv_s = grads(k, v, self.members - 1)
         dk, dv = self.rotate(dk + dk_s, dv + dv_s)  # home: the owner of this K/V shard is one step ahead
         return dq + dq_s, dk, dv
