@@ -1,7 +1,8 @@
 """Docs tied to the code they describe: the pod environment's names (trainer/contract/podenv.py) in
 docs/operator.md's table and wherever the docs name one. Also tied elsewhere: the data windows
 (tests/unit/trainer/test_data.py) and the progress file (tests/unit/operator/test_localrun.py). And every
-metric the docs name is one the code exports, every `longctx CMD --flag` one the CLI's parser takes."""
+metric the docs name is one the code exports, every `longctx CMD --flag` one the CLI's parser takes,
+and the README's configuration table gives the API's defaults."""
 
 import argparse
 import re
@@ -10,9 +11,12 @@ from pathlib import Path
 from prometheus_client.metrics import MetricWrapperBase
 
 from longctx_operator import metrics as operator_metrics
+from longctx_operator.api.spec import LongContextJobSpec
 from longctx_operator.cli import build_parser
+from longctx_operator.planner.plan import HOST_MEMORY_MARGIN
 from longctx_trainer.contract import podenv
 from longctx_trainer.contract.metrics import TrainMetrics
+from longctx_trainer.contract.model import ROPE_THETA
 from support.docs import DOCS, code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,3 +160,56 @@ def test_the_checks_catch_a_missing_metric_flag_and_command():
     )
     assert unknown_metrics(doc) == ["longctx_train_perplexity"]
     assert unknown_flags(doc) == ["longctx plan --no-such-flag", "longctx frobnicate", "longctx run --resume"]
+
+
+def _api_default(path: str):
+    """The default of the API field at dotted camelCase `path` (e.g. restartPolicy.maxRestarts)."""
+    model, value = LongContextJobSpec, None
+    for part in path.split("."):
+        (field,) = (f for f in model.model_fields.values() if f.alias == part)
+        value = field.get_default(call_default_factory=True)
+        model = field.annotation
+    return value
+
+
+def _readme_cell(value) -> str:
+    """How the README's configuration table writes a default."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"`{value}`" if isinstance(value, str) else str(value)
+
+
+BOOLEAN_CELLS = {"`false`": "off", "false": "off", "`true`": "on", "true": "on"}
+
+
+def readme_defaults() -> list[tuple[str, str]]:
+    """(field, default as written) for each field of the README's configuration table whose
+    default cell lists one plain value per field: numbers, `choices`, none, off."""
+    rows = (ROOT / "README.md").read_text().split("\n## Configuration reference\n", 1)[1].split("\n#", 1)[0]
+    found = []
+    for row in rows.splitlines():
+        if not row.startswith("| `"):
+            continue
+        names_cell, default_cell = row.split(" | ")[:2]
+        names = re.findall(r"`([^`]+)`", names_cell)
+        cells = [c.strip() for c in default_cell.split(",")]
+        if len(cells) != len(names) or " / " in names_cell:
+            continue
+        prefix = names[0].rsplit(".", 1)[0]
+        for name, cell in zip(names, cells, strict=True):
+            cell = BOOLEAN_CELLS.get(cell, cell)
+            if re.fullmatch(r"\d+|`[^`]+`|none|off|on", cell):
+                found.append((name if "." in name else f"{prefix}.{name}", cell))
+    return found
+
+
+def test_the_readme_configuration_table_gives_the_apis_defaults():
+    rows = readme_defaults()
+    assert len(rows) >= 20, rows
+    assert [(name, _readme_cell(_api_default(name))) for name, _ in rows] == rows
+    readme = (ROOT / "README.md").read_text()
+    assert f"(else {ROPE_THETA:.0f}, none)" in readme
+    assert f"host offload within {HOST_MEMORY_MARGIN:.0%} of it" in readme
+    assert f"exceed {HOST_MEMORY_MARGIN:.0%} of it" in (ROOT / "docs" / "planner.md").read_text()
