@@ -8,19 +8,25 @@ pod's completion index). With LONGCTX_PROCESSES_PER_POD = P > 1 (NVSHMEM needs o
 process) it starts P: process l of pod i gets JAX_PROCESS_ID = i * P + l, JAX_LOCAL_DEVICE_IDS =
 its LONGCTX_DEVICES_PER_PROCESS GPUs and LONGCTX_LOCAL_PROCESS_ID = l (which offsets its metrics
 port). JAX cannot lose a process, so when one exits non-zero the others are stopped and the pod
-fails with that exit code; SIGTERM and SIGINT are forwarded to every process.
+fails with that exit code; SIGTERM and SIGINT are forwarded to every process. After a SIGTERM it
+kills a process that can no longer stop well (blocked with a dead peer, trainer/stopwatch.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+
+import yaml
 
 from .contract import podenv
+from .contract.config import load_config
+from .stopwatch import StopWatch, read_health
 
 TRAINER = [sys.executable, "-m", "longctx_trainer"]
 
@@ -40,8 +46,24 @@ def process_env(environ: Mapping[str, str], local: int) -> dict[str, str]:
     }
 
 
-def first_failure(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> tuple[int, int] | None:
-    """Wait until every process has exited 0 (None) or one has failed: (its index, its exit code)."""
+def metrics_ports(args: list[str], envs: list[Mapping[str, str]]) -> list[int | None]:
+    """Each process's metrics port (config.metrics.port plus its local process id); None where the
+    process serves none or the config cannot be read (the trainer reports that itself)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config")
+    known, _ = parser.parse_known_args(args)
+    try:
+        port = load_config(known.config).metrics.port if known.config else 0
+    except (OSError, ValueError, yaml.YAMLError):
+        port = 0
+    return [port + int(env.get(podenv.LOCAL_PROCESS_ID, "0")) if port else None for env in envs]
+
+
+def first_failure(
+    procs: list[subprocess.Popen], poll_seconds: float = 0.2, stuck: Callable[[], Iterable[int]] = tuple
+) -> tuple[int, int] | None:
+    """Wait until every process has exited 0 (None) or one has failed: (its index, its exit code).
+    Kills the processes `stuck` names (their exit is then a failure)."""
     while True:
         codes = [p.poll() for p in procs]
         for index, code in enumerate(codes):
@@ -49,12 +71,20 @@ def first_failure(procs: list[subprocess.Popen], poll_seconds: float = 0.2) -> t
                 return index, code
         if all(code == 0 for code in codes):
             return None
+        for index in stuck():
+            print(
+                f"longctx_trainer.launch: process {index} has not moved since the SIGTERM and cannot "
+                "save (a peer it waits for is gone?); killing it",
+                file=sys.stderr,
+                flush=True,
+            )
+            procs[index].kill()
         time.sleep(poll_seconds)
 
 
-def supervise(procs: list[subprocess.Popen]) -> int:
+def supervise(procs: list[subprocess.Popen], stuck: Callable[[], Iterable[int]] = tuple) -> int:
     """Wait for all; on the first failure terminate the rest and return its exit code."""
-    failure = first_failure(procs)
+    failure = first_failure(procs, stuck=stuck)
     if failure is None:
         return 0
     for p in procs:
@@ -74,15 +104,26 @@ def main(argv: list[str] | None = None) -> int:
     per_pod = int(os.environ.get(podenv.PROCESSES_PER_POD, "1"))
     envs = [dict(os.environ)] if per_pod == 1 else [process_env(os.environ, local) for local in range(per_pod)]
     procs = [subprocess.Popen(TRAINER + args, env=env) for env in envs]
+    ports = metrics_ports(args, envs)
+    watches: dict[int, StopWatch] = {}
 
     def forward(signum, frame):
+        if signum == signal.SIGTERM and not watches:
+            watches.update({i: StopWatch(time.monotonic()) for i, port in enumerate(ports) if port})
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
 
+    def stuck() -> list[int]:
+        return [
+            i
+            for i, watch in watches.items()
+            if procs[i].poll() is None and watch.stuck(read_health(ports[i]), time.monotonic())
+        ]
+
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, forward)
-    return supervise(procs)
+    return supervise(procs, stuck)
 
 
 if __name__ == "__main__":
