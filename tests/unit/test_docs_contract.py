@@ -17,6 +17,7 @@ from longctx_operator.planner.plan import HOST_MEMORY_MARGIN
 from longctx_trainer.contract import podenv
 from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.contract.model import ROPE_THETA
+from longctx_trainer.stopwatch import STOP_FLOOR_SECONDS, STOP_STEPS
 from support.docs import DOCS, code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,3 +214,9 @@ def test_the_readme_configuration_table_gives_the_apis_defaults():
     assert f"(else {ROPE_THETA:.0f}, none)" in readme
     assert f"host offload within {HOST_MEMORY_MARGIN:.0%} of it" in readme
     assert f"exceed {HOST_MEMORY_MARGIN:.0%} of it" in (ROOT / "docs" / "planner.md").read_text()
+
+
+def test_the_stop_watch_bounds_the_docs_give_are_the_launchers():
+    for doc in ("trainer.md", "operator.md"):
+        text = " ".join((ROOT / "docs" / doc).read_text().split())
+        assert f"heartbeat for {STOP_STEPS} of its step times, at least {STOP_FLOOR_SECONDS:.0f} s," in text, doc
