@@ -17,13 +17,13 @@ import re
 import urllib.request
 from dataclasses import dataclass
 
-from .contract.health import HEARTBEAT, PHASE, STEP_SECONDS
+from .contract.health import HEARTBEAT, PHASE, STEP_SECONDS, Phase
 
 STOP_STEPS = 3
 STOP_FLOOR_SECONDS = 30.0
 """The floor covers the ranks' agreement on the step to save, up to two more steps (JAX's
 preemption sync point), and a step time that varies."""
-SAVING = "checkpointing"
+SAVING: Phase = "checkpointing"
 
 
 @dataclass(frozen=True)
