@@ -50,6 +50,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from corpus import document_segments  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 
 from longctx_trainer.doc_balance import device_work, document_permutation  # noqa: E402
@@ -66,17 +67,6 @@ def _inputs(seq, heads, kv_heads):
     q = jax.random.normal(keys[0], (1, seq, heads, HEAD_DIM))
     k, v = (jax.random.normal(key, (1, seq, kv_heads, HEAD_DIM)) for key in keys[1:3])
     return q, k, v, jax.random.normal(keys[3], q.shape)
-
-
-def document_segments(seq: int, mean_tokens: int, seed: int = 0) -> np.ndarray:
-    """[1, seq] document ids, lengths drawn from an exponential distribution of mean `mean_tokens`."""
-    rng = np.random.default_rng(seed)
-    lengths, left = [], seq
-    while left:
-        length = min(left, max(1, int(rng.exponential(mean_tokens))))
-        lengths.append(length)
-        left -= length
-    return np.repeat(np.arange(len(lengths)), lengths)[None].astype(np.int32)
 
 
 def device_imbalance(segments: np.ndarray, context: int, perm: np.ndarray) -> float:

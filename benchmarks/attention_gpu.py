@@ -25,6 +25,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from corpus import document_segments
 from jax.sharding import AxisType
 
 from longctx_trainer.ops import context_parallel_attention, reference_attention
@@ -37,17 +38,6 @@ def _inputs(seq, heads, kv_heads, dtype=jnp.bfloat16):
     q = jax.random.normal(keys[0], (1, seq, heads, HEAD_DIM), dtype)
     k, v = (jax.random.normal(key, (1, seq, kv_heads, HEAD_DIM), dtype) for key in keys[1:3])
     return q, k, v, jax.random.normal(keys[3], q.shape, dtype)
-
-
-def document_segments(seq: int, mean_tokens: int, seed: int = 0) -> np.ndarray:
-    """[1, seq] document ids, lengths drawn from an exponential distribution of mean `mean_tokens`."""
-    rng = np.random.default_rng(seed)
-    lengths, left = [], seq
-    while left:
-        length = min(left, max(1, int(rng.exponential(mean_tokens))))
-        lengths.append(length)
-        left -= length
-    return np.repeat(np.arange(len(lengths)), lengths)[None].astype(np.int32)
 
 
 def _grads(attention):

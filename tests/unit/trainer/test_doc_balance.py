@@ -41,7 +41,7 @@ from support.tiny import tiny_trainer_config
 from support.training import step_losses
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from attention_cpu import document_segments  # noqa: E402  (the benchmark's own distribution)
+from corpus import document_segments  # noqa: E402  (the benchmarks' own distribution)
 
 SEED = 3  # the random lengths of packed_segments's second row
 
