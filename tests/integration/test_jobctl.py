@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import yaml
 
 from support import kubelet_logs
 from support import operator_harness as h
+from support.exporters import start_stepping_exporter
 
 pytestmark = pytest.mark.integration
 POOL = "jobctl-tests"
@@ -110,22 +110,9 @@ def pod_names(kubectl, name: str, generation: int) -> dict[int, str]:
     }
 
 
-EXPORTER = textwrap.dedent("""
-    import sys, time
-    from longctx_trainer.contract.metrics import TrainMetrics
-    m = TrainMetrics(sys.argv[1], 0)
-    m.serve(int(sys.argv[2]))
-    step = 0
-    while True:
-        step += 1
-        m.observe_step(step, tokens=4096, seconds=0.5, loss=1.0, mfu={("causal", "bf16"): 0.25})
-        time.sleep(0.2)
-""")
-
-
 def test_status_and_get_explain_the_layout_against_measured_tokens_per_second(operator, kubectl, wait_until):
     port = h.free_port()
-    exporter = subprocess.Popen([sys.executable, "-c", EXPORTER, "explained", str(port)])
+    exporter = start_stepping_exporter("explained", port)
     try:
         h.wait_ready(f"http://127.0.0.1:{port}/metrics")
         kubectl.apply(

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import textwrap
 import urllib.request
 
 import pytest
@@ -19,6 +16,7 @@ import pytest
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from support import operator_harness as h
+from support.exporters import start_stepping_exporter
 
 pytestmark = pytest.mark.integration
 FAST = {"longctx.io/complete-after": "4s"}
@@ -302,25 +300,9 @@ def test_immutable_fields_are_rejected_by_the_api_server(operator, kubectl, wait
     assert obj["status"]["workloadGeneration"] == 1 and obj["status"]["phase"] == "Running"
 
 
-EXPORTER = textwrap.dedent("""
-    import sys, time
-    from longctx_trainer.contract.metrics import TrainMetrics
-    m = TrainMetrics(sys.argv[1], 0)
-    m.serve(int(sys.argv[2]))
-    step = 0
-    while True:
-        step += 1
-        mfu = {("causal", "bf16"): 0.25, ("full", "bf16"): 0.3}
-        m.observe_step(step, tokens=4096, seconds=0.5, loss=10.0 / step, mfu=mfu)
-        if step % 5 == 0:
-            m.observe_checkpoint(step, 0.01)
-        time.sleep(0.2)
-""")
-
-
 def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
     port = h.free_port()
-    exporter = subprocess.Popen([sys.executable, "-c", EXPORTER, "progress", str(port)])
+    exporter = start_stepping_exporter("progress", port)
     try:
         h.wait_ready(f"http://127.0.0.1:{port}/metrics")
         kubectl.apply(
