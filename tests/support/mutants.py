@@ -84,7 +84,9 @@ class _LaxSkippingOneRingRotation:
 
 
 def skip_one_ring_rotation(monkeypatch, step: int = 1):
-    monkeypatch.setattr(ring, "lax", _LaxSkippingOneRingRotation(step))
+    skipping = _LaxSkippingOneRingRotation(step)
+    monkeypatch.setattr(ring, "lax", skipping)
+    monkeypatch.setattr(ring, "scan", skipping.scan)  # the step loops' scan (ops/loops.py)
 
 
 class _LaxReturningToTheWrongOwner:

@@ -119,16 +119,7 @@ def test_bf16_export_reads_back_rounded(tmp_path):
 
 def _trained(tmp_path) -> TrainerConfig:
     config = TrainerConfig(
-        model=ModelConfig(
-            layers=2,
-            hidden=32,
-            heads=4,
-            kv_heads=2,
-            ffn=48,
-            vocab=64,
-            rope_theta=10000.0,
-            rope_scaling={"factor": 4.0, "original_context": 64},
-        ),
+        model=MODEL,
         sequence_length=16,
         global_batch_tokens=32,
         steps=3,

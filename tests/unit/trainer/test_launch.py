@@ -7,7 +7,10 @@ import sys
 import time
 
 import yaml
+from prometheus_client import generate_latest
 
+from longctx_trainer.contract.health import HEARTBEAT
+from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.launch import first_failure, process_env, supervise
 from longctx_trainer.stopwatch import Health, StopWatch, parse_health, read_health
 from support.ports import free_port
@@ -84,25 +87,22 @@ sys.exit(launch.main(sys.argv[2:]))
 """
 
 
-def _metrics_page(phase: str, steps: int, step_seconds: float) -> str:
-    from prometheus_client import generate_latest
-
-    from longctx_trainer.contract.metrics import TrainMetrics
-
+def _metrics_page(phase: str, steps: int, step_seconds: float) -> tuple[str, float]:
+    """A real TrainMetrics page after `steps` steps, now in `phase`, and the heartbeat it holds."""
     metrics = TrainMetrics("job", 3)
     metrics.enter("training")
     for step in range(1, steps + 1):
         metrics.observe_step(step, 10, step_seconds, 2.0, {})
     metrics.enter(phase)
-    return generate_latest(metrics.registry).decode()
+    heartbeat = metrics.registry.get_sample_value(HEARTBEAT, {"job_name": "job", "rank": "3"})
+    return generate_latest(metrics.registry).decode(), heartbeat
 
 
 def test_the_health_read_from_a_trainers_metrics_page():
-    health = parse_health(_metrics_page("training", 2, 0.5))
-    assert health.phase == "training" and health.step_seconds == 0.5
-    assert abs(health.heartbeat - time.time()) < 60
-    saving = parse_health(_metrics_page("checkpointing", 0, 0.5))
-    assert saving.phase == "checkpointing" and saving.step_seconds is None and saving.heartbeat is not None
+    page, heartbeat = _metrics_page("training", 2, 0.5)
+    assert parse_health(page) == Health("training", heartbeat, 0.5)
+    page, heartbeat = _metrics_page("checkpointing", 0, 0.5)
+    assert parse_health(page) == Health("checkpointing", heartbeat, None)
     assert parse_health("") == Health(None, None, None)
 
 
@@ -145,9 +145,9 @@ def _launch(tmp_path, behaviour: str) -> subprocess.Popen:
 def _when_serving(launcher: subprocess.Popen, tmp_path) -> None:
     port = yaml.safe_load((tmp_path / "config.yaml").read_text())["metrics"]["port"]
     deadline = time.monotonic() + 60
-    while read_health(port) is None:
-        assert time.monotonic() < deadline and launcher.poll() is None
+    while read_health(port) is None and launcher.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert read_health(port) is not None, "the fake trainer never served its metrics"
 
 
 def test_the_launcher_kills_a_trainer_that_cannot_stop_after_a_sigterm(tmp_path):
