@@ -4,7 +4,7 @@ The operator reads rank 0 over plain http at its pod IP, or at a URL the job's
 longctx.io/metrics-url annotation names, only under a prefix the admin allows
 (OperatorConfig.metricsUrlPrefixes). Whatever serves it is the job author's: the read has a hard
 deadline and a size cap (scrape.py), the text is read by a bounded linear scanner off the event
-loop (exposition.py), every value is checked for size and sign before it reaches the status, and
+loop (contract/exposition.py), every value is checked for size and sign before it reaches the status, and
 each job is read by its own task, so one slow or hostile endpoint delays only its own job's
 progress. What a body holds never reaches a log.
 """
@@ -19,10 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from .api.spec import LongContextJobSpec
-from .api.status import ProgressStatus
-from .config import OperatorConfig
-from .exposition import (
+from longctx_trainer.contract.exposition import (
     LAST_CHECKPOINT,
     LAST_CHECKPOINT_TIME,
     LOSS,
@@ -33,6 +30,10 @@ from .exposition import (
     MetricsUnreadable,
     rank0_values,
 )
+
+from .api.spec import LongContextJobSpec
+from .api.status import ProgressStatus
+from .config import OperatorConfig
 from .jobtasks import RunningJobTasks
 from .names import METRICS_URL_ANNOTATION
 from .observe import pod_rank, serving, timestamp

@@ -5,7 +5,7 @@ connection to the last byte (interim `100 Continue` responses, each header line,
 under one deadline, TIMEOUT_SECONDS, after which the connection is closed, however slowly the bytes
 trickle. The read is asynchronous, so a slow endpoint holds no thread; the response is at most
 MAX_BODY_BYTES, with a bounded head, follows no redirects, uses no proxy and is never decoded
-here (exposition.py reads it, off the event loop). Errors never quote what the server sent.
+here (contract/exposition.py reads it, off the event loop). Errors never quote what the server sent.
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .exposition import MetricsUnreadable
+from longctx_trainer.contract.exposition import MAX_BODY_BYTES, MetricsUnreadable
+
 from .kube import user_agent
 
 _user_agent = functools.cache(user_agent)
 
-MAX_BODY_BYTES = 1 * 2**20
-"""A trainer's exposition is a few kilobytes; anything past this is not read."""
 TIMEOUT_SECONDS = 2.0
 """The whole read, connection to last byte."""
 MAX_HEAD_LINE_BYTES = 8192

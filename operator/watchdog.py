@@ -2,7 +2,7 @@
 keeps the verdicts of stall.py and straggler.py for lifecycle.decide.
 
 Every rank's exporter is the job's image, read as the progress reads rank 0 (progress.py): each
-read is bounded by scrape.py's deadline and size cap, the text is scanned by exposition.py's
+read is bounded by scrape.py's deadline and size cap, the text is scanned by contract/exposition.py's
 bounded scanner on a small thread pool, each job is read by its own task with at most
 READS_PER_JOB reads at once, and a rank whose endpoint does not answer is a rank that did not
 answer, nothing more. Pod IPs come from the watched pods (no extra API call); the metrics-url
@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from longctx_trainer.contract.exposition import MetricsUnreadable, health_values
 from longctx_trainer.contract.health import HEARTBEAT_STEP, PHASE, PROBE_SECONDS, STEP_SECONDS
 
 from .api.spec import LongContextJobSpec
 from .cache import Key
 from .config import OperatorConfig
-from .exposition import MetricsUnreadable, health_values
 from .jobtasks import RunningJobTasks
 from .observe import pod_rank, serving
 from .scrape import Response, fetch_metrics

@@ -13,10 +13,10 @@ the grace period.
 
 from __future__ import annotations
 
-import re
 import urllib.request
 from dataclasses import dataclass
 
+from .contract.exposition import MAX_BODY_BYTES, MetricsUnreadable, health_values
 from .contract.health import HEARTBEAT, PHASE, STEP_SECONDS, Phase
 
 STOP_STEPS = 3
@@ -33,23 +33,19 @@ class Health:
     step_seconds: float | None
 
 
-def _value(text: str, name: str, labels: str = "") -> float | None:
-    match = re.search(rf"^{name}\{{[^}}\n]*{labels}[^}}\n]*\}} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else None
-
-
-def parse_health(text: str) -> Health:
-    """The phase, heartbeat and last step time in one process's metrics page."""
-    phase = re.search(rf'^{PHASE}\{{[^}}\n]*phase="(\w+)"[^}}\n]*\}} 1(?:\.0)?$', text, re.MULTILINE)
-    return Health(phase.group(1) if phase else None, _value(text, HEARTBEAT), _value(text, STEP_SECONDS))
+def parse_health(body: bytes) -> Health:
+    """The phase, heartbeat and last step time in one process's metrics page (read by the
+    operator's bounded scanner, contract/exposition.py)."""
+    values = health_values(body)
+    return Health(values.get(PHASE), values.get(HEARTBEAT), values.get(STEP_SECONDS))
 
 
 def read_health(port: int, timeout: float = 1.0) -> Health | None:
     """The health served on localhost `port`, or None when it cannot be read."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as response:
-            return parse_health(response.read(1 << 20).decode(errors="replace"))
-    except (OSError, ValueError):
+            return parse_health(response.read(MAX_BODY_BYTES))
+    except (OSError, MetricsUnreadable):
         return None
 
 

@@ -9,7 +9,7 @@ import http.server
 import threading
 import time
 
-from longctx_operator.scrape import MAX_BODY_BYTES
+from longctx_trainer.contract.exposition import MAX_BODY_BYTES
 
 STEP = b"longctx_train_step 1\n"
 

@@ -1,7 +1,7 @@
 """The health contract of a trainer process: the names of the metrics that say where each rank is
 (its phase), that it is alive (a heartbeat with its last step) and how long its steps take. Plain
 data, no JAX or Prometheus import: the trainers export these names (metrics.py) and the operator
-reads them from every rank (longctx_operator.exposition) to find a hung gang and a straggler.
+reads them from every rank (contract/exposition.py) to find a hung gang and a straggler.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from .config import TrainerConfig
 from .health import HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, PROBE_SECONDS, STEP_SECONDS, Phase
 from .podenv import LOCAL_PROCESS_ID
 
-# The names the operator reads for status.progress (operator/exposition.py).
+# The names the operator reads for status.progress (contract/exposition.py).
 STEP = "longctx_train_step"
 TOKENS_PER_SECOND = "longctx_train_tokens_per_second"
 LOSS = "longctx_train_loss"

@@ -10,8 +10,8 @@ from prometheus_client import generate_latest
 from longctx_operator.api.status import ProgressStatus
 from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
-from longctx_operator.exposition import MetricsUnreadable
 from longctx_operator.progress import ProgressPoller, metrics_source, parse_progress, progress_patch
+from longctx_trainer.contract.exposition import MetricsUnreadable
 from longctx_trainer.contract.metrics import TrainMetrics
 from support.hostile_metrics import Handler, serve, slow_answer
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from longctx_operator.exposition import MetricsUnreadable
-from longctx_operator.scrape import MAX_BODY_BYTES, MAX_CHUNKS, dechunk, fetch_metrics
+from longctx_operator.scrape import MAX_CHUNKS, dechunk, fetch_metrics
+from longctx_trainer.contract.exposition import MAX_BODY_BYTES, MetricsUnreadable
 from support.hostile_metrics import SLOW_ANSWERS, Handler, serve, slow_answer
 
 HONEST = b"longctx_train_step 3\n"

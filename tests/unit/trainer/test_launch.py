@@ -87,7 +87,7 @@ sys.exit(launch.main(sys.argv[2:]))
 """
 
 
-def _metrics_page(phase: str, steps: int, step_seconds: float) -> tuple[str, float]:
+def _metrics_page(phase: str, steps: int, step_seconds: float) -> tuple[bytes, float]:
     """A real TrainMetrics page after `steps` steps, now in `phase`, and the heartbeat it holds."""
     metrics = TrainMetrics("job", 3)
     metrics.enter("training")
@@ -95,7 +95,7 @@ def _metrics_page(phase: str, steps: int, step_seconds: float) -> tuple[str, flo
         metrics.observe_step(step, 10, step_seconds, 2.0, {})
     metrics.enter(phase)
     heartbeat = metrics.registry.get_sample_value(HEARTBEAT, {"job_name": "job", "rank": "3"})
-    return generate_latest(metrics.registry).decode(), heartbeat
+    return generate_latest(metrics.registry), heartbeat
 
 
 def test_the_health_read_from_a_trainers_metrics_page():
@@ -103,7 +103,7 @@ def test_the_health_read_from_a_trainers_metrics_page():
     assert parse_health(page) == Health("training", heartbeat, 0.5)
     page, heartbeat = _metrics_page("checkpointing", 0, 0.5)
     assert parse_health(page) == Health("checkpointing", heartbeat, None)
-    assert parse_health("") == Health(None, None, None)
+    assert parse_health(b"") == Health(None, None, None)
 
 
 def test_a_process_is_stuck_after_its_bound_without_a_heartbeat():

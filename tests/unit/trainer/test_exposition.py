@@ -1,4 +1,4 @@
-"""operator/exposition.py: the bounded linear scanner of rank 0's exposition, on the trainer's
+"""trainer/contract/exposition.py: the bounded linear scanner of rank 0's exposition, on the trainer's
 real output, hostile lines, and the worst shapes at the 1 MiB cap, its work counted in
 interpreter lines (a count of operations, not a clock)."""
 
@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from longctx_operator.exposition import (
+from longctx_trainer.contract.exposition import (
+    MAX_BODY_BYTES,
     MAX_LINE_BYTES,
     MAX_SAMPLES,
     MFU,
@@ -21,7 +22,6 @@ from longctx_operator.exposition import (
     health_values,
     rank0_values,
 )
-from longctx_operator.scrape import MAX_BODY_BYTES
 from longctx_trainer.contract.metrics import TrainMetrics
 from support.hostile_metrics import WORST_BODIES, filled
 

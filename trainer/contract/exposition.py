@@ -1,5 +1,6 @@
 """The progress metrics in rank 0's Prometheus exposition, and the health metrics in every rank's
-(longctx_trainer.contract.health): a bounded, linear scanner.
+(contract/health.py): a bounded, linear scanner, read by the operator and by the in-pod launcher
+(trainer/stopwatch.py).
 
 The text comes from whatever the job's image serves on `metrics.port`, so it is read as hostile
 input. A general parser (prometheus_client's) spends time growing with the square of some lines
@@ -17,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from longctx_trainer.contract.health import HEALTH_METRICS, PHASE, PHASES
-from longctx_trainer.contract.metrics import (
+from .health import HEALTH_METRICS, PHASE, PHASES
+from .metrics import (
     LAST_CHECKPOINT,
     LAST_CHECKPOINT_TIME,
     LOSS,
@@ -32,6 +33,8 @@ from longctx_trainer.contract.metrics import (
 
 PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT, LAST_CHECKPOINT_TIME, RESUMED_FROM)
 
+MAX_BODY_BYTES = 1 * 2**20
+"""A trainer's exposition is a few kilobytes; anything past this is not read."""
 MAX_LINE_BYTES = 4096
 """A sample line of the contract is about 150 bytes; longer lines are skipped."""
 MAX_SAMPLES = 1000
