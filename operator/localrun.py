@@ -234,6 +234,9 @@ def event_line(event: dict, steps: int) -> str | None:
         return f"{event['processes']} processes joined ({event['backend']}); building the model"
     if kind == "compiling":
         return "compiling the training step (the first step waits for it)"
+    if kind == "compiled":
+        how = "loaded from the compilation cache" if event["from_cache"] else "compiled"
+        return f"training step {how} in {event['seconds']:.1f} s"
     if kind == "checkpoint":
         return f"checkpoint at step {event['step']} ({event['seconds']:.1f} s)"
     if kind == "resume":

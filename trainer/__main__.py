@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from . import compile_cache
 from .checkpoint import Checkpoints
 from .contract.config import TrainerConfig, load_config
 from .contract.metrics import TrainMetrics
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
         config = config.model_copy(update={"checkpoint": config.checkpoint.model_copy(update={"path": None})})
+    if (cache := compile_cache.cache_dir(config.checkpoint.path)) is not None:
+        compile_cache.enable(cache)  # a restart loads its compiled step from there
     # Ctrl-C (SIGINT) ends the process where it stands, by the kernel: unwinding (Python's
     # KeyboardInterrupt) would run JAX's exit hooks, which wait at a barrier for the other ranks,
     # which wait for this one, and the whole gang would hang. SIGTERM (a deleted pod, a Kueue

@@ -6,6 +6,8 @@ Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on
   {"event": "init", "from", "notes", "seconds"}  (weights from a Hugging Face checkpoint)
   {"event": "resume", "step"}  (restored from the checkpoint of that step; the next step is step + 1)
   {"event": "compiling"}  (the training step is being compiled: the first step line waits for it)
+  {"event": "compiled", "seconds", "from_cache"}  (compiled, or loaded from the persistent
+      compilation cache beside the checkpoints: compile_cache.py)
 The CLI adds {"event": "ring_order", ...} (trainer/topology.py), {"event": "attention_kernel", ...}
 and, for fp8, {"event": "fp8", "emulated", "device"}
 (emulated: the device has no FP8 peak, e.g. a CPU: FP8's rounding without its speed).
@@ -30,6 +32,7 @@ from jax.sharding import PartitionSpec as P
 from . import model
 from .adaptive_cp import PAD_SEGMENT
 from .checkpoint import Checkpoints
+from .compile_cache import counting_hits
 from .contract.config import OptimizerConfig, TrainerConfig
 from .contract.flops import causal_pairs_within_documents, flops_per_token
 from .contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
@@ -210,7 +213,10 @@ def train(
     emit({"event": "compiling"})
     metrics.enter("compiling")
     batch, ring = batches.for_step(start), batches.ring(start)
-    fns.compiled_step(state, *batch, ring=ring)
+    begin = time.perf_counter()
+    with counting_hits() as hits:
+        fns.compiled_step(state, *batch, ring=ring)
+    emit({"event": "compiled", "seconds": time.perf_counter() - begin, "from_cache": hits() > 0})
     every = config.metrics.probe_every_steps
     probe = ComputeProbe(mesh.local_devices) if every else None
     metrics.enter("training")

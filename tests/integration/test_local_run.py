@@ -183,6 +183,9 @@ def test_interrupt_says_how_to_resume_and_the_resumed_run_keeps_the_history(tmp_
     events = [e for e in map(parse_event, (run_dir / PROGRESS_FILE).read_text().splitlines()) if e]
     steps = [e["step"] for e in events if e["event"] == "step"]
     assert steps[:3] == [1, 2, 3] and steps[-1] == 16 and {"resume", "done"} <= {e["event"] for e in events}
+    # The first part compiled the step into the cache beside the checkpoints; the second loaded it.
+    assert [e["from_cache"] for e in events if e["event"] == "compiled"] == [False, True], events
+    assert "training step loaded from the compilation cache" in out
     assert (run_dir / "worker-1.log").read_text().count('{"event": "joined"') == 2  # both parts
 
 

@@ -13,6 +13,9 @@ LOCAL_DEVICE_IDS = "JAX_LOCAL_DEVICE_IDS"
 PLATFORMS = "JAX_PLATFORMS"
 XLA_FLAGS = "XLA_FLAGS"
 GPU_MEMORY_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+COMPILATION_CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"
+"""JAX's persistent compilation cache (a job may set it): where set, the trainer leaves the cache
+there; otherwise it keeps it beside a local checkpoint directory (trainer/compile_cache.py)."""
 
 # Set by the Job controller in every pod of an Indexed Job.
 COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
