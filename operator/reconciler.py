@@ -12,6 +12,7 @@ reads of every rank's health in watchdog.Watchdog, and what is remembered of eac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -43,13 +44,16 @@ from .echo import unechoed_placements, without_unechoed_create
 from .kube import Kube, NotOwned
 from .lifecycle.decide import decide
 from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
+from .lifecycle.planning import planning_due
 from .names import PLACEMENT_ANNOTATION, workload_name
 from .observe import MISSING, WorkloadObservation, observe_workload
 from .occupancy import OtherPods
 from .placement import placement_wanted, placements_due, topology_levels
+from .planner import PlanError
 from .progress import ProgressPoller
 from .render import render_workload
 from .render.workload import node_selector, tolerations
+from .resolve import resolve_layout
 from .statuswrite import write_delay
 from .watchdog import Watchdog
 from .workqueue import WorkQueue
@@ -399,6 +403,9 @@ class Reconciler:
         job = job.model_copy(update={"spec": spec})
         settings_error = policy.refusal(spec, self.config)
         network_error = self.config.network_allow_list.refusal(key[0], spec.network)
+        if planning_due(status, obj["metadata"].get("generation", 1)):  # in a thread: decide() finds it
+            with contextlib.suppress(PlanError):  # which the decision records
+                await self._call(resolve_layout, spec)
         asked: list[bool] = []
 
         def next_step() -> Decision:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from longctx_operator.planner import Plan, PlanRequest, plan
 
 from .api.quantity import parse_quantity
@@ -35,9 +37,17 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _plan(request: PlanRequest) -> Plan:
+    """Plans are pure, and some take seconds (an adaptive job's draw of its corpus's batches on
+    many GPUs): the operator plans a spec in its thread pool first (reconciler.py), and its
+    decision, on the event loop, finds the plan here."""
+    return plan(request)
+
+
 def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:
     """The layout and, on GPUs, the plan that chose or validated it; raises PlanError."""
     if spec.on_cpu:  # CPU jobs are manual (a rule): the planner models GPUs only
         return ResolvedLayout.manual(spec), None
-    chosen = plan(plan_request(spec))
+    chosen = _plan(plan_request(spec))
     return ResolvedLayout.planned(spec, chosen), chosen

@@ -5,15 +5,21 @@ from __future__ import annotations
 from .. import conditions, reasons
 from ..api.advice import advice
 from ..api.spec import LongContextJobSpec
+from ..api.status import LongContextJobStatus
 from ..planner import PlanError
 from ..resolve import resolve_layout
 from .decision import Event
 from .draft import Draft
 
 
+def planning_due(status: LongContextJobStatus, spec_generation: int) -> bool:
+    """Whether the spec is new or changed since its layout was planned."""
+    return status.layout is None or status.observed_generation != spec_generation
+
+
 def plan(n: Draft, spec: LongContextJobSpec) -> bool:
     """Plans the layout for a new or changed spec; False when the planner rejects it."""
-    if n.status.layout is not None and n.status.observed_generation == n.spec_generation:
+    if not planning_due(n.status, n.spec_generation):
         return next((c.status == "True" for c in n.status.conditions if c.type == conditions.LAYOUT_PLANNED), True)
     n.set(observed_generation=n.spec_generation)
     try:

@@ -584,3 +584,28 @@ def test_a_jobs_slow_status_write_holds_no_worker_from_the_next_jobs_decision():
 
     calls = run(go())
     assert ("create", "Job", "fast-g1") in calls and ("patch-status", "team", "slow") not in calls
+
+
+def test_a_new_spec_is_planned_in_the_thread_pool_not_on_the_event_loop(monkeypatch):
+    """Some plans take seconds (an adaptive job's draw on many GPUs): the reconciler plans a new
+    spec in its threads, and the decision on the event loop finds that plan (resolve.py's memo)."""
+    from longctx_operator import resolve
+
+    threads: list[str] = []
+    real = resolve.plan
+
+    def recording(request):
+        threads.append(threading.current_thread().name)
+        return real(request)
+
+    monkeypatch.setattr(resolve, "plan", recording)
+    resolve._plan.cache_clear()
+    reconciler, kube = make()
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+
+    run(go())
+    assert kube.job["status"]["layout"]["data"] >= 1  # planned and recorded
+    assert len(threads) == 1 and threads[0] != threading.main_thread().name, threads
