@@ -71,6 +71,11 @@ REAL_NODES = 2
 """Real nodes of a module's cluster: a two-rank gang's; a module that needs a spare node sets its
 own `REAL_NODES` (tests/e2e/test_real_nodes_health.py: a node dies under the gang)."""
 
+KUEUE = False
+"""Whether a module's cluster runs Kueue's manager (hack/cluster/kueue, started before the chart)
+and the chart's operator reads Kueue's Workloads; a module sets its own `KUEUE`
+(tests/e2e/test_real_nodes.py: a real Kueue preemption)."""
+
 
 @pytest.fixture(scope="module")
 def real_cluster(request, tmp_path_factory) -> Iterator[RealCluster]:
@@ -78,6 +83,7 @@ def real_cluster(request, tmp_path_factory) -> Iterator[RealCluster]:
     module's `REAL_NODES` real nodes and no simulated ones, loads the images into the nodes'
     containerd and installs the chart; skipped, with the reason, only where containers cannot run."""
     count = str(getattr(request.module, "REAL_NODES", REAL_NODES))
+    kueue = getattr(request.module, "KUEUE", KUEUE)
     check = subprocess.run([str(CLUSTER / "real-nodes"), "check"], capture_output=True, text=True)
     if check.returncode == 3:
         pytest.skip(check.stderr.strip())
@@ -89,7 +95,11 @@ def real_cluster(request, tmp_path_factory) -> Iterator[RealCluster]:
             [str(CLUSTER / "up"), "--nodes", "0", "--real-nodes", count], env=env, stdout=subprocess.DEVNULL
         )
         assert up.returncode == 0, f"hack/cluster/up --real-nodes {count} failed; its output is above"
-        install = subprocess.run([str(CLUSTER / "install-operator")], env=env, stdout=subprocess.DEVNULL)
+        if kueue:
+            started = subprocess.run([str(CLUSTER / "kueue")], env=env, stdout=subprocess.DEVNULL)
+            assert started.returncode == 0, "hack/cluster/kueue failed; its output is above"
+        helm_args = ["--set", "operator.readKueueWorkloads=true"] if kueue else []
+        install = subprocess.run([str(CLUSTER / "install-operator"), *helm_args], env=env, stdout=subprocess.DEVNULL)
         assert install.returncode == 0, "hack/cluster/install-operator failed; its output is above"
         yield RealCluster(state / "cluster", state / "cluster" / "kubeconfig")
     finally:

@@ -5,8 +5,11 @@ train, checkpoint to a volume both reach, and Succeed with progress scraped from
 Debian's Prometheus scrapes the trainer pods through the chart's PodMonitor, translated to
 Prometheus's own configuration. The fault test deletes a pod mid-run (a preemption: every rank
 saves one step and the same Job resumes from it) and then kills a trainer process (a failure: the
-operator restarts the whole gang, which resumes from the last checkpoint). Every
-claim is read from the containers' own output (`kubectl logs`), not only from the job's status."""
+operator restarts the whole gang, which resumes from the last checkpoint). The cluster runs Kueue's
+manager: a higher-priority job preempts a running gang through Kueue, whose ranks save one step and
+whose same Job resumes from it. Every restart loads its compiled step from the compilation cache
+beside the checkpoints. Every claim is read from the containers' own output (`kubectl logs`), not
+only from the job's status."""
 
 from __future__ import annotations
 
@@ -147,7 +150,8 @@ def events(log: str) -> list[dict]:
 class Job:
     """One LongContextJob in its own namespace, with a hostPath volume for its checkpoints."""
 
-    def __init__(self, cluster, spec_changes: dict):
+    def __init__(self, cluster, spec_changes: dict, namespaced: tuple[dict, ...] = ()):
+        """`namespaced`: more objects for the job's namespace, applied before the job."""
         self.cluster = cluster
         self.namespace = f"real-{uuid.uuid4().hex[:6]}"
         self.checkpoints = cluster.state / "volumes" / self.namespace
@@ -183,7 +187,7 @@ class Job:
                 "resources": {"requests": {"storage": "1Gi"}},
             },
         }
-        self.apply(volume, claim)
+        self.apply(volume, claim, *namespaced)
         self.applied_at = time.monotonic()
         self.apply(manifest)
 
@@ -311,6 +315,12 @@ def test_quickstart_trains_on_real_pods_and_succeeds(real_cluster, prometheus):
         job.delete()
 
 
+def from_cache(rank0: list[dict]) -> bool:
+    """Whether rank 0 loaded its training step from the compilation cache (trainer/compile_cache.py)."""
+    (compiled,) = [e for e in rank0 if e["event"] == "compiled"]
+    return compiled["from_cache"]
+
+
 def resumed_at(rank0: list[dict]) -> int:
     """Rank 0 restored a checkpoint and went on from the step after it; the checkpoint's step."""
     resume = next((e for e in rank0 if e["event"] == "resume"), None)
@@ -378,7 +388,7 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         )
         assert resumed["status"]["workloadGeneration"] == 1 and resumed["status"]["restarts"] == 0
         (rank0, rank1) = live(1)
-        assert resumed_at(job.logs(rank0)) == k
+        assert resumed_at(job.logs(rank0)) == k and from_cache(job.logs(rank0))
 
         # PID 1, the launcher, forwards SIGINT to the trainer, which ends at once: a failure.
         real_cluster.kubectl(
@@ -390,5 +400,167 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         assert final["status"]["lastRestart"]["reason"] == "RankFailed"
         last_rank0, _ = check_joined(job, 2)
         assert resumed_at(last_rank0) >= k and last_rank0[-1] == {"event": "done", "step": job.steps}
+        assert from_cache(first[0]) is False and from_cache(last_rank0)
     finally:
         job.delete()
+
+
+KUEUE = True  # this module's cluster runs Kueue's manager (tests/e2e/conftest.py)
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+CLUSTER_QUEUE = "real-nodes"
+LOW, HIGH = "real-nodes-low", "real-nodes-high"
+
+
+@pytest.fixture(scope="module")
+def kueue_queue(real_cluster) -> dict:
+    """A ClusterQueue with quota for exactly one quickstart gang (its pods' CPU and memory) that
+    preempts lower priorities within itself, two WorkloadPriorityClasses, and the LocalQueue `q`
+    that each job's namespace gets (returned)."""
+    resources = QUICKSTART["spec"]["resources"]
+    nodes = resources["nodes"]
+    quota = {"cpu": str(nodes * int(resources["cpu"])), "memory": f"{nodes * int(resources['memory'][:-2])}Gi"}
+    docs = [
+        {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": {"name": LOW}, "value": 10},
+        {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": {"name": HIGH}, "value": 1000},
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": CLUSTER_QUEUE}},
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": sorted(quota),
+                        "flavors": [
+                            {
+                                "name": CLUSTER_QUEUE,
+                                "resources": [{"name": r, "nominalQuota": q} for r, q in sorted(quota.items())],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    ]
+    real_cluster.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+    spec = {"clusterQueue": CLUSTER_QUEUE}
+    return {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": "q"}, "spec": spec}
+
+
+class Follow:
+    """What a job's pods print and how their trainers end, kept while the pods are deleted (Kueue's
+    suspension deletes them, and their logs with them): `kubectl logs -f` of each pod's trainer and
+    `kubectl get pods -w` of their exit codes, from when they run."""
+
+    def __init__(self, job: Job, generation: int, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True)
+        kubectl = ["kubectl", "--kubeconfig", str(job.cluster.kubeconfig), "-n", job.namespace]
+        env = os.environ | {"PATH": f"{job.cluster.path}:{os.environ['PATH']}"}
+        self.pods = {pod_rank(p): p["metadata"]["name"] for p in job.pods(generation)}
+        self.processes = [
+            subprocess.Popen(
+                [*kubectl, "logs", "-f", name, "-c", "trainer"],
+                stdout=(folder / f"{name}.log").open("w"),
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            for name in self.pods.values()
+        ]
+        exit_codes = '{.metadata.name} {.status.containerStatuses[0].state.terminated.exitCode}{"\\n"}'
+        self.processes.append(
+            subprocess.Popen(
+                [*kubectl, "get", "pods", "-w", "-l", f"longctx.io/job-name={NAME}", "-o", f"jsonpath={exit_codes}"],
+                stdout=(folder / "exit-codes").open("w"),
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        )
+
+    def logs(self, rank: int) -> list[dict]:
+        return events((self.folder / f"{self.pods[rank]}.log").read_text())
+
+    def exit_codes(self) -> dict[str, int]:
+        """Each followed pod's trainer exit code, once it has ended."""
+        ended = [line.split() for line in (self.folder / "exit-codes").read_text().splitlines()]
+        return {words[0]: int(words[1]) for words in ended if len(words) == 2 and words[0] in self.pods.values()}
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
+def test_a_real_kueue_preemption_saves_one_step_and_the_same_job_resumes(real_cluster, kueue_queue, tmp_path):
+    """A higher-priority job of the same size needs the only gang's quota: Kueue evicts the
+    running gang (suspends its Job, whose pods are deleted gracefully); both ranks save the same
+    step k, with no interval checkpoint before it, and exit 85; the high job runs and Succeeds;
+    Kueue admits the low job's same Job (generation 1) again, whose new pods resume at k + 1, and
+    it Succeeds. No generation and no restart are counted; the status and an Event carry Kueue's
+    reason (Preempted), and the Workload counts the eviction (Kueue's requeue backoff,
+    `requeueState`, is for its waitForPodsReady evictions: tests/integration/test_kueue.py)."""
+
+    def spec(priority: str, steps: int) -> dict:
+        return {
+            "steps": steps,
+            "sequenceLength": 512,
+            "globalBatchTokens": 1024,
+            "checkpoint": {
+                "path": "/checkpoints",
+                "persistentVolumeClaim": "checkpoints",
+                "intervalSteps": 1000,  # only the preemption and the last step save
+                "preemptionGraceSeconds": 60,
+            },
+            "scheduling": {"admission": "kueue", "queueName": "q", "workloadPriorityClassName": priority},
+        }
+
+    def progress(job: dict) -> dict:
+        return (job.get("status") or {}).get("progress") or {}
+
+    low = Job(real_cluster, spec(LOW, 60), (kueue_queue,))
+    high = follow = None
+    try:
+        low.wait(lambda j: progress(j).get("step", 0) >= 3, "step 3")
+        follow = Follow(low, 1, tmp_path / "low-g1")
+        high = Job(real_cluster, spec(HIGH, 4), (kueue_queue,))
+
+        def evicted(job: dict) -> bool:  # the status quotes Kueue's reason once the Workload says it
+            status = job.get("status") or {}
+            return status.get("reason") == "EvictedByKueue" and "Preempted" in status.get("message", "")
+
+        low.wait(evicted, "Kueue's eviction, Preempted")
+        finished_high = high.wait(lambda j: phase(j) in ("Succeeded", "Failed"), "the high-priority job to finish")
+        assert phase(finished_high) == "Succeeded", high.describe(finished_high)
+
+        # Both ranks of the low job ended on the preemption, exit 85, having saved step k alone.
+        exits = follow.exit_codes()
+        assert sorted(exits.values()) == [85, 85], (exits, low.describe(low.get()))
+        (k,) = [e["step"] for e in follow.logs(0) if e["event"] == "preempted"]
+        assert k >= 3, follow.logs(0)[-3:]
+        assert sorted(int(p.name) for p in low.checkpoints.iterdir() if p.name.isdigit()) == [k]
+
+        # Kueue admitted the same Job again: its new pods resumed at k + 1, and the job finished.
+        final = low.wait(lambda j: phase(j) in ("Succeeded", "Failed"), "the preempted job to finish")
+        assert phase(final) == "Succeeded", low.describe(final)
+        status = final["status"]
+        assert status["workloadGeneration"] == 1 and status["restarts"] == 0, status
+        assert status["lastRestart"]["reason"] == "EvictedByKueue" and status["progress"]["resumedFromStep"] == k
+        jobs = json.loads(real_cluster.kubectl("get", "jobs", "-n", low.namespace, "-o", "json"))["items"]
+        assert [j["metadata"]["name"] for j in jobs] == [f"{NAME}-g1"]
+        rank0, _ = check_joined(low, 1)
+        assert resumed_at(rank0) == k and rank0[-1] == {"event": "done", "step": low.steps}
+        # The first pods compiled the step into the cache beside the checkpoints; the new ones loaded it.
+        assert [from_cache(follow.logs(0)), from_cache(rank0)] == [False, True]
+        assert len(low.warnings("EvictedByKueue")) == 1, low.warnings("EvictedByKueue")
+        listed = real_cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", low.namespace, "-o", "json")
+        (workload,) = json.loads(listed)["items"]
+        evictions = workload["status"]["schedulingStats"]["evictions"]
+        assert [(e["reason"], e["count"]) for e in evictions] == [("Preempted", 1)], evictions
+    finally:
+        if follow is not None:
+            follow.stop()
+        for job in (low, high):
+            if job is not None:
+                job.delete()
