@@ -351,12 +351,16 @@ def _evaluate_kind(req: PlanRequest, layout: Layout) -> Candidate:
         attention=req.attention,
         ulysses=req.ulysses or 1,
     )
+    shard = req.sequence_length // layout.context
+    if req.adaptive and shard % 32:  # contract.adaptive.variants
+        reason = f"adaptive context parallelism needs sequenceLength / context divisible by 32, got {shard}"
+        rejections.append(Rejection("spec.parallelism.context", reason, auto_field="spec.sequenceLength"))
     if rejections:
         return Candidate(layout, req.attention, rejections=tuple(rejections))
     if req.offload is True or req.chunk_tokens is not None:
         return _with_offload(req, layout)
     without = _attempt(req, layout, None)
-    if without.fits or req.offload is False:
+    if without.fits or req.offload is False or req.adaptive:  # the trainer runs adaptive layouts without offload
         return without
     offloaded = _with_offload(req, layout)
     if offloaded.fits:
