@@ -1,15 +1,18 @@
 """operator/planner/timing.py with an adaptive variant, adaptive.py's expected step and plan.py
 with parallelism.adaptive: the step time of adaptive context parallelism from the variants a
 corpus's batches take, the layouts it can run on (no offload, shards a multiple of 32), and the
-layout choice that follows."""
+layout choice and `longctx plan` output that follow."""
 
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
 from statistics import NormalDist
 
 import pytest
+import yaml
 
+from longctx_operator.cli import main
 from longctx_operator.planner import PlanError, plan
 from longctx_operator.planner.adaptive import expected_step
 from longctx_operator.planner.layouts import Layout
@@ -133,6 +136,43 @@ def test_adaptive_layouts_never_offload_and_need_shards_of_32():
     with pytest.raises(PlanError) as e:
         plan(request(8 * 4112, 1, data=1, context=8, tensor=1))
     assert e.value.field == "spec.parallelism.context" and "divisible by 32, got 4112" in e.value.message
+
+
+def manifest(tmp_path, lengths) -> str:
+    packing = {"documentMask": True} | ({"documentLengths": list(lengths)} if lengths else {})
+    job = {
+        "apiVersion": "longctx.io/v1alpha1",
+        "kind": "LongContextJob",
+        "metadata": {"name": "adaptive"},
+        "spec": {
+            "model": {"preset": "llama3-8b"},
+            "sequenceLength": 262144,
+            "parallelism": {"mode": "manual", "data": 1, "context": 16, "tensor": 1, "adaptive": True},
+            "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
+            "network": {"fabric": "tcp"},
+            "data": {"kind": "tokens", "path": "/data/corpus.bin", "packing": packing},
+        },
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return str(path)
+
+
+def test_longctx_plan_says_which_step_model_timed_it(tmp_path, capsys):
+    assert main(["plan", manifest(tmp_path, SHORT)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "Step model: adaptive context parallelism, the mean of 64 steps drawn from data.packing.documentLengths" in out
+    )
+    assert "(ring part per device: 0 tokens in 64); the fixed ring on this layout: " in out
+    assert main(["plan", manifest(tmp_path, SHORT), "--output", "json"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["stepModel"]["kind"] == "adaptive" and js["stepModel"]["variants"][0]["ringTokens"] == 0
+    assert js["stepModel"]["fixedRingStepSeconds"] > 2 * js["stepSeconds"]
+    assert main(["plan", manifest(tmp_path, ())]) == 0
+    assert "Step model: the fixed ring (no data.packing.documentLengths)" in capsys.readouterr().out
+    assert main(["plan", manifest(tmp_path, ()), "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stepModel"] == {"kind": "fixed"}
 
 
 DOC_ROWS = [
