@@ -402,9 +402,10 @@ class PackingSpec(ApiModel):
         None, min_length=1, max_length=LENGTH_SAMPLES
     )
     """A sample of the corpus's document lengths in tokens: `longctx tokenize` prints one (the
-    quantiles of the lengths it wrote, also `document_lengths` in <path>.json). `longctx plan` models
-    with it the bytes adaptive context parallelism (parallelism.adaptive) sends over the context
-    axis against the fixed ring's (docs/planner.md)."""
+    quantiles of the lengths it wrote, also `document_lengths` in <path>.json). With it the planner
+    times adaptive context parallelism's steps (parallelism.adaptive: the layout it picks, the step
+    and tokens/s), and `longctx plan` shows the bytes it sends over the context axis against the
+    fixed ring's (docs/planner.md)."""
 
 
 class DataSpec(ApiModel):

@@ -1,4 +1,5 @@
-"""Adaptive context parallelism's saving, modelled for a distribution of document lengths.
+"""Adaptive context parallelism's saving and step time, modelled for a distribution of document
+lengths.
 
 With `parallelism.adaptive` the data path picks, per batch, the smallest ring part that fits every
 row's documents (`longctx_trainer.contract.adaptive`, the same code the trainer runs), so the bytes a
@@ -6,27 +7,34 @@ device sends over the context axis depend on the corpus. Given a sample of its d
 (`data.packing.documentLengths`, which `longctx tokenize` prints), this module draws packed
 sequences as the trainer's token source cuts them (documents back to back in random order, each
 sequence a window at a random offset, so a window starts inside a document with probability
-proportional to its length), picks each step's variant and sums `ring_bytes` over the layers and a
-device's sequences, against the fixed ring's. It runs in `longctx plan`, not in the operator's
-planning (the draw is bounded, but it is not needed to choose a layout); the step time is not
-changed by it (docs/planner.md).
+proportional to its length) and picks each step's variant (`variant_mix`). From that mix it sums
+`ring_bytes` over the layers and a device's sequences, against the fixed ring's (`longctx plan`
+prints it), and averages the step time over the variants (`expected_step`, which the planner
+uses to choose the layout when `parallelism.adaptive` is on; docs/planner.md). The draw is bounded
+(DOCUMENT_BUDGET) and cached per (sequence, context, rows, sample): the layouts a plan compares
+share it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
-from longctx_trainer.contract.adaptive import fitting_variant, ring_bytes
+from longctx_trainer.contract.adaptive import Variant, fitting_variant, ring_bytes
 from longctx_trainer.contract.config import Precision
 from longctx_trainer.contract.model import ModelConfig
 
 from .costs import dtype_bytes
 from .layouts import Layout
-from .plan import Plan
+from .timing import StepInputs, StepTime, step_time
+
+if TYPE_CHECKING:  # plan.py uses this module to time its candidates
+    from .plan import Plan
 
 STEPS = 64
 """Steps drawn (each with a device's sequences)."""
@@ -61,6 +69,37 @@ def _window(sample: list[int], seq: int, rng: random.Random) -> list[int]:
     return lengths
 
 
+VariantMix = tuple[tuple[Variant, int], ...]
+"""The variants the drawn steps took, smallest ring part first, each with how many steps took it."""
+
+
+@functools.lru_cache(maxsize=64)
+def variant_mix(seq: int, context: int, rows: int, sample: tuple[int, ...], seed: int = 0) -> VariantMix | None:
+    """The trainer's variant (`fitting_variant`) for each of up to STEPS drawn steps of `rows`
+    packed sequences per device; None with no positive length, context 1, shards not a multiple
+    of 32, or a draw beyond DOCUMENT_BUDGET."""
+    lengths = [n for n in sample if n > 0]
+    if not lengths or context == 1 or (seq // context) % 32:
+        return None
+    per_step = rows * seq / (sum(lengths) / len(lengths)) * context
+    steps = min(STEPS, int(DOCUMENT_BUDGET // per_step))
+    if steps < 1:
+        return None
+    rng = random.Random(seed)
+    chosen = Counter(
+        fitting_variant([_window(lengths, seq, rng) for _ in range(rows)], seq, context) for _ in range(steps)
+    )
+    return tuple(sorted(chosen.items()))
+
+
+def expected_step(inp: StepInputs, mix: VariantMix) -> StepTime:
+    """The mean step time over the mix: each part of the step with each variant's ring and local
+    slots (timing.py), weighted by the steps that took it."""
+    steps = sum(n for _, n in mix)
+    times = [(step_time(replace(inp, variant=variant)), n) for variant, n in mix]
+    return StepTime(**{f.name: sum(getattr(t, f.name) * n for t, n in times) / steps for f in fields(StepTime)})
+
+
 def adaptive_saving(plan: Plan, seed: int = 0) -> AdaptiveSaving | None:
     """The modelled saving for the plan's layout and the request's length sample; None without a
     sample, or where adaptive context parallelism cannot run (attention other than ring, context 1,
@@ -83,23 +122,16 @@ def saving(
     seed: int = 0,
 ) -> AdaptiveSaving | None:
     """`adaptive_saving` for a ring layout given as its parts: `rows` sequences per device."""
-    sample = [n for n in sample if n > 0]
     context = layout.context
-    if not sample or context == 1 or (seq // context) % 32:
+    mix = variant_mix(seq, context, rows, tuple(sample), seed)
+    if mix is None:
         return None
-    per_step = rows * seq / (sum(sample) / len(sample)) * context
-    steps = min(STEPS, int(DOCUMENT_BUDGET // per_step))
-    if steps < 1:
-        return None
-    rng = random.Random(seed)
 
     def step_bytes(ring: int) -> float:
         one = ring_bytes(ring, context, model.kv_heads // layout.tensor, model.head_dim, dtype_bytes(precision))
         return float(model.layers * rows * one)
 
-    chosen: Counter = Counter()
-    for _ in range(steps):
-        variant = fitting_variant([_window(sample, seq, rng) for _ in range(rows)], seq, context)
-        chosen[variant.ring] += 1
-    adaptive = sum(step_bytes(ring) * n for ring, n in chosen.items()) / steps
-    return AdaptiveSaving(step_bytes(seq // context), adaptive, tuple(sorted(chosen.items())), steps, enabled)
+    steps = sum(n for _, n in mix)
+    adaptive = sum(step_bytes(variant.ring) * n for variant, n in mix) / steps
+    parts = tuple((variant.ring, n) for variant, n in mix)
+    return AdaptiveSaving(step_bytes(seq // context), adaptive, parts, steps, enabled)

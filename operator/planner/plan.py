@@ -20,6 +20,7 @@ from longctx_trainer.contract.flops import FlopsPerToken, flops_per_token
 from longctx_trainer.contract.hardware import FABRICS, GIB, GPUS
 from longctx_trainer.contract.model import ModelConfig
 
+from .adaptive import VariantMix, expected_step, variant_mix
 from .chunking import MIN_CHUNK_TOKENS, chunk_candidates, covering_chunk_tokens
 from .layouts import Layout, Rejection, divisors, enumerate_layouts, structural_rejections
 from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
@@ -67,7 +68,7 @@ class PlanRequest:
     remat_policy: RematPolicy | None = None  # with recompute; None: save_attention where it fits, else full
     memory_margin: float = 0.9  # use at most this fraction of HBM
     host_memory_bytes: float | None = None  # per pod (resources.memory); None: not checked
-    adaptive: bool = False  # parallelism.adaptive (the step time models the fixed ring; adaptive.py the bytes)
+    adaptive: bool = False  # parallelism.adaptive: with document_lengths, ring steps are timed by adaptive.py
     document_lengths: tuple[int, ...] = ()  # data.packing.documentLengths: a sample; () = none given
 
     @property
@@ -101,6 +102,8 @@ class Candidate:
     tokens_per_second: float | None = None
     mfu: float | None = None
     rejections: tuple[Rejection, ...] = ()
+    variant_mix: VariantMix = ()  # adaptive context parallelism: `step` is the mean over these drawn steps
+    fixed_step: StepTime | None = None  # then the fixed ring's step, for comparison
 
     @property
     def fits(self) -> bool:
@@ -250,25 +253,27 @@ def _attempt_policy(req: PlanRequest, layout: Layout, chunk: int | None, *, save
     if offload and (rejection := _host_memory_rejection(req, memory)) is not None:
         return _rejected(layout, req, offload, chunk, memory, rejection)
     gpu = GPUS[req.gpu]
-    step = step_time(
-        StepInputs(
-            model=req.model,
-            gpu=gpu,
-            fabric=FABRICS[req.fabric],
-            layout=layout,
-            gpus_per_node=req.gpus_per_node,
-            sequence_length=req.sequence_length,
-            global_batch_tokens=req.global_batch_tokens,
-            precision=req.precision,
-            recompute=req.recompute,
-            attention=req.attention,
-            load_balance=req.load_balance,
-            chunk_tokens=chunk,
-            host_saved_bytes=memory.host_offloaded,
-            ulysses=req.ulysses or 1,
-            save_attention=save_attention,
-        )
+    inputs = StepInputs(
+        model=req.model,
+        gpu=gpu,
+        fabric=FABRICS[req.fabric],
+        layout=layout,
+        gpus_per_node=req.gpus_per_node,
+        sequence_length=req.sequence_length,
+        global_batch_tokens=req.global_batch_tokens,
+        precision=req.precision,
+        recompute=req.recompute,
+        attention=req.attention,
+        load_balance=req.load_balance,
+        chunk_tokens=chunk,
+        host_saved_bytes=memory.host_offloaded,
+        ulysses=req.ulysses or 1,
+        save_attention=save_attention,
     )
+    step = fixed = step_time(inputs)
+    mix = _adaptive_mix(req, layout, offload)
+    if mix:
+        step = expected_step(inputs, mix)
     flops = flops_per_token(req.model, req.sequence_length)
     mfu = flops.causal * req.global_batch_tokens / (step.total * layout.devices * gpu.bf16_flops)
     return Candidate(
@@ -281,7 +286,19 @@ def _attempt_policy(req: PlanRequest, layout: Layout, chunk: int | None, *, save
         tokens_per_second=req.global_batch_tokens / step.total,
         mfu=mfu,
         remat_policy="save_attention" if save_attention else "full",
+        variant_mix=mix,
+        fixed_step=fixed if mix else None,
     )
+
+
+def _adaptive_mix(req: PlanRequest, layout: Layout, offload: bool) -> VariantMix:
+    """The variants adaptive context parallelism would take on this layout (adaptive.py), or ()
+    where the step is the fixed ring's: adaptive off, no document lengths, attention other than
+    ring, offload, or a layout the variants do not fit (context 1, shards not a multiple of 32)."""
+    if not (req.adaptive and req.document_lengths and req.attention == "ring") or offload:
+        return ()
+    rows = max(1, req.batch_sequences // layout.data)
+    return variant_mix(req.sequence_length, layout.context, rows, req.document_lengths) or ()
 
 
 def _with_offload(req: PlanRequest, layout: Layout) -> Candidate:
@@ -351,12 +368,16 @@ def _evaluate_kind(req: PlanRequest, layout: Layout) -> Candidate:
         attention=req.attention,
         ulysses=req.ulysses or 1,
     )
+    shard = req.sequence_length // layout.context
+    if req.adaptive and shard % 32:  # contract.adaptive.variants
+        reason = f"adaptive context parallelism needs sequenceLength / context divisible by 32, got {shard}"
+        rejections.append(Rejection("spec.parallelism.context", reason, auto_field="spec.sequenceLength"))
     if rejections:
         return Candidate(layout, req.attention, rejections=tuple(rejections))
     if req.offload is True or req.chunk_tokens is not None:
         return _with_offload(req, layout)
     without = _attempt(req, layout, None)
-    if without.fits or req.offload is False:
+    if without.fits or req.offload is False or req.adaptive:  # the trainer runs adaptive layouts without offload
         return without
     offloaded = _with_offload(req, layout)
     if offloaded.fits:

@@ -97,6 +97,25 @@ def _attention_kinds(plan: Plan) -> list[str]:
     return lines
 
 
+def _step_model(plan: Plan) -> list[str]:
+    """With parallelism.adaptive: which step model timed the plan, and the fixed ring's step beside
+    an adaptive one (docs/planner.md)."""
+    req, c = plan.request, plan.chosen
+    if c.fixed_step is not None:
+        steps = sum(n for _, n in c.variant_mix)
+        parts = ", ".join(f"{v.ring:,} tokens in {n}" for v, n in c.variant_mix)
+        fixed = c.fixed_step.total
+        return [
+            f"Step model: adaptive context parallelism, the mean of {steps} steps drawn from "
+            f"data.packing.documentLengths (ring part per device: {parts}); the fixed ring on this layout: "
+            f"{fixed:.3f} s, {req.global_batch_tokens / fixed:,.0f} tokens/s"
+        ]
+    if not req.adaptive:
+        return []
+    why = "no data.packing.documentLengths" if not req.document_lengths else f"no adaptive draw on {c.layout}"
+    return [f"Step model: the fixed ring ({why})"]
+
+
 def _host_per_pod(plan: Plan) -> str:
     req = plan.request
     if not plan.chosen.offload:
@@ -161,6 +180,7 @@ def format_table(plan: Plan) -> str:
         f"Estimated: {c.tokens_per_second:,.0f} tokens/s, MFU {100 * c.mfu:.1f}% (causal), "
         f"{100 * plan.mfu_full_attention:.1f}% (12*L*H*Q*T)",
     ]
+    lines += _step_model(plan)
     lines += _attention_kinds(plan)
     faster = faster_layouts(plan)
     if faster:
@@ -233,10 +253,23 @@ def to_json(plan: Plan) -> dict:
         },
         "stepSeconds": plan.step_seconds,
         "step": {_camel(name): getattr(c.step, name) for name, _ in _STEP_PARTS},
+        "stepModel": _step_model_json(c),
         "tokensPerSecond": c.tokens_per_second,
         "mfu": c.mfu,
         "mfuFullAttention": plan.mfu_full_attention,
         "candidates": [_candidate_json(c) for c in plan.candidates],
+    }
+
+
+def _step_model_json(c: Candidate) -> dict:
+    """The step model: `fixed` (the layout as planned), or `adaptive` with its drawn variants and
+    the fixed ring's step."""
+    if c.fixed_step is None:
+        return {"kind": "fixed"}
+    return {
+        "kind": "adaptive",
+        "variants": [{"ringTokens": v.ring, "localTokens": v.local, "steps": n} for v, n in c.variant_mix],
+        "fixedRingStepSeconds": c.fixed_step.total,
     }
 
 

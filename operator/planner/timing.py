@@ -4,13 +4,16 @@ A deliberately simple roofline-style model (see docs/planner.md): compute at the
 matmul rate; ring K/V passes overlap the block computation and only their excess is exposed; TP
 all-reduces are exposed; ZeRO-3 gathers and gradient reduce-scatters are prefetched behind
 compute; all-gather attention's collectives and Ulysses' all-to-alls are exposed; offload copies of
-saved activations run behind compute.
+saved activations run behind compute. An adaptive context-parallel step (`StepInputs.variant`)
+rings only its ring part and runs the layers over its padded slots; adaptive.py averages it over
+the variants a corpus's batches take.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx_trainer.contract.adaptive import Variant
 from longctx_trainer.contract.config import Attention, LoadBalance, Precision, ulysses_degree, ulysses_kv_repeat
 from longctx_trainer.contract.flops import flops_per_token
 from longctx_trainer.contract.hardware import Fabric, Gpu
@@ -62,6 +65,18 @@ class StepInputs:
     host_saved_bytes: int  # saved activations copied to the host and back each step
     ulysses: int = 1  # the Ulysses group size of attention hybrid
     save_attention: bool = False  # remat policy save_attention: attention's forward runs once
+    variant: Variant | None = None  # adaptive context parallelism: this step's ring and local slots per device
+
+    @property
+    def ring_tokens(self) -> int:
+        """Tokens per device and sequence that go around the ring: the shard, or the variant's ring part."""
+        return self.shard_tokens if self.variant is None else self.variant.ring
+
+    @property
+    def device_tokens(self) -> int:
+        """Positions per device and sequence the layers run over: the shard, or the variant's ring
+        and local slots (its padding included)."""
+        return self.shard_tokens if self.variant is None else self.variant.ring + self.variant.local
 
     @property
     def ulysses_degree(self) -> int:
@@ -137,7 +152,9 @@ def compute_seconds(inp: StepInputs) -> float:
     """Hardware FLOPs at the sustained rate. Recompute runs every layer's forward again: 2 more
     FLOPs per layer weight and a third more causal attention (forward is 1/3 of forward+backward),
     unless remat policy save_attention keeps attention's output.
-    With fp8 the layer matmuls run at the FP8 rate; the LM head and attention stay bf16."""
+    With fp8 the layer matmuls run at the FP8 rate; the LM head and attention stay bf16.
+    An adaptive variant runs the layers and the head over its padding slots too; its attention
+    is the same per-document work reordered, counted as for the fixed layout."""
     f = flops_per_token(inp.model, inp.sequence_length)
     layers = inp.model.non_embedding_param_count() * (8 if inp.recompute else 6)
     head = f.dense - 6 * inp.model.non_embedding_param_count()
@@ -145,7 +162,8 @@ def compute_seconds(inp: StepInputs) -> float:
     attention *= inp.imbalance
     layer_rate = inp.gpu.achievable_fp8_flops if inp.precision == "fp8" else inp.gpu.achievable_flops
     tokens = inp.global_batch_tokens / inp.layout.devices
-    return tokens * (layers / layer_rate + (head + attention) / inp.gpu.achievable_flops)
+    pad = inp.device_tokens / inp.shard_tokens  # 1 but for an adaptive variant's padding slots
+    return tokens * (pad * layers / layer_rate + (pad * head + attention) / inp.gpu.achievable_flops)
 
 
 def attention_forward_seconds_per_layer(inp: StepInputs) -> float:
@@ -162,17 +180,20 @@ def ring_exposed_seconds(inp: StepInputs) -> float:
     Forward (and the recomputed forward) moves K and V; backward moves K, V and the fp32 dK/dV
     accumulators and computes twice the forward FLOPs. In hybrid a device's block is its group's
     tokens for 1/U of the K/V heads (times the GQA repeat): the bytes of one shard's K/V x repeat.
+    An adaptive variant's ring holds `ring_tokens` per device: its blocks send that many tokens'
+    K/V and hide them behind a ring_tokens x ring_tokens block (the local part's attention is not
+    counted as hiding them: it runs after the ring, ops/adaptive.py).
     """
     if inp.attention == "token_ring":
         return token_ring_exposed_seconds(inp)
     lay, members = inp.layout, inp.ring_members
-    if members == 1:
+    if members == 1 or inp.ring_tokens == 0:
         return 0.0
     bandwidth = ring_bandwidth(inp)
-    kv_block = 2 * kv_dim(inp.model) * inp.kv_repeat // lay.tensor * inp.shard_tokens * inp.local_sequences
+    kv_block = 2 * kv_dim(inp.model) * inp.kv_repeat // lay.tensor * inp.ring_tokens * inp.local_sequences
     forward_comm = kv_block * dtype_bytes(inp.precision) / bandwidth
     backward_comm = kv_block * (dtype_bytes(inp.precision) + FP32) / bandwidth
-    forward_block = attention_forward_seconds_per_layer(inp) / members
+    forward_block = attention_forward_seconds_per_layer(inp) / members * (inp.ring_tokens / inp.shard_tokens) ** 2
     forward_exposed = inp.attention_forward_passes * max(0.0, forward_comm - forward_block)
     exposed = forward_exposed + max(0.0, backward_comm - 2 * forward_block)
     return inp.model.layers * (members - 1) * exposed
@@ -203,7 +224,7 @@ def tensor_parallel_seconds(inp: StepInputs) -> float:
     t = inp.layout.tensor
     if t == 1:
         return 0.0
-    size = inp.local_sequences * inp.shard_tokens * inp.model.hidden * dtype_bytes(inp.precision)
+    size = inp.local_sequences * inp.device_tokens * inp.model.hidden * dtype_bytes(inp.precision)
     one = 2 * (t - 1) / t * size / inp.gpu.achievable_nvlink
     return inp.model.layers * 2 * (inp.forward_passes + 1) * one
 
