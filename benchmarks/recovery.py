@@ -1,11 +1,16 @@
-"""Time to recover from a killed rank, on the local cluster with real nodes: the quickstart gang
-(two trainer pods on two real nodes, checkpoints on a volume both reach) trains past a checkpoint,
-rank 1's trainer is killed (SIGINT through the pod's launcher: no save, a failure), the operator
-restarts the whole gang, and the table is the time from the kill to generation 2's first training
-step, broken down by tests/support/recovery.py (detect, delete, schedule, start, rendezvous,
-restore, compile).
+"""Time to recover, on the local cluster with real nodes: the quickstart gang (two trainer pods on
+two real nodes, checkpoints on a volume both reach) trains, then one of two faults, each in a job
+of its own, and the table is the time from the fault to the first training step after it, broken
+down by tests/support/recovery.py:
 
-    python benchmarks/recovery.py [--steps 60]
+- kill: past a checkpoint, rank 1's trainer is killed (SIGINT through the pod's launcher: no save,
+  a failure) and the operator restarts the whole gang: detect, delete, schedule, start,
+  rendezvous, restore, compile, to generation 2's first step;
+- preempt: rank 1's pod is deleted (graceful: SIGTERM, as a drain or a preemption), every rank
+  saves the step they agree on and the same Job replaces the pods: save, stop, schedule, start,
+  rendezvous, restore, compile, to the replaced pods' first step.
+
+    python benchmarks/recovery.py [--faults kill,preempt] [--steps 60] [--trace]
 
 Starts its own cluster (hack/cluster/up --real-nodes 2, hack/cluster/install-operator: the images
 built here, a cache hit after the first build) and tears it down. Run it only under the e2e lock
@@ -31,7 +36,7 @@ from e2e.conftest import CLUSTER, RealCluster  # noqa: E402
 from e2e.test_real_nodes import NAME, Job, phase  # noqa: E402
 
 from support.cluster import Kubectl  # noqa: E402
-from support.recovery import breakdown, table  # noqa: E402
+from support.recovery import breakdown, preemption_breakdown, table  # noqa: E402
 
 CHECKPOINT_INTERVAL = 5
 WATCHED = (
@@ -92,21 +97,34 @@ def progress(job: dict) -> dict:
     return (job.get("status") or {}).get("progress") or {}
 
 
-def measure(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
-    job = Job(
+def job_of(cluster: RealCluster, steps: int, checkpoint: dict) -> Job:
+    return Job(
         cluster,
         {
             "steps": steps,
             "sequenceLength": 512,
             "globalBatchTokens": 1024,
-            "checkpoint": {
-                "path": "/checkpoints",
-                "persistentVolumeClaim": "checkpoints",
-                "intervalSteps": CHECKPOINT_INTERVAL,
-            },
+            "checkpoint": {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints", **checkpoint},
             "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
         },
     )
+
+
+def logs_of(cluster: RealCluster, job: Job, pods: list[dict]) -> list[str]:
+    return [
+        cluster.kubectl("logs", "--timestamps", "-n", job.namespace, p["metadata"]["name"], "-c", "trainer")
+        for p in pods
+    ]
+
+
+def finish(job: Job) -> None:
+    final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
+    if phase(final) != "Succeeded":
+        raise SystemExit(f"the job did not succeed:\n{job.describe(final)}")
+
+
+def measure_kill(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
+    job = job_of(cluster, steps, {"intervalSteps": CHECKPOINT_INTERVAL})
     try:
         job.wait(lambda current: progress(current).get("lastCheckpointStep"), "generation 1 to pass a checkpoint")
         victim = job.pods(1)[1]["metadata"]["name"]
@@ -124,26 +142,59 @@ def measure(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, flo
         )
         trace.append(f"kill at +{(failed - watching.began).total_seconds():.1f} s")
         trace.extend(watching.stop())
-        final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
-        if phase(final) != "Succeeded":
-            raise SystemExit(f"the job did not succeed:\n{job.describe(final)}")
+        finish(job)
+        final = job.get()
         pods = job.pods(2)
         workload = json.loads(cluster.kubectl("get", "job", f"{NAME}-g2", "-n", job.namespace, "-o", "json"))
-        logs = [
-            cluster.kubectl("logs", "--timestamps", "-n", job.namespace, p["metadata"]["name"], "-c", "trainer")
-            for p in pods
-        ]
-        return breakdown(failed, final["status"], workload, pods, logs)
+        return breakdown(failed, final["status"], workload, pods, logs_of(cluster, job, pods))
     finally:
         job.delete()
 
 
+def measure_preemption(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
+    job = job_of(cluster, steps, {"intervalSteps": 1000, "preemptionGraceSeconds": 60})  # only the preemption saves
+    try:
+        job.wait(lambda current: progress(current).get("step", 0) >= 3, "step 3")
+        old = {p["metadata"]["uid"] for p in job.pods(1)}
+        rank0_old = job.pods(1)[0]
+        watching = Trace(cluster, job.namespace)
+        time.sleep(1)  # the watches' initial listings arrive before the delete
+        preempted = datetime.now(UTC)
+        cluster.kubectl("delete", "pod", "-n", job.namespace, job.pods(1)[1]["metadata"]["name"], "--wait=false")
+        job.wait(
+            lambda current: (
+                progress(current).get("resumedFromStep") is not None
+                and progress(current).get("step", 0) > progress(current)["resumedFromStep"]
+            ),
+            "the replaced pods' first step",
+        )
+        trace.append(f"delete at +{(preempted - watching.began).total_seconds():.1f} s")
+        trace.extend(watching.stop())
+        finish(job)
+        pods = [p for p in job.pods(1) if p["metadata"]["uid"] not in old]
+        (ended,) = [p for p in job.pods(1) if p["metadata"]["uid"] == rank0_old["metadata"]["uid"]]
+        (old_log,) = logs_of(cluster, job, [ended])
+        return preemption_breakdown(preempted, ended, old_log, pods, logs_of(cluster, job, pods))
+    finally:
+        job.delete()
+
+
+FAULTS = {
+    "kill": ("kill of rank 1's trainer -> generation 2's first step", measure_kill),
+    "preempt": ("graceful delete of rank 1's pod -> the replaced pods' first step", measure_preemption),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=60, help="steps of the job (it must outlast the restart)")
+    parser.add_argument("--faults", default="kill,preempt", help=f"comma list of {', '.join(FAULTS)}")
+    parser.add_argument("--steps", type=int, default=60, help="steps of each job (it must outlast the restart)")
     parser.add_argument("--trace", action="store_true", help="also print the pods' and Jobs' watch events")
     args = parser.parse_args()
-    trace: list[str] = []
+    faults = args.faults.split(",")
+    if unknown := sorted(set(faults) - set(FAULTS)):
+        parser.error(f"unknown fault {', '.join(unknown)}: choose from {', '.join(FAULTS)}")
+    results: list[tuple[str, dict[str, float], list[str], float]] = []
     with tempfile.TemporaryDirectory(prefix="longctx-bench-recovery-") as scratch:
         state = Path(scratch) / "cluster"
         env = os.environ | {"LONGCTX_CLUSTER_DIR": str(state)}
@@ -151,16 +202,21 @@ def main() -> None:
             up = [str(CLUSTER / "up"), "--nodes", "0", "--real-nodes", "2"]
             subprocess.run(up, env=env, check=True, stdout=subprocess.DEVNULL)
             subprocess.run([str(CLUSTER / "install-operator")], env=env, check=True, stdout=subprocess.DEVNULL)
-            started = time.monotonic()
-            seconds = measure(RealCluster(state, state / "kubeconfig"), args.steps, trace)
+            cluster = RealCluster(state, state / "kubeconfig")
+            for fault in faults:
+                trace: list[str] = []
+                started = time.monotonic()
+                seconds = FAULTS[fault][1](cluster, args.steps, trace)
+                results.append((fault, seconds, trace, time.monotonic() - started))
         finally:
             subprocess.run([str(CLUSTER / "down")], env=env, check=False)
-    print(f"kill of rank 1's trainer -> generation 2's first step (job of {args.steps} steps):")
-    print(table(seconds))
-    print(f"(the job ran {time.monotonic() - started:.0f} s in all)")
-    if args.trace:
-        print("\nthe job's pods and Jobs from the kill to generation 2's first step (watch events):")
-        print("\n".join(trace))
+    for fault, seconds, trace, ran in results:
+        print(f"{FAULTS[fault][0]} (job of {args.steps} steps):")
+        print(table(seconds))
+        print(f"(the job ran {ran:.0f} s in all)\n")
+        if args.trace:
+            print("the job's pods and Jobs from the fault to the first step after it (watch events):")
+            print("\n".join(trace) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@ of the generation that replaced it, read from what the cluster and the pods reco
 object timestamps, and the trainer's log lines with kubectl's timestamps). The real-node e2e test of
 a dead node prints it (tests/e2e/test_real_nodes_health.py); docs/operator.md records a run.
 
-Stages, each measured from the end of the one before:
-detect (the failure to status.lastRestart.time: the operator's decision), delete (to the next
-generation's Job created: the old gang deleted, the backoff), schedule (to the last pod scheduled),
-start (to the last trainer container started), rendezvous (to the last rank's "joined" line),
-restore (to rank 0's "resume" line: step functions built, checkpoint read) and compile (to rank 0's
-first "step" line: compiling and running the first step).
+Stages, each measured from the end of the one before. A failure (`breakdown`): detect (the
+failure to status.lastRestart.time: the operator's decision), delete (to the next generation's Job
+created: the old gang deleted, the backoff). A preemption in place (`preemption_breakdown`: a pod
+deleted gracefully, the same Job replaces the pods): save (to rank 0's "preempted" line: the ranks
+finished their step, agreed on it and saved it), stop (to rank 0's old trainer container's end).
+Then, for both: schedule (to the last new pod scheduled), start (to the last trainer container
+started), rendezvous (to the last rank's "joined" line), restore (to rank 0's "resume" line: step
+functions built, checkpoint read) and compile (to rank 0's first "step" line: compiling, or
+loading from the compilation cache, and running the first step).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-STAGES = ("detect", "delete", "schedule", "start", "rendezvous", "restore", "compile")
+START_STAGES = ("schedule", "start", "rendezvous", "restore", "compile")
+STAGES = ("detect", "delete", *START_STAGES)
+PREEMPTION_STAGES = ("save", "stop", *START_STAGES)
 
 
 def _time(text: str) -> datetime:
@@ -44,18 +49,15 @@ def _first(events: list[tuple[datetime, dict]], name: str) -> datetime:
     return next(when for when, event in events if event["event"] == name)
 
 
-def breakdown(failed: datetime, status: dict, workload: dict, pods: list[dict], logs: list[str]) -> dict[str, float]:
-    """Seconds of each stage in STAGES. `status`: the LongContextJob's status after the restart;
-    `workload`: the new generation's Job; `pods`: its pods, rank 0 first; `logs`: their trainer
-    containers' `kubectl logs --timestamps`, in the same order."""
+def _start_marks(pods: list[dict], logs: list[str]) -> list[datetime]:
+    """When the new gang reached each of START_STAGES: `pods` rank 0 first, `logs` their trainer
+    containers' `kubectl logs --timestamps` in the same order."""
 
     def last_condition(kind: str) -> datetime:
         return max(_time(c["lastTransitionTime"]) for p in pods for c in p["status"]["conditions"] if c["type"] == kind)
 
     events = [log_events(text) for text in logs]
-    marks = [
-        _time(status["lastRestart"]["time"]),
-        _time(workload["metadata"]["creationTimestamp"]),
+    return [
         last_condition("PodScheduled"),
         max(
             _time(
@@ -69,11 +71,33 @@ def breakdown(failed: datetime, status: dict, workload: dict, pods: list[dict], 
         _first(events[0], "resume"),
         _first(events[0], "step"),
     ]
-    out, before = {}, failed
-    for stage, mark in zip(STAGES, marks, strict=True):
+
+
+def _stages(began: datetime, stages: tuple[str, ...], marks: list[datetime]) -> dict[str, float]:
+    out, before = {}, began
+    for stage, mark in zip(stages, marks, strict=True):
         out[stage] = round((mark - before).total_seconds(), 1)
         before = max(before, mark)
     return out
+
+
+def breakdown(failed: datetime, status: dict, workload: dict, pods: list[dict], logs: list[str]) -> dict[str, float]:
+    """Seconds of each stage in STAGES. `status`: the LongContextJob's status after the restart;
+    `workload`: the new generation's Job; `pods`: its pods, rank 0 first; `logs`: their trainer
+    containers' `kubectl logs --timestamps`, in the same order."""
+    marks = [_time(status["lastRestart"]["time"]), _time(workload["metadata"]["creationTimestamp"])]
+    return _stages(failed, STAGES, marks + _start_marks(pods, logs))
+
+
+def preemption_breakdown(
+    preempted: datetime, old_rank0: dict, old_rank0_log: str, pods: list[dict], logs: list[str]
+) -> dict[str, float]:
+    """Seconds of each stage in PREEMPTION_STAGES. `preempted`: when the pod was deleted;
+    `old_rank0`, `old_rank0_log`: rank 0's pod that saved and ended, and its log; `pods`, `logs`:
+    the pods that replaced the gang, rank 0 first, and theirs."""
+    (ended,) = [c["state"]["terminated"] for c in old_rank0["status"]["containerStatuses"] if c["name"] == "trainer"]
+    marks = [_first(log_events(old_rank0_log), "preempted"), _time(ended["finishedAt"])]
+    return _stages(preempted, PREEMPTION_STAGES, marks + _start_marks(pods, logs))
 
 
 def table(seconds: dict[str, float]) -> str:

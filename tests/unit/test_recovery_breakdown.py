@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from support.recovery import breakdown, log_events, table
+from support.recovery import breakdown, log_events, preemption_breakdown, table
 
 POD = {
     "status": {
@@ -42,3 +42,25 @@ def test_each_stage_runs_from_the_end_of_the_one_before():
 
 def test_log_lines_other_than_the_trainers_events_are_skipped():
     assert [e["event"] for _, e in log_events(RANK0)] == ["joined", "resume", "step"]
+
+
+def test_a_preemption_in_place_saves_then_stops_before_the_new_pods_start():
+    old_rank0 = {
+        "status": {
+            "containerStatuses": [
+                {"name": "trainer", "state": {"terminated": {"exitCode": 85, "finishedAt": "2026-11-26T23:00:40Z"}}}
+            ]
+        }
+    }
+    old_log = '2026-11-26T23:00:30.000000000Z {"event": "preempted", "step": 10}'
+    deleted = datetime(2026, 11, 26, 23, 0, 20, tzinfo=UTC)
+    seconds = preemption_breakdown(deleted, old_rank0, old_log, [POD, POD], [RANK0, RANK1])
+    assert seconds == {
+        "save": 10.0,  # the step finished, agreed on and saved
+        "stop": 10.0,  # rank 0's old trainer ended
+        "schedule": 12.0,
+        "start": 3.0,
+        "rendezvous": 12.0,
+        "restore": 3.2,
+        "compile": 10.0,
+    }
