@@ -31,6 +31,8 @@ class RankRead:
     step_seconds: float | None = None
     probe_seconds: float | None = None
     """Its last compute probe (longctx_trainer.probe), when its trainer runs one."""
+    data_seconds: float | None = None
+    """Its data path's time for a batch, when its trainer exports it."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class RankTrack:
     """Since when it is above the straggler threshold (straggler.py)."""
     probe_seconds: float | None = None
     """Its last compute probe's time."""
+    data_seconds: float | None = None
+    """Its data path's last time for a batch."""
 
 
 def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> dict[int, RankTrack]:
@@ -72,6 +76,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
                 now,
                 now,
                 probe_seconds=read.probe_seconds,
+                data_seconds=read.data_seconds,
             )
             continue
         if read.phase is None:
@@ -86,6 +91,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
             step=read.step,
             step_seconds=read.step_seconds if read.step_seconds is not None else old.step_seconds,
             probe_seconds=read.probe_seconds if read.probe_seconds is not None else old.probe_seconds,
+            data_seconds=read.data_seconds if read.data_seconds is not None else old.data_seconds,
             answering=True,
             moved=now if moved else old.moved,
         )

@@ -3,11 +3,14 @@ speed is below the gang's median by more than a threshold, read after read for a
 is a straggler. `mark_slow` updates since when each rank has been slow; `stragglers` names those
 slow for the whole window, with their pod and node.
 
-A rank's speed is its last compute probe's time (longctx_trainer.probe) when every answering rank
-exports one: fixed work with no collective, so a rank with a slow device stands out, where the
-step times of a synchronous gang are equalised by its collectives (every rank waits for the
-slowest). Otherwise (a trainer without the probe, a rank before its first probe) the ranks are
-compared by their last step time, which still names a rank slow before its first collective.
+The step times of a synchronous gang are equalised by its collectives (every rank waits for the
+slowest), so the ranks are compared by what each does alone, where every answering rank exports
+it: its last compute probe's time (longctx_trainer.probe: fixed work, no collective; a rank with a
+slow device stands out by the threshold's percentage) and its data path's time for a batch (a rank
+with slow input stands out when it spends more than the threshold's percentage of the gang's step
+time above the median). A rank slow by either is slow. Otherwise (a trainer that exports neither,
+a rank before its first probe) the ranks are compared by their last step time, which still names a
+rank slow before its first collective.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class StragglerBounds:
 
 PROBE = "probe"
 """Ranks compared by their compute probe's time."""
+DATA = "data"
+"""Ranks compared by their data path's time for a batch, against the gang's step time."""
 STEP = "step"
 """Ranks compared by their step time."""
 
@@ -41,10 +46,19 @@ class Straggler:
     """Its time of the measure."""
     median_seconds: float
     measure: str = STEP
-    """What was compared: PROBE or STEP."""
+    """What was compared: PROBE, DATA or STEP."""
+    step_seconds: float | None = None
+    """The gang's median step time (DATA: the time the extra data time is a share of)."""
 
     def describe(self) -> str:
         where = f"pod {self.pod}" + (f" on node {self.node}" if self.node else "")
+        if self.measure == DATA and self.step_seconds:
+            extra = self.seconds - self.median_seconds
+            return (
+                f"rank {self.rank} ({where}) takes {self.seconds:.3g}s for its data, {extra:.3g}s more than "
+                f"the gang's median {self.median_seconds:.3g}s, {100 * extra / self.step_seconds:.0f}% of a "
+                f"{self.step_seconds:.3g}s step"
+            )
         what = "for the compute probe" if self.measure == PROBE else "a step"
         return (
             f"rank {self.rank} ({where}) takes {self.seconds:.3g}s {what}, "
@@ -53,37 +67,75 @@ class Straggler:
         )
 
 
-def measured(tracks: dict[int, RankTrack]) -> tuple[str, list[tuple[RankTrack, float]]]:
-    """What the ranks are compared by (PROBE when every answering rank has a probe time, else
-    STEP) and each answering rank that has a time of it, with that time."""
+@dataclass(frozen=True)
+class Measure:
+    """One way of comparing the ranks: each answering rank's time of it, and the time above
+    which a rank is slow by it."""
+
+    name: str
+    timed: list[tuple[RankTrack, float]]
+    median_seconds: float
+    limit: float
+    step_seconds: float | None = None
+
+    def excess(self, seconds: float) -> float:
+        """How far above its limit a time is, as a share of what the limit allows over the median."""
+        allowed = self.limit - self.median_seconds
+        return (seconds - self.median_seconds) / allowed if allowed > 0 else float("inf")
+
+
+def measures(tracks: dict[int, RankTrack], bounds: StragglerBounds) -> list[Measure]:
+    """What the ranks are compared by (PROBE and DATA where every answering rank exports them,
+    else STEP), each with at least two timed ranks."""
     answering = [t for t in tracks.values() if t.answering]
-    if answering and all(t.probe_seconds is not None and t.probe_seconds > 0 for t in answering):
-        return PROBE, [(t, t.probe_seconds) for t in answering]
-    return STEP, [(t, t.step_seconds) for t in answering if t.step_seconds is not None and t.step_seconds > 0]
+
+    def timed(value) -> list[tuple[RankTrack, float]]:
+        return [(t, v) for t in answering if (v := value(t)) is not None and v > 0]
+
+    def relative(name: str, pairs: list[tuple[RankTrack, float]]) -> Measure:
+        middle = median(seconds for _, seconds in pairs)
+        return Measure(name, pairs, middle, middle * (1 + bounds.slower_percent / 100))
+
+    out = []
+    probes = timed(lambda t: t.probe_seconds)
+    if len(probes) == len(answering) >= 2:
+        out.append(relative(PROBE, probes))
+    data, steps = timed(lambda t: t.data_seconds), timed(lambda t: t.step_seconds)
+    if len(data) == len(answering) >= 2 and steps:
+        step = median(seconds for _, seconds in steps)
+        middle = median(seconds for _, seconds in data)
+        out.append(Measure(DATA, data, middle, middle + step * bounds.slower_percent / 100, step))
+    if out:
+        return out
+    return [relative(STEP, steps)] if len(steps) >= 2 else []
 
 
 def mark_slow(tracks: dict[int, RankTrack], now: float, bounds: StragglerBounds) -> dict[int, RankTrack]:
-    """`tracks` with each answering rank's slow_since set at `now` when it turned slow, kept while
-    it stays slow, and cleared when it is not; a rank not answering keeps its mark (no new read)."""
-    _, timed = measured(tracks)
-    if len(timed) < 2:
+    """`tracks` with each timed rank's slow_since set at `now` when it turned slow (by any measure),
+    kept while it stays slow, and cleared when it is not; a rank not answering keeps its mark (no
+    new read)."""
+    compared = measures(tracks, bounds)
+    if not compared:
         return tracks
-    limit = median(seconds for _, seconds in timed) * (1 + bounds.slower_percent / 100)
+    slow = {t.rank for m in compared for t, seconds in m.timed if seconds > m.limit}
+    timed = {t.rank for m in compared for t, _ in m.timed}
     out = dict(tracks)
-    for t, seconds in timed:
-        slow = seconds > limit
-        out[t.rank] = replace(t, slow_since=(t.slow_since if t.slow_since is not None else now) if slow else None)
+    for rank in timed:
+        t = tracks[rank]
+        out[rank] = replace(t, slow_since=(t.slow_since if t.slow_since is not None else now) if rank in slow else None)
     return out
 
 
 def stragglers(tracks: dict[int, RankTrack], now: float, bounds: StragglerBounds) -> tuple[Straggler, ...]:
-    """The ranks slow for at least the window at `now`, lowest rank first."""
-    measure, timed = measured(tracks)
-    if len(timed) < 2:
-        return ()
-    middle = median(seconds for _, seconds in timed)
-    return tuple(
-        Straggler(t.rank, t.pod, t.node, seconds, middle, measure)
-        for t, seconds in sorted(timed, key=lambda pair: pair[0].rank)
-        if t.slow_since is not None and now - t.slow_since >= bounds.window_seconds
-    )
+    """The ranks slow for at least the window at `now`, lowest rank first, each by the measure it
+    is furthest above its limit by."""
+    out = []
+    compared = measures(tracks, bounds)
+    for rank in sorted({t.rank for m in compared for t, _ in m.timed}):
+        t = tracks[rank]
+        if t.slow_since is None or now - t.slow_since < bounds.window_seconds:
+            continue
+        by = [(m.excess(seconds), m, seconds) for m in compared for r, seconds in m.timed if r.rank == rank]
+        _, m, seconds = max(by, key=lambda entry: entry[0])
+        out.append(Straggler(t.rank, t.pod, t.node, seconds, m.median_seconds, m.name, m.step_seconds))
+    return tuple(out)

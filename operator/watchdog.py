@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from longctx_trainer.contract.exposition import MetricsUnreadable, health_values
-from longctx_trainer.contract.health import HEARTBEAT_STEP, PHASE, PROBE_SECONDS, STEP_SECONDS
+from longctx_trainer.contract.health import DATA_SECONDS, HEARTBEAT_STEP, PHASE, PROBE_SECONDS, STEP_SECONDS
 
 from .api.spec import LongContextJobSpec
 from .cache import Key
@@ -69,7 +69,7 @@ def targets(pods: list[dict], processes_per_pod: int, port: int) -> list[tuple[i
 
 def rank_read(rank: int, pod: str, node: str | None, body: bytes | None) -> RankRead:
     """One rank's read from its exposition `body` (None: the endpoint did not answer). Values the
-    exporter could not mean (a negative or non-finite step, step time or probe time) are dropped."""
+    exporter could not mean (a negative or non-finite step, step, probe or data time) are dropped."""
     values = health_values(body) if body is not None else {}
     step = values.get(HEARTBEAT_STEP)
 
@@ -85,6 +85,7 @@ def rank_read(rank: int, pod: str, node: str | None, body: bytes | None) -> Rank
         int(step) if isinstance(step, float) and 0 <= step <= 2.0**62 else None,
         seconds(STEP_SECONDS),
         seconds(PROBE_SECONDS),
+        seconds(DATA_SECONDS),
     )
 
 

@@ -35,6 +35,7 @@ from .checkpoint import Checkpoints
 from .compile_cache import counting_hits
 from .contract.config import OptimizerConfig, TrainerConfig
 from .contract.flops import causal_pairs_within_documents, flops_per_token
+from .contract.health import ProbeTimes
 from .contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
 from .contract.schedule import learning_rate_factor
 from .contract.termination import Preempted
@@ -219,12 +220,15 @@ def train(
     emit({"event": "compiled", "seconds": time.perf_counter() - begin, "from_cache": hits() > 0})
     every = config.metrics.probe_every_steps
     probe = ComputeProbe(mesh.local_devices) if every else None
+    data_times = ProbeTimes()
     metrics.enter("training")
     for step in range(start, config.steps):
         begin = time.perf_counter()  # a new adaptive variant's first step includes its compilation
         state, stats = fns.compiled_step(state, *batch, ring=ring)(state, *batch)
         if step + 1 < config.steps:  # read (and lay out) the next batch while this step runs
+            fetching = time.perf_counter()
             batch, ring = batches.for_step(step + 1), batches.ring(step + 1)
+            metrics.observe_data(data_times.add(time.perf_counter() - fetching))
         loss = float(stats["loss"])
         seconds = time.perf_counter() - begin
         if "attention_pairs" in stats:  # the attention FLOPs this batch's documents need

@@ -24,7 +24,11 @@ PROBE_SECONDS = "longctx_train_probe_seconds"
 """How long this process's own devices took for the compute probe (longctx_trainer.probe): a fixed
 computation with no collective, so, unlike the step time, which a synchronous gang's collectives
 equalise, it tells a rank with a slow device from the ranks that wait for it."""
-HEALTH_METRICS = (PHASE, HEARTBEAT, HEARTBEAT_STEP, STEP_SECONDS, PROBE_SECONDS)
+DATA_SECONDS = "longctx_train_data_seconds"
+"""How long this process's data path took to read and lay out a batch (the median of its last
+PROBE_KEPT batches): a rank whose input is slow (its node's volume or network) holds the whole gang
+at the next collective, where every rank's step time becomes the slowest's; only this names it."""
+HEALTH_METRICS = (PHASE, HEARTBEAT, HEARTBEAT_STEP, STEP_SECONDS, PROBE_SECONDS, DATA_SECONDS)
 
 PROBE_WORK: dict[str, tuple[int, int, str]] = {"cpu": (512, 8, "float32")}
 """(matrix side, matmuls, dtype) of the compute probe by device platform; both trainers run it."""
@@ -41,7 +45,8 @@ def probe_work(platform: str) -> tuple[int, int, str]:
 
 
 class ProbeTimes:
-    """The last PROBE_KEPT probe times; `add` returns their median, the time a trainer exports."""
+    """The last PROBE_KEPT times of the probe (or of the data path); `add` returns their median,
+    the time a trainer exports."""
 
     def __init__(self) -> None:
         self._kept: deque[float] = deque(maxlen=PROBE_KEPT)

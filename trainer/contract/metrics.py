@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from .config import TrainerConfig
-from .health import HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, PROBE_SECONDS, STEP_SECONDS, Phase
+from .health import DATA_SECONDS, HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, PROBE_SECONDS, STEP_SECONDS, Phase
 from .podenv import LOCAL_PROCESS_ID
 
 # The names the operator reads for status.progress (contract/exposition.py).
@@ -91,6 +91,9 @@ class TrainMetrics:
         self.probe_seconds = make(
             Gauge, PROBE_SECONDS, "Wall time of this process's last compute probe: fixed work, no collective."
         )
+        self.data_seconds = make(
+            Gauge, DATA_SECONDS, "Wall time of this process's data path for a batch (median of its last few)."
+        )
         self.ring_cross_hops = make(
             Gauge,
             RING_CROSS_HOPS,
@@ -167,6 +170,10 @@ class TrainMetrics:
     def observe_probe(self, seconds: float) -> None:
         """This process's devices took `seconds` for the compute probe (longctx_trainer.probe)."""
         self.probe_seconds.labels(**self._labels).set(seconds)
+
+    def observe_data(self, seconds: float) -> None:
+        """This process's data path took `seconds` for a batch (the median of its last few)."""
+        self.data_seconds.labels(**self._labels).set(seconds)
 
     def observe_resume(self, step: int) -> None:
         self._step = step

@@ -1,4 +1,4 @@
-"""operator/straggler.py: straggler attribution from recorded per-rank step and probe times."""
+"""operator/straggler.py: straggler attribution from recorded per-rank step, probe and data times."""
 
 from longctx_operator.stall import RankRead, track
 from longctx_operator.straggler import StragglerBounds, mark_slow, stragglers
@@ -6,15 +6,17 @@ from longctx_operator.straggler import StragglerBounds, mark_slow, stragglers
 BOUNDS = StragglerBounds(slower_percent=50, window_seconds=60)
 
 
-def replay(step_seconds_per_round, every=10.0, probes=None):
-    """Rounds of reads `every` seconds apart; `probes`: every round's probe times by rank (None: none)."""
+def replay(step_seconds_per_round, every=10.0, probes=None, data=None):
+    """Rounds of reads `every` seconds apart; `probes`, `data`: every round's probe and data times
+    by rank (None: none)."""
     tracks, now = {}, 0.0
     for i, times in enumerate(step_seconds_per_round):
         now = i * every
         probe = probes or [None] * len(times)
+        fetch = data or [None] * len(times)
         round_ = [
-            RankRead(r, f"job-g1-{r}", f"node-{r}", "training", i, s, p)
-            for r, (s, p) in enumerate(zip(times, probe, strict=True))
+            RankRead(r, f"job-g1-{r}", f"node-{r}", "training", i, s, p, d)
+            for r, (s, p, d) in enumerate(zip(times, probe, fetch, strict=True))
         ]
         tracks = mark_slow(track(tracks, round_, now), now, BOUNDS)
     return tracks, now
@@ -58,3 +60,27 @@ def test_without_a_probe_from_every_rank_the_step_times_are_compared():
     # ... and a slow step does, as without probes
     [slow] = stragglers(*replay([[1.0, 1.0, 1.6]] * 7, probes=[0.05, 0.05, None]), BOUNDS)
     assert (slow.rank, slow.measure, slow.seconds) == (2, "step", 1.6)
+
+
+def test_slow_input_is_named_by_its_data_time_as_a_share_of_the_step():
+    even = [[1.0, 1.0, 1.0]] * 7  # every rank waits for rank 2's batch at the next collective
+    probes = [0.05, 0.05, 0.05]  # the devices are equal
+    [slow] = stragglers(*replay(even, probes=probes, data=[0.01, 0.012, 0.62]), BOUNDS)
+    assert (slow.rank, slow.measure) == (2, "data")
+    assert slow.describe() == (
+        "rank 2 (pod job-g1-2 on node node-2) takes 0.62s for its data, 0.608s more than the gang's median "
+        "0.012s, 61% of a 1s step"
+    )
+    # Milliseconds apart are noise beside the step, however large their ratio: no one.
+    assert stragglers(*replay(even, probes=probes, data=[0.001, 0.001, 0.009]), BOUNDS) == ()
+    assert stragglers(*replay(even, probes=probes, data=[0.01, 0.012, 0.5]), BOUNDS) == ()  # 49 % of a step
+    # A rank without a data time (a trainer of your own) leaves the others compared by the probe.
+    assert stragglers(*replay(even, probes=probes, data=[0.01, 0.012, None]), BOUNDS) == ()
+
+
+def test_a_rank_slow_by_both_is_named_by_the_measure_it_is_furthest_above():
+    even = [[1.0, 1.0, 1.0]] * 7
+    [slow] = stragglers(*replay(even, probes=[0.05, 0.05, 0.2], data=[0.01, 0.01, 0.6]), BOUNDS)
+    assert slow.measure == "probe"  # 6 times its allowance above the median, against 1.2 times the data's
+    [slow] = stragglers(*replay(even, probes=[0.05, 0.05, 0.08], data=[0.01, 0.01, 2.0]), BOUNDS)
+    assert slow.measure == "data"

@@ -46,14 +46,19 @@ def test_a_read_of_the_trainers_own_exporter():
     assert (read.phase, read.step, read.step_seconds, read.probe_seconds) == ("training", 41, 0.5, None)
     m.observe_probe(0.02)
     assert rank_read(3, "p", "n", generate_latest(m.registry)).probe_seconds == 0.02
+    assert rank_read(3, "p", "n", generate_latest(m.registry)).data_seconds is None
+    m.observe_data(0.25)
+    assert rank_read(3, "p", "n", generate_latest(m.registry)).data_seconds == 0.25
     assert rank_read(3, "p", "n", None).phase is None
 
 
 def test_values_no_exporter_could_mean_are_dropped():
     body = b"longctx_train_heartbeat_step -3\nlongctx_train_last_step_seconds NaN\n"
     body += b'longctx_train_phase{phase="training"} 1\nlongctx_train_probe_seconds -1\n'
+    body += b"longctx_train_data_seconds +Inf\n"
     read = rank_read(0, "p", None, body)
     assert (read.phase, read.step, read.step_seconds, read.probe_seconds) == ("training", None, None, None)
+    assert read.data_seconds is None
 
 
 def test_the_planned_step_comes_from_the_status_layout():

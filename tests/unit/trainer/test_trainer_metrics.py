@@ -97,6 +97,7 @@ def test_exporter_serves_training_metrics(tmp_path):
     )
     assert 0 < value("longctx_train_last_step_seconds") < 600
     assert value("longctx_train_probe_seconds") > 0  # probed after step 2 (every 2 steps)
+    assert 0 < value("longctx_train_data_seconds") < value("longctx_train_last_step_seconds")  # batches 2, 3
     assert value("longctx_train_tokens_total") == 3 * 32
     assert value("longctx_train_step") == 3
     assert value("longctx_train_step_duration_seconds_count") == 3
