@@ -53,7 +53,6 @@ def logs_server(cluster, tmp_path_factory):
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, logs_server, tmp_path_factory):
     """The operator, and four GPU nodes of this module's pool whose logs the test server serves."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4, status=logs_server.node_status())
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op

@@ -29,7 +29,6 @@ READER = {"app.kubernetes.io/name": "prometheus"}
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator, and four GPU nodes of this module's own pool (other tests' pods cannot take them)."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4)
     # Every job is fenced by its own NetworkPolicy (the chart's networkPolicy.enabled).
     fence = {"gangNetworkPolicy": {"enabled": True, "metricsReaders": [{"podSelector": {"matchLabels": READER}}]}}
