@@ -24,14 +24,13 @@ from longctx_trainer.contract.config import (
     ParallelConfig,
     TrainerConfig,
 )
-from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.contract.model import RopeScaling
 from longctx_trainer.export import ExportError, export_checkpoint
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.train import train
 from longctx_trainer.weights import SafetensorsDir, differences, load_params, save_hf_checkpoint
 from support.hf_checkpoint import hf_config, hf_forward, hf_tensors, write_checkpoint
 from support.tiny_model import model_options
+from support.training import run
 
 MODEL = ModelConfig(
     layers=2,
@@ -121,18 +120,7 @@ def _trained(tmp_path) -> TrainerConfig:
         data=DataConfig(kind="synthetic", seed=1),
         checkpoint=CheckpointConfig(path=str(tmp_path / "ckpt"), interval_steps=2),
     )
-    checkpoints = Checkpoints(config.checkpoint)
-    try:
-        train(
-            config,
-            make_mesh(config.parallelism),
-            emit=lambda e: None,
-            metrics=TrainMetrics("test", 0),
-            checkpoints=checkpoints,
-            peak_flops_per_device=1e12,
-        )
-    finally:
-        checkpoints.close()
+    run(config)
     return config
 
 
