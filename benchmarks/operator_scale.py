@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +55,8 @@ from longctx_operator.reconciler import add_pod_annotations
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import resolve_layout
 from support.cluster import Kubectl, KubectlError
+from support.jobs import job_manifest
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
@@ -74,28 +75,11 @@ AUDIT_POLICY = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def manifest(name: str, namespace: str, pods: int) -> dict:
-    return {
-        "apiVersion": "longctx.io/v1alpha1",
-        "kind": "LongContextJob",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {"longctx.io/pod-annotations": json.dumps({"longctx.io/keep-running": "true"})},
-        },
-        "spec": {
-            "model": {"preset": "tiny"},
-            "sequenceLength": 4096,
-            "steps": 10,
-            "resources": {"nodes": pods, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-        },
-    }
+    keep = {"longctx.io/pod-annotations": json.dumps({"longctx.io/keep-running": "true"})}
+    return job_manifest(
+        name, namespace=namespace, resources=(pods, 8, "h100-80gb"), metadata={"annotations": keep}, steps=10
+    )
 
 
 def rendered(name: str, namespace: str, pods: int) -> list[dict]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from . import reasons
 from .api.spec import LongContextJobSpec
 from .config import OperatorConfig
+from .observe import ended
 from .reasons import Reason
 
 BACKOFF_FIRST_SECONDS = 5.0
@@ -59,10 +60,6 @@ def pod_gpus(pod: dict) -> int:
         res = c.get("resources") or {}
         total += _quantity((res.get("requests") or {}).get(GPU, (res.get("limits") or {}).get(GPU)))
     return total
-
-
-def holds_resources(pod: dict) -> bool:
-    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def tolerates(tolerations: list[dict], taint: dict) -> bool:
@@ -176,7 +173,7 @@ def free_gpus(nodes: list[dict], pods: list[dict], held: dict[str, int] | None =
     used = dict(held or {})
     for pod in pods:
         node = pod.get("spec", {}).get("nodeName")
-        if node and holds_resources(pod):
+        if node and not ended(pod):
             used[node] = used.get(node, 0) + pod_gpus(pod)
     return {
         n["metadata"]["name"]: _quantity((n.get("status", {}).get("allocatable") or {}).get(GPU))
@@ -193,7 +190,7 @@ def waiting_gpu_pods(pods: list[dict], candidates: list[dict], free: dict[str, i
     fits: dict[str, bool] = {}
     count = 0
     for pod in pods:
-        if pod.get("spec", {}).get("nodeName") or not holds_resources(pod) or (gpus := pod_gpus(pod)) == 0:
+        if pod.get("spec", {}).get("nodeName") or ended(pod) or (gpus := pod_gpus(pod)) == 0:
             continue
         spec = pod.get("spec", {})
         shape = json.dumps(

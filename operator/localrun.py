@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from longctx_trainer.contract import podenv
+from longctx_trainer.contract import events, podenv
 from longctx_trainer.contract.config import is_url
 from longctx_trainer.launch import first_failure
 
@@ -228,7 +228,7 @@ def progress_line(event: dict, steps: int) -> str:
 def event_line(event: dict, steps: int) -> str | None:
     """What the live line shows for a progress event of rank 0 (None: nothing)."""
     kind = event.get("event")
-    if kind == "step":
+    if kind == events.STEP:
         return progress_line(event, steps)
     if kind == "joined":
         return f"{event['processes']} processes joined ({event['backend']}); building the model"
@@ -237,9 +237,9 @@ def event_line(event: dict, steps: int) -> str | None:
     if kind == "compiled":
         how = "loaded from the compilation cache" if event["from_cache"] else "compiled"
         return f"training step {how} in {event['seconds']:.1f} s"
-    if kind == "checkpoint":
+    if kind == events.CHECKPOINT:
         return f"checkpoint at step {event['step']} ({event['seconds']:.1f} s)"
-    if kind == "resume":
+    if kind == events.RESUME:
         return f"resumed from the checkpoint of step {event['step']}"
     if kind == "init":
         return f"weights from {event['from']} ({event['seconds']:.1f} s)" + "".join(
@@ -331,9 +331,9 @@ class LocalRun:
                     continue
                 try:
                     text = event_line(event, self.job.spec.steps)
-                    if event["event"] == "step":
+                    if event["event"] == events.STEP:
                         self.step = int(event["step"])
-                    elif event["event"] in ("checkpoint", "resume"):
+                    elif event["event"] in (events.CHECKPOINT, events.RESUME):
                         self.checkpoint = int(event["step"])
                 except (KeyError, TypeError, ValueError):  # a trainer of one's own, off the contract
                     continue  # keep reading: a full pipe would stop rank 0

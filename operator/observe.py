@@ -145,13 +145,18 @@ class WorkloadObservation:
 MISSING = WorkloadObservation(exists=False)
 
 
+POD_ENDED = ("Succeeded", "Failed")
+"""The phases of a pod whose containers have all ended: it runs nothing and holds no GPU."""
+
+
+def ended(pod: dict) -> bool:
+    return pod.get("status", {}).get("phase") in POD_ENDED
+
+
 def serving(pod: dict) -> bool:
     """Whether the pod can still be running its rank: not being deleted and not ended. A rank that
     ended preempted (exit 85) stays in the list, Failed, beside the pod the Job replaced it with."""
-    return not pod.get("metadata", {}).get("deletionTimestamp") and pod.get("status", {}).get("phase") not in (
-        "Succeeded",
-        "Failed",
-    )
+    return not pod.get("metadata", {}).get("deletionTimestamp") and not ended(pod)
 
 
 def pod_rank(pod: dict) -> int | None:

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .admission import holds_resources, pod_gpus
+from .admission import pod_gpus
 from .cache import trim_pod
 from .names import JOB_NAME_LABEL
+from .observe import ended
 
 MAX_AGE_SECONDS = 5.0  # admission.BACKOFF_FIRST_SECONDS: a refused gang's next count lists again
 LIST_PAGE = 500
@@ -46,7 +47,7 @@ def occupancy(pods) -> Occupancy:
     used: dict[str, int] = {}
     waiting = []
     for pod in pods:
-        if not holds_resources(pod) or (gpus := pod_gpus(pod)) == 0:
+        if ended(pod) or (gpus := pod_gpus(pod)) == 0:
             continue
         if node := pod.get("spec", {}).get("nodeName"):
             used[node] = used.get(node, 0) + gpus

@@ -23,6 +23,7 @@ from longctx_trainer.contract.topology import encode_placement
 from . import names
 from .api.spec import LongContextJobSpec
 from .config import OperatorConfig
+from .observe import ended
 
 
 def index_ordered(spec: LongContextJobSpec) -> bool:
@@ -60,7 +61,7 @@ def placements_due(
     due, unknown = [], set()
     for pod in pods:
         meta, node = pod["metadata"], pod["spec"].get("nodeName")
-        if not node or meta.get("deletionTimestamp") or pod["status"].get("phase") in ("Succeeded", "Failed"):
+        if not node or meta.get("deletionTimestamp") or ended(pod):
             continue
         if node not in nodes:
             unknown.add(node)

@@ -37,7 +37,7 @@ from .admission import (
 )
 from .annotations import pod_annotations
 from .api.spec import LongContextJob, LongContextJobSpec
-from .api.status import PENDING, LongContextJobStatus
+from .api.status import PENDING, SUCCEEDED, LongContextJobStatus
 from .cache import Cache, Key
 from .config import OperatorConfig
 from .echo import unechoed_placements, without_unechoed_create
@@ -46,7 +46,7 @@ from .lifecycle.decide import decide
 from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
 from .lifecycle.planning import planning_due
 from .names import PLACEMENT_ANNOTATION, workload_name
-from .observe import MISSING, WorkloadObservation, observe_workload
+from .observe import MISSING, WorkloadObservation, ended, observe_workload
 from .occupancy import OtherPods
 from .placement import placement_wanted, placements_due, topology_levels
 from .planner import PlanError
@@ -84,7 +84,7 @@ def stop_pods(pods: list[dict], action: DeleteWorkload) -> list[tuple[str, str, 
 def status_patch(old: dict, new: LongContextJobStatus) -> dict:
     """Merge patch from `old` to `new`, leaving status.progress to the progress timer, except when
     the job has succeeded (no more reads: the lifecycle completes what the reads capped)."""
-    final = new.phase == "Succeeded" and new.progress is not None
+    final = new.phase == SUCCEEDED and new.progress is not None
     body = new.model_dump(by_alias=True, exclude_none=True, exclude=None if final else {"progress"})
     for removed in set(old) - set(body) - {"progress"}:
         body[removed] = None
@@ -230,7 +230,7 @@ class Reconciler:
         if key is not None:
             self._event(key)
             self.queue.add_after(key, COALESCE_SECONDS)
-        if deleted or obj.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        if deleted or ended(obj):
             self.wake_pending()  # GPUs may have been freed
 
     def _event(self, key: Key) -> None:

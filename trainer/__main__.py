@@ -9,7 +9,6 @@ several processes on one host or pod do not collide.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -22,6 +21,7 @@ from jax.experimental import multihost_utils
 from . import compile_cache
 from .checkpoint import Checkpoints
 from .contract.config import TrainerConfig, load_config
+from .contract.events import emitter, print_event
 from .contract.metrics import TrainMetrics
 from .contract.termination import Preempted, exit_preempted
 from .contract.topology import Topology, placement_labels
@@ -35,10 +35,6 @@ from .shared_storage import shared_by_all_processes
 from .topology import exchange, ordered_mesh
 from .train import StepFunctions, train
 from .weights import WeightsError
-
-
-def _print_json(event: dict) -> None:
-    print(json.dumps(event), flush=True)
 
 
 def joined_event(process_env: ProcessEnv, rank: int) -> dict:
@@ -122,9 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     preemption = Preemption(process_env.num_processes) if config.checkpoint.path else None
     if preemption is None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _print_json(joined_event(process_env, rank))
+    print_event(joined_event(process_env, rank))
     if no_placement:  # the ring is ordered by the pod's labels alone (a level may read unknown)
-        _print_json({"event": "placement", "source": "pod labels", "why": no_placement})
+        print_event({"event": "placement", "source": "pod labels", "why": no_placement})
 
     metrics.enter("compiling")  # rendezvous done: tracing, restoring and compiling the step
     metrics.describe(config, jax.default_backend())
@@ -133,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.dump_gradients:
         dump_gradients(fns, config, args.dump_gradients)
     checkpoints = Checkpoints(config.checkpoint) if config.checkpoint.path else None
-    emit = _print_json if rank == 0 else (lambda event: None)
+    emit = emitter(rank)
     emit(ring.event())
     metrics.observe_ring(ring.hops)
     kernel, why = attention_kernel(fns.model.options.compute_dtype, config.model.head_dim)

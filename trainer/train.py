@@ -1,19 +1,14 @@
 """The training loop: AdamW with warm-up and clipping, jitted sharded step, checkpoints, progress.
 
-Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on process 0):
-  {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
-  {"event": "checkpoint", "step", "seconds"}
+Progress events are dicts handed to `emit` (the CLI prints them as JSON lines on process 0): the
+events both trainers write (step, checkpoint, resume, preempted, done: contract/events.py), and
   {"event": "init", "from", "notes", "seconds"}  (weights from a Hugging Face checkpoint)
-  {"event": "resume", "step"}  (restored from the checkpoint of that step; the next step is step + 1)
   {"event": "compiling"}  (the training step is being compiled: the first step line waits for it)
   {"event": "compiled", "seconds", "from_cache"}  (compiled, or loaded from the persistent
       compilation cache beside the checkpoints: compile_cache.py)
 The CLI adds {"event": "ring_order", ...} (trainer/topology.py), {"event": "attention_kernel", ...}
 and, for fp8, {"event": "fp8", "emulated", "device"}
 (emulated: the device has no FP8 peak, e.g. a CPU: FP8's rounding without its speed).
-  {"event": "preempted", "step"}  (a SIGTERM reached a rank: every rank saved this step; the
-  trainer then exits with termination.PREEMPTED_EXIT_CODE, see preemption.py)
-  {"event": "done", "step"}
 """
 
 from __future__ import annotations
@@ -34,6 +29,7 @@ from .adaptive_cp import PAD_SEGMENT
 from .checkpoint import Checkpoints
 from .compile_cache import counting_hits
 from .contract.config import OptimizerConfig, TrainerConfig
+from .contract.events import checkpoint_event, done_event, logs_step, preempted_event, resume_event, step_event
 from .contract.flops import causal_pairs_within_documents, flops_per_token
 from .contract.health import ProbeTimes
 from .contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
@@ -204,7 +200,7 @@ def train(
         state = _initial_weights(config, fns, emit) if config.init_from else fns.init(jax.random.key(config.seed))
     else:  # restored straight into the sharded layout, never initialised first
         state = _restore(checkpoints, start, fns.abstract_state(), batches, config)
-        emit({"event": "resume", "step": start})
+        emit(resume_event(start))
     metrics.observe_resume(start)
 
     flops = flops_per_token(config.model, config.sequence_length).by_convention()
@@ -241,17 +237,8 @@ def train(
         if probe is not None and done % every == 0:
             jax.block_until_ready(state)  # this step's work is done: only the probe is timed
             metrics.observe_probe(probe.measure())
-        if done % config.log_every == 0 or done == config.steps:
-            emit(
-                {
-                    "event": "step",
-                    "step": done,
-                    "loss": loss,
-                    "tokens_per_second": tokens_per_second,
-                    "mfu": mfu[(MFU_CONVENTION, MFU_PEAK)],
-                    "step_seconds": seconds,
-                }
-            )
+        if logs_step(done, config.log_every, config.steps):
+            emit(step_event(done, loss, tokens_per_second, mfu[(MFU_CONVENTION, MFU_PEAK)], seconds))
         # every rank asks at every step (the agreement needs it); the last step just finishes
         preempted = (
             checkpoints is not None and preemption is not None and preemption.reached(done) and done < config.steps
@@ -259,9 +246,9 @@ def train(
         if checkpoints is not None and (preempted or checkpoints.due(done, config.steps)):
             meta = {"step": done, "data_position": batches.position(done), "data_seed": config.data.seed}
             seconds = metrics.checkpoint(done, partial(checkpoints.save, done, state, meta))
-            emit({"event": "checkpoint", "step": done, "seconds": seconds})
+            emit(checkpoint_event(done, seconds))
         if preempted:
-            emit({"event": "preempted", "step": done})
+            emit(preempted_event(done))
             raise Preempted(done)
-    emit({"event": "done", "step": config.steps})
+    emit(done_event(config.steps))
     return state

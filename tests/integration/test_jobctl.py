@@ -22,7 +22,7 @@ import yaml
 
 from support import kubelet_logs
 from support import operator_harness as h
-from support.exporters import start_stepping_exporter
+from support.exporters import stepping_exporter
 
 pytestmark = pytest.mark.integration
 POOL = "jobctl-tests"
@@ -53,7 +53,6 @@ def logs_server(cluster, tmp_path_factory):
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, logs_server, tmp_path_factory):
     """The operator, and four GPU nodes of this module's pool whose logs the test server serves."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4, status=logs_server.node_status())
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
@@ -111,17 +110,14 @@ def pod_names(kubectl, name: str, generation: int) -> dict[int, str]:
 
 
 def test_status_and_get_explain_the_layout_against_measured_tokens_per_second(operator, kubectl, wait_until):
-    port = h.free_port()
-    exporter = start_stepping_exporter("explained", port)
-    try:
-        h.wait_ready(f"http://127.0.0.1:{port}/metrics")
+    with stepping_exporter("explained") as metrics_url:
         kubectl.apply(
             job(
                 "explained",
                 steps=100_000,
                 parallelism={"attention": "auto"},
                 pod_annotations=KEEP,
-                annotations={"longctx.io/metrics-url": f"http://127.0.0.1:{port}/metrics"},
+                annotations={"longctx.io/metrics-url": metrics_url},
             )
         )
         obj = wait_until(
@@ -159,9 +155,6 @@ def test_status_and_get_explain_the_layout_against_measured_tokens_per_second(op
         listed = ok(longctx(kubectl, "list"))
         assert listed.splitlines()[1].split()[:2] == ["explained", "Running"]
         assert f"{layout['data']}x{layout['context']}x{layout['tensor']}" in listed and "8,192" in listed
-    finally:
-        exporter.terminate()
-        exporter.wait()
 
 
 def test_suspend_resume_wait_and_delete(operator, kubectl, wait_until):

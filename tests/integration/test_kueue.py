@@ -25,7 +25,6 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 @pytest.fixture(scope="module")
 def operator(cluster, kueue, admin_kubectl, tmp_path_factory):
     """The operator, watching Kueue's Workloads, and the pool's four nodes in two blocks."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=2, align=32) + h.add_pool_nodes(
         admin_kubectl, POOL, count=2, align=32
     )

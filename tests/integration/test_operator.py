@@ -16,7 +16,7 @@ import pytest
 from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from support import operator_harness as h
-from support.exporters import start_stepping_exporter
+from support.exporters import stepping_exporter
 
 pytestmark = pytest.mark.integration
 FAST = {"longctx.io/complete-after": "4s"}
@@ -29,7 +29,6 @@ READER = {"app.kubernetes.io/name": "prometheus"}
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator, and four GPU nodes of this module's own pool (other tests' pods cannot take them)."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4)
     # Every job is fenced by its own NetworkPolicy (the chart's networkPolicy.enabled).
     fence = {"gangNetworkPolicy": {"enabled": True, "metricsReaders": [{"podSelector": {"matchLabels": READER}}]}}
@@ -301,16 +300,13 @@ def test_immutable_fields_are_rejected_by_the_api_server(operator, kubectl, wait
 
 
 def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
-    port = h.free_port()
-    exporter = start_stepping_exporter("progress", port)
-    try:
-        h.wait_ready(f"http://127.0.0.1:{port}/metrics")
+    with stepping_exporter("progress") as metrics_url:
         kubectl.apply(
             pool_job(
                 "progress",
                 steps=100_000,
                 pod_annotations={"longctx.io/keep-running": "true"},
-                annotations={"longctx.io/metrics-url": f"http://127.0.0.1:{port}/metrics"},
+                annotations={"longctx.io/metrics-url": metrics_url},
             )
         )
         first = wait_until(
@@ -335,9 +331,6 @@ def test_live_progress_from_a_real_exporter(operator, kubectl, wait_until):
         done = row[header.index("DONE %") : header.index("ETA")].strip()
         assert re.fullmatch(r"(\d+[dhms])+", eta), row  # e.g. 3h12m
         assert float(done) == pytest.approx(100 * later["step"] / 100_000, abs=0.2) and "8192" in row
-    finally:
-        exporter.terminate()
-        exporter.wait()
 
 
 def _operator_metrics(operator) -> dict[str, float]:

@@ -18,7 +18,6 @@ pytestmark = pytest.mark.integration
 def test_an_admission_mode_outside_the_allow_list_is_held_with_its_reason(
     cluster, admin_kubectl, kubectl, wait_until, namespace, tmp_path
 ):
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, namespace, count=2)
     with h.running_operator(admin_kubectl, tmp_path, nodes, {"admissionModes": ["builtin"]}):
         kubectl.apply(

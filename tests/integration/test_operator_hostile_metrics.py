@@ -69,7 +69,6 @@ class Honest(Handler):
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator (reading progress every second), and two GPU nodes of this module's own pool."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=2)
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op

@@ -25,7 +25,6 @@ POOL = "lost-node-tests"
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator and three GPU nodes of this module's pool: a gang of two and a spare."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=3)
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op

@@ -22,7 +22,6 @@ RACK, ZONE, CLIQUE = "topology.longctx.io/rack", "topology.kubernetes.io/zone", 
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator ordering rings by rack, and two nodes in each of two racks (align 8: a rack)."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=2) + h.add_pool_nodes(admin_kubectl, POOL, count=2)
     config = {"topologyLabels": [RACK]}
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes, config) as op:

@@ -25,7 +25,6 @@ POOL = "pytorch-tests"
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, tmp_path_factory):
     """The operator, and four nodes of this module's own pool."""
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4)
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op

@@ -20,7 +20,6 @@ PODS_DELIVERED = 'longctx_operator_watch_events_total{resource="pods"}'
 
 @pytest.fixture(scope="module")
 def operator(cluster, admin_kubectl, tmp_path_factory):
-    h.install_crd(admin_kubectl)
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=2)
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         op.nodes = nodes

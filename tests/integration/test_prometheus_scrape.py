@@ -114,7 +114,6 @@ def scraped(cluster, admin_kubectl, tmp_path_factory) -> Iterator[Scraped]:
     workdir = tmp_path_factory.mktemp("scrape")
     namespace = f"scrape-{uuid.uuid4().hex[:6]}"
     metrics_port = consecutive_free_ports(2)
-    h.install_crd(admin_kubectl)
     admin_kubectl.run("create", "namespace", namespace)
     run = None
     with h.running_operator(admin_kubectl, workdir, []) as operator:

@@ -24,22 +24,11 @@ import yaml
 from longctx_operator.localrun import parse_event
 from longctx_trainer.contract import podenv
 from support.hlo import loops_holding_collectives
+from support.multiprocess import TWO_BY_TWO, progress_events
 from support.ports import free_port
 
 pytestmark = pytest.mark.integration
 RACK = "example.com/rack"
-
-CONFIG = {
-    "model": {"layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 128},
-    "sequence_length": 32,
-    "global_batch_tokens": 128,
-    "steps": 3,
-    "precision": "fp32",
-    "parallelism": {"data": 2, "context": 2, "tensor": 1},
-    "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
-    "data": {"kind": "synthetic", "seed": 3},
-    "metrics": {"port": 0},
-}
 
 
 def _start(config: Path, name: str, devices: int, cwd: Path | None = None, **jax_env: str) -> subprocess.Popen:
@@ -106,10 +95,10 @@ def _finish(proc: subprocess.Popen, folder: Path, name: str, timeout: float = 60
 
 def test_two_processes_over_gloo_match_one_process(tmp_path):
     config, multi_config = tmp_path / "config.yaml", tmp_path / "multi.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
+    config.write_text(yaml.safe_dump(TWO_BY_TWO))
     # The two-process run also checkpoints: orbax across processes.
     multi_config.write_text(
-        yaml.safe_dump({**CONFIG, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}})
+        yaml.safe_dump({**TWO_BY_TWO, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}})
     )
     coordinator = f"127.0.0.1:{free_port()}"
     workers = _start_ranks(multi_config, coordinator, racks=("rack-b", "rack-a"))  # rank 1's rack first
@@ -150,7 +139,7 @@ def test_a_checkpoint_path_the_processes_do_not_share_trains_to_the_end_without_
     part. The ranks find it out before training (trainer/shared_storage.py), each says so on
     stderr, and they train to the end without checkpoints."""
     config = tmp_path / "local.yaml"
-    config.write_text(yaml.safe_dump({**CONFIG, "checkpoint": {"path": "ckpt", "interval_steps": 2}}))
+    config.write_text(yaml.safe_dump({**TWO_BY_TWO, "checkpoint": {"path": "ckpt", "interval_steps": 2}}))
     pods = (tmp_path / "pod0", tmp_path / "pod1")
     for pod in pods:
         pod.mkdir()
@@ -179,14 +168,14 @@ def test_a_signalled_rank_exits_at_once_and_its_peer_fails(tmp_path):
     config = tmp_path / "long.yaml"
     config.write_text(
         yaml.safe_dump(
-            {**CONFIG, "steps": 100_000, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}}
+            {**TWO_BY_TWO, "steps": 100_000, "checkpoint": {"path": str(tmp_path / "ckpt"), "interval_steps": 2}}
         )
     )
     coordinator = f"127.0.0.1:{free_port()}"
     workers = _start_ranks(config, coordinator)
     try:
         deadline = time.monotonic() + 300
-        while not any(e["event"] == "checkpoint" for e in _events(tmp_path / "rank0.out")):
+        while not any(e["event"] == "checkpoint" for e in progress_events(tmp_path / "rank0.out")):
             if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                 pytest.fail(f"no checkpoint before the signal: {(tmp_path / 'rank0.err').read_text()[-3000:]}")
             time.sleep(0.5)
@@ -199,10 +188,6 @@ def test_a_signalled_rank_exits_at_once_and_its_peer_fails(tmp_path):
             worker.kill()
 
 
-def _events(out: Path) -> list[dict]:
-    return [e for e in map(parse_event, out.read_text().splitlines()) if e is not None] if out.exists() else []
-
-
 @pytest.mark.parametrize(
     "attention", [{"attention": "ulysses"}, {"attention": "hybrid", "ulysses": 2}], ids=["ulysses", "hybrid"]
 )
@@ -212,7 +197,7 @@ def test_ulysses_and_hybrid_across_processes_match_one_process(tmp_path, attenti
     devices). Hybrid: a Ulysses group of 2 inside each process, the ring between the processes."""
     parallel = {"data": 1, "context": 4, "tensor": 1, **attention}
     config = tmp_path / "context4.yaml"
-    config.write_text(yaml.safe_dump({**CONFIG, "parallelism": parallel, "steps": 2}))
+    config.write_text(yaml.safe_dump({**TWO_BY_TWO, "parallelism": parallel, "steps": 2}))
     workers = _start_ranks(config, f"127.0.0.1:{free_port()}")
     single = _start(config, "single", 4)
     rank0, _, reference = (

@@ -14,24 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longctx_operator.localrun import parse_event
 from longctx_trainer.contract import podenv
 from longctx_trainer.contract.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
+from support.multiprocess import TWO_BY_TWO, progress_events
 from support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
-CONFIG = {
-    "model": {"layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn": 64, "vocab": 128},
-    "sequence_length": 32,
-    "global_batch_tokens": 128,
-    "steps": 100_000,
-    "precision": "fp32",
-    "parallelism": {"data": 2, "context": 2, "tensor": 1},
-    "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
-    "data": {"kind": "synthetic", "seed": 3},
-    "metrics": {"port": 0},
-}
+CONFIG = {**TWO_BY_TWO, "steps": 100_000}
 
 
 def _start_ranks(config: Path, coordinator: str, run: str) -> list[subprocess.Popen]:
@@ -49,10 +39,6 @@ def _start_ranks(config: Path, coordinator: str, run: str) -> list[subprocess.Po
     ]
 
 
-def _events(out: Path) -> list[dict]:
-    return [e for e in map(parse_event, out.read_text().splitlines()) if e is not None] if out.exists() else []
-
-
 def _checkpoints(folder: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
@@ -67,7 +53,7 @@ def _check_resumes_after(step: int, config: Path, settings: dict, ckpt: Path, st
     finally:
         for worker in workers:
             worker.kill()
-    events = _events(config.parent / "second0.out")
+    events = progress_events(config.parent / "second0.out")
     assert {"event": "resume", "step": step} in events
     assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
 
@@ -79,7 +65,7 @@ def test_one_signalled_rank_makes_every_rank_save_the_same_step_and_a_restart_re
     workers = _start_ranks(config, f"127.0.0.1:{free_port()}", "first")
     try:
         deadline = time.monotonic() + 600  # a loaded machine compiles slowly
-        while sum(e["event"] == "step" for e in _events(tmp_path / "first0.out")) < 3:
+        while sum(e["event"] == "step" for e in progress_events(tmp_path / "first0.out")) < 3:
             if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                 pytest.fail(f"no third step: {(tmp_path / 'first0.err').read_text()[-3000:]}")
             time.sleep(0.2)
@@ -89,7 +75,7 @@ def test_one_signalled_rank_makes_every_rank_save_the_same_step_and_a_restart_re
         for worker in workers:
             worker.kill()
     assert codes == [PREEMPTED_EXIT_CODE, PREEMPTED_EXIT_CODE], (tmp_path / "first0.err").read_text()[-3000:]
-    events = _events(tmp_path / "first0.out")
+    events = progress_events(tmp_path / "first0.out")
     (step,) = [e["step"] for e in events if e["event"] == "preempted"]
     assert step >= 3 and events[-2:] == [{**events[-2], "event": "checkpoint", "step": step}, events[-1]]
     assert _checkpoints(ckpt) == [step]  # one save, by both processes together, between intervals
@@ -137,7 +123,7 @@ def test_the_pytorch_example_agrees_over_torch_distributed_and_resumes_after_the
     workers = _start_torch_ranks(config, "first")
     try:
         deadline = time.monotonic() + 600  # a loaded machine compiles slowly
-        while sum(e["event"] == "step" for e in _events(tmp_path / "first0.out")) < 3:
+        while sum(e["event"] == "step" for e in progress_events(tmp_path / "first0.out")) < 3:
             if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                 pytest.fail(f"no third step: {(tmp_path / 'first0.err').read_text()[-3000:]}")
             time.sleep(0.2)
@@ -147,7 +133,7 @@ def test_the_pytorch_example_agrees_over_torch_distributed_and_resumes_after_the
         for worker in workers:
             worker.kill()
     assert codes == [PREEMPTED_EXIT_CODE, PREEMPTED_EXIT_CODE], (tmp_path / "first0.err").read_text()[-3000:]
-    events = _events(tmp_path / "first0.out")
+    events = progress_events(tmp_path / "first0.out")
     (step,) = [e["step"] for e in events if e["event"] == "preempted"]
     assert {"event": "checkpoint", "step": step} == {k: v for k, v in events[-2].items() if k != "seconds"}
     for rank in range(2):

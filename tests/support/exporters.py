@@ -7,6 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from support.operator_harness import wait_ready
+from support.ports import free_port
+from support.processes import stop
 
 STEPPING = textwrap.dedent("""
     import sys, time
@@ -24,6 +30,15 @@ STEPPING = textwrap.dedent("""
 """)
 
 
-def start_stepping_exporter(job: str, port: int) -> subprocess.Popen:
-    """The exporter of rank 0 of `job` on `port` (stop it when done)."""
-    return subprocess.Popen([sys.executable, "-c", STEPPING, job, str(port)])
+@contextmanager
+def stepping_exporter(job: str) -> Iterator[str]:
+    """The exporter of rank 0 of `job` on a free port: yields its metrics URL once it answers, and
+    stops it afterwards."""
+    port = free_port()
+    exporter = subprocess.Popen([sys.executable, "-c", STEPPING, job, str(port)])
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_ready(url, server=exporter)
+        yield url
+    finally:
+        stop(exporter, timeout=10)

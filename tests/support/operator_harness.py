@@ -298,8 +298,10 @@ def wait_ready(url: str, timeout: float = 60, server: subprocess.Popen | None = 
 def running_operator(
     admin_kubectl, workdir: Path, nodes: list[str], config: dict | None = None
 ) -> Iterator[OperatorProcess]:
-    """The operator as a process with the chart's rights (`config` over TEST_CONFIG), yielded once
-    its /healthz answers; afterwards it is stopped, the module's `nodes` deleted and its log printed."""
+    """The operator as a process with the chart's rights (`config` over TEST_CONFIG), after the CRD
+    (install_crd), yielded once its /healthz answers; afterwards it is stopped, the module's `nodes`
+    deleted and its log printed."""
+    install_crd(admin_kubectl)
     op = OperatorProcess(chart_kubeconfig(admin_kubectl, workdir), workdir / "operator.log", config).start()
     try:
         wait_ready(f"http://127.0.0.1:{op.liveness_port}/healthz")

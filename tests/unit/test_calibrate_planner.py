@@ -5,18 +5,15 @@ No GPU run has been calibrated yet (docs/benchmarks.md records no peak memory), 
 runs here are made up: the planner's own predictions for three H200 runs, with peaks 2-8% above
 them and step times 1.5-1.7x theirs."""
 
-import importlib
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from longctx_operator.planner import PlanRequest, plan
 from longctx_trainer.contract import hardware
 from longctx_trainer.contract.presets import PRESETS
+from support.benchmarks import benchmark
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 RUNS = [  # (preset, seq, precision, policy, measured peak over predicted, measured step over predicted)
     ("1b", 8192, "bf16", "save_attention", 1.08, 1.6),
     ("1b", 32768, "bf16", "full", 1.02, 1.5),
@@ -26,11 +23,7 @@ RUNS = [  # (preset, seq, precision, policy, measured peak over predicted, measu
 
 @pytest.fixture(scope="module")
 def tool():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("calibrate_planner")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return benchmark("calibrate_planner")
 
 
 def _predict(preset, seq, precision, policy):

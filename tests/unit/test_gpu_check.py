@@ -4,25 +4,18 @@ The training and offload-reach stages spawn one process per run; their decisions
 with recorded outcomes, and one real spawned run checks the worker."""
 
 import gzip
-import importlib
 import json
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from support.benchmarks import benchmark
+
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def gc():
-    import sys
-
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("gpu_check")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return benchmark("gpu_check")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ metrics on metrics.port + LONGCTX_LOCAL_PROCESS_ID.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -21,16 +20,13 @@ from pydantic.alias_generators import to_camel
 
 from ..contract import podenv
 from ..contract.config import TrainerConfig, load_config
+from ..contract.events import emitter, print_event
 from ..contract.metrics import TrainMetrics
 from ..contract.termination import Preempted, SigtermNotice, exit_preempted
 from .layout import Groups, Layout
 from .train import Checkpoints, measured_peak_flops, train
 
 BACKEND = "gloo"
-
-
-def _print_json(event: dict) -> None:
-    print(json.dumps(event), flush=True)
 
 
 def check_agrees(config: TrainerConfig, layout: Layout) -> None:
@@ -97,13 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     metrics.enter("rendezvous")
     dist.init_process_group(BACKEND, init_method="env://", rank=layout.rank, world_size=layout.world_size)
     groups = Groups.create(layout)
-    _print_json({"event": "joined", "rank": layout.rank, "processes": layout.world_size, "backend": BACKEND})
+    print_event({"event": "joined", "rank": layout.rank, "processes": layout.world_size, "backend": BACKEND})
     metrics.describe(config, BACKEND)
     checkpoints = Checkpoints(config.checkpoint, layout.rank) if config.checkpoint.path else None
     # SIGTERM (a deleted pod, a drain, Kueue) is a preemption notice when there is a checkpoint
     # to write: every rank saves one step and exits PREEMPTED_EXIT_CODE (termination.py).
     notice = SigtermNotice() if checkpoints is not None else None
-    emit = _print_json if layout.rank == 0 else (lambda event: None)
+    emit = emitter(layout.rank)
     try:
         train(
             config,

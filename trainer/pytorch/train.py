@@ -2,10 +2,8 @@
 summed over the context ring and the data-parallel group, progress events and metrics under the
 same names as the JAX trainer (longctx_trainer.contract.metrics), checkpoints every interval.
 
-Events handed to `emit` (rank 0 prints them as JSON lines, which `longctx run` follows):
-  {"event": "step", "step", "loss", "tokens_per_second", "mfu", "step_seconds"}
-  {"event": "checkpoint", "step", "seconds"}, {"event": "resume", "step"}, {"event": "done", "step"},
-  {"event": "preempted", "step"} (see longctx_trainer.contract.termination)
+Events handed to `emit` (rank 0 prints them as JSON lines, which `longctx run` follows): the JAX
+trainer's step, checkpoint, resume, preempted and done events (longctx_trainer.contract.events).
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from torch.nn import functional as F
 
 from ..contract import podenv
 from ..contract.config import CheckpointConfig, OptimizerConfig, TrainerConfig
+from ..contract.events import checkpoint_event, done_event, logs_step, preempted_event, resume_event, step_event
 from ..contract.flops import flops_per_token
 from ..contract.load_balance import permutation
 from ..contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
@@ -142,7 +141,7 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
         start = state["step"]
-        emit({"event": "resume", "step": start})
+        emit(resume_event(start))
     metrics.observe_resume(start)
     source = make_source(config.data, config.model.vocab, config.sequence_length)
     ring = Ring(groups.context, sequence_positions(config, layout))
@@ -191,22 +190,13 @@ def train(
         metrics.observe_step(done, global_tokens, seconds, loss, mfu)
         if probe is not None and done % every == 0:
             metrics.observe_probe(probe.measure())  # eager: this step's work is done
-        if done % config.log_every == 0 or done == config.steps:
-            emit(
-                {
-                    "event": "step",
-                    "step": done,
-                    "loss": loss,
-                    "tokens_per_second": tokens_per_second,
-                    "mfu": mfu.get((MFU_CONVENTION, MFU_PEAK)),
-                    "step_seconds": seconds,
-                }
-            )
+        if logs_step(done, config.log_every, config.steps):
+            emit(step_event(done, loss, tokens_per_second, mfu.get((MFU_CONVENTION, MFU_PEAK)), seconds))
         if checkpoints is not None and (preempted or checkpoints.due(done, config.steps)):
             seconds = metrics.checkpoint(done, partial(save, done))
-            emit({"event": "checkpoint", "step": done, "seconds": seconds})
+            emit(checkpoint_event(done, seconds))
         if preempted:
-            emit({"event": "preempted", "step": done})
+            emit(preempted_event(done))
             raise Preempted(done)
-    emit({"event": "done", "step": config.steps})
+    emit(done_event(config.steps))
     return losses

@@ -1,6 +1,9 @@
 """`longctx run`'s parsing of rank 0's output and its progress line."""
 
-from longctx_operator.localrun import parse_event, progress_line
+import json
+
+from longctx_operator.localrun import event_line, parse_event, progress_line
+from longctx_trainer.contract import events
 from support.jobs import job_manifest
 
 EVENT = '{"event": "step", "step": 1, "loss": 5.5, "tokens_per_second": 1234.0, "mfu": 0.0025}'
@@ -14,6 +17,23 @@ def test_progress_events_survive_interleaved_native_output():
 
 def test_progress_line():
     assert progress_line(parse_event(EVENT), 30) == "step 1/30  loss 5.5000  1,234 tokens/s  MFU 0.25%"
+
+
+def test_the_live_line_reads_the_events_the_trainers_write():
+    """The trainers' events (longctx_trainer.contract.events), printed as rank 0 prints them."""
+    shown = [
+        event_line(parse_event(json.dumps(event)), 30)
+        for event in (
+            events.step_event(3, 5.5, 1234.0, 0.0025, 0.5),
+            events.checkpoint_event(3, 1.25),
+            events.resume_event(3),
+        )
+    ]
+    assert shown == [
+        "step 3/30  loss 5.5000  1,234 tokens/s  MFU 0.25%",
+        "checkpoint at step 3 (1.2 s)",
+        "resumed from the checkpoint of step 3",
+    ]
 
 
 def test_readme_names_the_progress_file_the_run_writes():

@@ -6,10 +6,12 @@ from longctx_operator.observe import (
     KUEUE_MESSAGE_MAX,
     MISSING,
     KueueVerdict,
+    ended,
     exit_reason,
     kueue_verdict,
     observe_workload,
     parse_time,
+    serving,
 )
 
 
@@ -125,3 +127,10 @@ def test_a_long_kueue_message_is_cut_to_fit_the_status():
     long = kueue_workload(("QuotaReserved", "False", "Pending", "insufficient quota; " * 200))
     message = kueue_verdict(long).message
     assert len(message) == KUEUE_MESSAGE_MAX and message.endswith("...")
+
+
+def test_a_pod_has_ended_in_phase_succeeded_or_failed_only():
+    """The one test of a pod's end that admission, occupancy, placement and the watch all use."""
+    phases = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+    assert [ended({"status": {"phase": p}}) for p in phases] == [False, False, True, True, False]
+    assert not ended({}) and not serving({"status": {"phase": "Failed"}})

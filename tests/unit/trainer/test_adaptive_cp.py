@@ -9,7 +9,6 @@ bytes than fixed context parallelism at 1M tokens.
 """
 
 import functools
-import sys
 from pathlib import Path
 
 import jax
@@ -35,11 +34,12 @@ from longctx_trainer.ops import reference_attention
 from longctx_trainer.ops.adaptive import adaptive_attention
 from support import mutants
 from support.attention import FP32, HEAD_DIM, HEADS, assert_matches_reference, make_mesh
+from support.benchmarks import benchmark
 from support.tiny import tiny_trainer_config
 from support.training import step_losses
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from adaptive_cp import context_bytes, numpy_source_lengths  # noqa: E402  (the benchmark's own corpus)
+_corpus = benchmark("adaptive_cp")  # the benchmark's own corpus
+context_bytes, numpy_source_lengths = _corpus.context_bytes, _corpus.numpy_source_lengths
 
 REPO = Path(__file__).resolve().parents[3]
 SEQ, CONTEXT = 256, 8  # shards of 32: variants ring 0, 2, 4, 8 (+2 slack) and the fixed 32

@@ -7,7 +7,6 @@ lays the batch out, and a tiny model trained with it follows the fixed layout's 
 
 import functools
 import json
-import sys
 from pathlib import Path
 
 import jax
@@ -37,11 +36,11 @@ from support.attention import (
     masked_reference,
     packed_segments,
 )
+from support.benchmarks import benchmark
 from support.tiny import tiny_trainer_config
 from support.training import step_losses
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-from corpus import document_segments  # noqa: E402  (the benchmarks' own distribution)
+document_segments = benchmark("corpus").document_segments  # the benchmarks' own distribution
 
 SEED = 3  # the random lengths of packed_segments's second row
 

@@ -9,7 +9,6 @@ trainer's model computes with the trained parameters.
 import json
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -25,13 +24,13 @@ from longctx_trainer.contract.config import (
     ParallelConfig,
     TrainerConfig,
 )
-from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.contract.model import RopeScaling
 from longctx_trainer.export import ExportError, export_checkpoint
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.train import train
 from longctx_trainer.weights import SafetensorsDir, differences, load_params, save_hf_checkpoint
 from support.hf_checkpoint import hf_config, hf_forward, hf_tensors, write_checkpoint
+from support.tiny_model import model_options
+from support.training import run
 
 MODEL = ModelConfig(
     layers=2,
@@ -43,15 +42,7 @@ MODEL = ModelConfig(
     rope_theta=10000.0,
     rope_scaling=RopeScaling(factor=4.0, original_context=64),
 )
-OPTIONS = model.ModelOptions(
-    compute_dtype=jnp.float32,
-    remat=False,
-    offload=False,
-    chunk_tokens=None,
-    attention="ring",
-    load_balance="none",
-    loss_chunk_tokens=8,
-)
+OPTIONS = model_options(load_balance="none", loss_chunk_tokens=8)
 
 
 def _one_device():
@@ -129,18 +120,7 @@ def _trained(tmp_path) -> TrainerConfig:
         data=DataConfig(kind="synthetic", seed=1),
         checkpoint=CheckpointConfig(path=str(tmp_path / "ckpt"), interval_steps=2),
     )
-    checkpoints = Checkpoints(config.checkpoint)
-    try:
-        train(
-            config,
-            make_mesh(config.parallelism),
-            emit=lambda e: None,
-            metrics=TrainMetrics("test", 0),
-            checkpoints=checkpoints,
-            peak_flops_per_device=1e12,
-        )
-    finally:
-        checkpoints.close()
+    run(config)
     return config
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import urllib.request
 
 from longctx_trainer.contract.health import PHASE
 from longctx_trainer.contract.podenv import FAULT_FREEZE_IN_RENDEZVOUS
+from support.ports import free_port
 
 CHILD = """
 import sys
@@ -26,12 +26,6 @@ print("serving", flush=True)
 freeze_in_rendezvous(metrics, int(sys.argv[2]))
 print("joined", flush=True)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def state(pid: int) -> str:

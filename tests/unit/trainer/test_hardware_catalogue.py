@@ -24,13 +24,13 @@ hardware.GPUS["fake-96gb"] = hardware.Gpu(
 
 from longctx_operator.api import parse_job
 from longctx_operator.api.crd import crd
+from longctx_operator.names import API_VERSION, KIND
 from longctx_operator.planner import format_table, plan
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import plan_request, resolve_layout
 from longctx_trainer.peak import peak_flops
 
-job = parse_job({"apiVersion": "longctx.io/v1alpha1", "kind": "LongContextJob",
-                 "metadata": {"name": "fake"},
+job = parse_job({"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "fake"},
                  "spec": {"model": {"preset": "llama3-8b"}, "sequenceLength": 65536,
                           "resources": {"nodes": 2, "gpuType": "fake-96gb"}}})
 schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

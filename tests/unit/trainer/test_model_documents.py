@@ -33,6 +33,7 @@ from longctx_trainer.ops import inverse_permutation
 from longctx_trainer.train import train
 from support import mutants
 from support.tiny import TINY_MODEL
+from support.tiny_model import model_options
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = TINY_MODEL
@@ -66,16 +67,7 @@ def _batch(windows):
 
 
 def _options(document_mask: bool, reset_positions: bool = True) -> model.ModelOptions:
-    return model.ModelOptions(
-        compute_dtype=jnp.float32,
-        remat=False,
-        offload=False,
-        chunk_tokens=None,
-        attention="ring",
-        load_balance="dual_chunk_swap",
-        document_mask=document_mask,
-        reset_positions=reset_positions,
-    )
+    return model_options(document_mask=document_mask, reset_positions=reset_positions)
 
 
 ONE_DEVICE = ParallelConfig()

@@ -17,6 +17,7 @@ from longctx_trainer.contract.config import ParallelConfig
 from longctx_trainer.contract.presets import preset
 from longctx_trainer.mesh import make_mesh
 from support import mutants
+from support.tiny_model import model_options
 
 
 def test_rms_norm_matches_formula():
@@ -87,9 +88,7 @@ def test_rope_scaling_of_factor_one_changes_nothing():
 
 def test_a_model_is_hashable_so_a_jitted_function_compiles_once_per_model():
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
-    options = model.ModelOptions(
-        compute_dtype=jnp.float32, remat=False, offload=False, chunk_tokens=None, attention="ring", load_balance="none"
-    )
+    options = model_options(load_balance="none")
     traced = []
 
     @partial(jax.jit, static_argnums=0)

@@ -22,30 +22,16 @@ from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
 from support import mutants
 from support.tiny import TINY_MODEL
+from support.tiny_model import loss_and_grads, model_options
 
 SEQ, BATCH = 32, 2
 
 
 def _options(**changes) -> model.ModelOptions:
-    options = dict(
-        compute_dtype=jnp.float32,
-        remat=True,
-        offload=False,
-        chunk_tokens=None,
-        attention="ring",
-        load_balance="dual_chunk_swap",
-    )
-    return model.ModelOptions(**{**options, **changes})
+    return model_options(**{"remat": True, **changes})
 
 
-def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
-    mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    lm = model.Model(TINY_MODEL, mesh, options)
-    params = jax.jit(partial(model.init_params, TINY_MODEL), out_shardings=lm.param_shardings())(jax.random.key(1))
-    tokens = np.random.default_rng(0).integers(0, TINY_MODEL.vocab, (BATCH, SEQ + 1))
-    loss = lm.loss
-    value, grads = jax.jit(jax.value_and_grad(loss))(params, tokens[:, :-1], tokens[:, 1:])
-    return float(value), jax.tree.map(np.asarray, grads), params
+_loss_and_grads = partial(loss_and_grads, batch=BATCH, seq=SEQ)
 
 
 @pytest.fixture(scope="module")

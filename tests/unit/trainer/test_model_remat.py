@@ -6,7 +6,6 @@ backend: the host offload probe is forced on, as it would be on a GPU.
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
@@ -14,15 +13,14 @@ from jax.ad_checkpoint import print_saved_residuals
 from longctx_trainer import model
 from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
+from support.tiny_model import model_options
 
 MODEL = ModelConfig(layers=3, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64)
 BATCH, SEQ = 2, 16
 
 
 def _saved_residuals(capsys, offload: bool) -> list[str]:
-    options = model.ModelOptions(
-        compute_dtype=jnp.float32, remat=True, offload=offload, chunk_tokens=None, attention="ring", load_balance="none"
-    )
+    options = model_options(remat=True, offload=offload, load_balance="none")
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
     params = model.init_params(MODEL, jax.random.key(0))
     tokens = np.zeros((BATCH, SEQ), np.int32)
@@ -44,10 +42,7 @@ def test_saved_attention_goes_to_the_host_with_offload(capsys, monkeypatch):
     input and attention's output are offloaded (`<host>`); attention's residuals are saved where
     the attention ops put them."""
     monkeypatch.setattr(model, "host_offload_available", lambda platform: True)
-    options = model.ModelOptions(
-        compute_dtype=jnp.float32, remat=True, offload=True, chunk_tokens=None, attention="ring",
-        load_balance="none", remat_policy="save_attention",
-    )  # fmt: skip
+    options = model_options(remat=True, offload=True, load_balance="none", remat_policy="save_attention")
     mesh = make_mesh(ParallelConfig(), jax.devices()[:1])
     params = model.init_params(MODEL, jax.random.key(0))
     tokens = np.zeros((BATCH, SEQ), np.int32)

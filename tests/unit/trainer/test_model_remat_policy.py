@@ -5,8 +5,6 @@ The lowering checks read the whole training step on a CPU mesh: lowered for CUDA
 the cuDNN calls need no GPU to lower) for the fused forward calls and collective-permutes, and
 compiled for the CPU for its collective-permutes. Full remat has the ring forward twice."""
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,29 +16,21 @@ from longctx_trainer.contract.config import DataConfig, ModelConfig, ParallelCon
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.ops import attention, cudnn_compat
 from longctx_trainer.train import StepFunctions
+from support.tiny import TINY_SEQUENCE
+from support.tiny_model import loss_and_grads, model_options
 
-MODEL = ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
-SEQ, BATCH = 64, 2
+BATCH = 2
 TARGETS = (cudnn_compat.FORWARD_TARGET, cudnn_compat.BACKWARD_TARGET)
 WAIVED = [export.DisabledSafetyCheck.custom_call(t) for t in TARGETS]
 
 
 def _options(**changes) -> model.ModelOptions:
-    options = dict(
-        compute_dtype=jnp.float32, remat=True, offload=False, chunk_tokens=None, attention="ring",
-        load_balance="dual_chunk_swap",
-    )  # fmt: skip
-    return model.ModelOptions(**{**options, **changes})
+    return model_options(**{"remat": True, **changes})
 
 
 def _loss_and_grads(parallel: ParallelConfig, options: model.ModelOptions):
-    mesh = make_mesh(parallel, jax.devices()[: parallel.devices])
-    lm = model.Model(MODEL, mesh, options)
-    params = jax.jit(partial(model.init_params, MODEL), out_shardings=lm.param_shardings())(jax.random.key(1))
-    tokens = np.random.default_rng(0).integers(0, MODEL.vocab, (BATCH, SEQ + 1))
-    loss = lm.loss
-    value, grads = jax.jit(jax.value_and_grad(loss))(params, tokens[:, :-1], tokens[:, 1:])
-    return float(value), jax.tree.map(np.asarray, grads)
+    loss, grads, _ = loss_and_grads(parallel, options, batch=BATCH, seq=TINY_SEQUENCE)
+    return loss, grads
 
 
 @pytest.fixture(scope="module")

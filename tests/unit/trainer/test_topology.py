@@ -34,6 +34,7 @@ from longctx_trainer.mesh import make_mesh
 from longctx_trainer.topology import context_rings, ordered_mesh
 from support import mutants
 from support.tiny import TINY_MODEL
+from support.tiny_model import model_options
 
 RACK = "example.com/rack"
 TOPOLOGY = Topology((RACK, NODE), "topology")
@@ -133,15 +134,7 @@ LAYOUT = ParallelConfig(data=2, context=4)
 
 
 def _loss(mesh) -> float:
-    options = model.ModelOptions(
-        compute_dtype=jax.numpy.float32,
-        remat=False,
-        offload=False,
-        chunk_tokens=None,
-        attention="ring",
-        load_balance="dual_chunk_swap",
-    )
-    lm = model.Model(TINY_MODEL, mesh, options)
+    lm = model.Model(TINY_MODEL, mesh, model_options())
     params = jax.jit(partial(model.init_params, TINY_MODEL), out_shardings=lm.param_shardings())(jax.random.key(1))
     tokens = np.random.default_rng(0).integers(0, TINY_MODEL.vocab, (2, 33))
     return float(jax.jit(lm.loss)(params, tokens[:, :-1], tokens[:, 1:]))

@@ -7,7 +7,6 @@ import signal
 
 import pytest
 
-from longctx_trainer.checkpoint import Checkpoints
 from longctx_trainer.contract.config import (
     CheckpointConfig,
     DataConfig,
@@ -16,11 +15,9 @@ from longctx_trainer.contract.config import (
     ParallelConfig,
     TrainerConfig,
 )
-from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.contract.termination import Preempted
-from longctx_trainer.mesh import make_mesh
 from longctx_trainer.preemption import Preemption
-from longctx_trainer.train import train
+from support.training import run
 
 
 @pytest.fixture
@@ -49,19 +46,7 @@ def _train(tmp_path, steps: int, signal_at: int) -> list[dict]:
         if event == {**event, "event": "step", "step": signal_at}:
             os.kill(os.getpid(), signal.SIGTERM)  # as a deleted pod's, mid-run
 
-    checkpoints = Checkpoints(config.checkpoint)
-    try:
-        train(
-            config,
-            make_mesh(config.parallelism),
-            emit=emit,
-            metrics=TrainMetrics("test", 0),
-            checkpoints=checkpoints,
-            peak_flops_per_device=1e12,
-            preemption=Preemption(1),
-        )
-    finally:
-        checkpoints.close()
+    run(config, emit, preemption=Preemption(1))
     return events
 
 

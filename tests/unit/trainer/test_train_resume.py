@@ -5,7 +5,6 @@ import jax
 import numpy as np
 import pytest
 
-from longctx_trainer.checkpoint import Checkpoints
 from longctx_trainer.contract.config import (
     CheckpointConfig,
     DataConfig,
@@ -14,9 +13,9 @@ from longctx_trainer.contract.config import (
     ParallelConfig,
     TrainerConfig,
 )
-from longctx_trainer.contract.metrics import TrainMetrics
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.train import StepFunctions, train
+from longctx_trainer.train import StepFunctions
+from support.training import run
 
 
 class Interrupted(Exception):
@@ -37,22 +36,6 @@ def _config(checkpoint_dir, precision: str) -> TrainerConfig:
     )
 
 
-def _run(config, mesh, fns, emit):
-    checkpoints = Checkpoints(config.checkpoint)
-    try:
-        return train(
-            config,
-            mesh,
-            emit=emit,
-            metrics=TrainMetrics("test", 0),
-            checkpoints=checkpoints,
-            peak_flops_per_device=1e12,
-            fns=fns,
-        )
-    finally:
-        checkpoints.close()
-
-
 @pytest.mark.parametrize("precision", ["fp32", "fp8"])  # fp8: the amax histories are restored too
 def test_resume_continues_exactly(tmp_path, precision):
     whole, parts = _config(tmp_path / "whole", precision), _config(tmp_path / "parts", precision)
@@ -60,7 +43,7 @@ def test_resume_continues_exactly(tmp_path, precision):
     fns = StepFunctions(whole, mesh)  # one compilation shared by the three runs
 
     whole_events = []
-    final = jax.tree.map(np.asarray, _run(whole, mesh, fns, whole_events.append))
+    final = jax.tree.map(np.asarray, run(whole, whole_events.append, mesh, fns=fns))
 
     def stop_after_step_4_checkpoint(event):
         first_events.append(event)
@@ -69,8 +52,8 @@ def test_resume_continues_exactly(tmp_path, precision):
 
     first_events, resumed_events = [], []
     with pytest.raises(Interrupted):
-        _run(parts, mesh, fns, stop_after_step_4_checkpoint)
-    resumed = jax.tree.map(np.asarray, _run(parts, mesh, fns, resumed_events.append))
+        run(parts, stop_after_step_4_checkpoint, mesh, fns=fns)
+    resumed = jax.tree.map(np.asarray, run(parts, resumed_events.append, mesh, fns=fns))
 
     losses = {e["step"]: e["loss"] for e in whole_events if e["event"] == "step"}
     resumed_losses = {e["step"]: e["loss"] for e in resumed_events if e["event"] == "step"}

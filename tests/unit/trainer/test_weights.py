@@ -6,7 +6,6 @@ the trainer's einsum layout) come from tests/support/hf_checkpoint.py. Loaded in
 """
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ from support.hf_checkpoint import (
     hf_tensors,
     write_checkpoint,
 )
+from support.tiny_model import model_options
 
 MODEL = ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0)
 HF_CONFIG = hf_config(MODEL)
@@ -35,15 +35,7 @@ def _mesh():
     return make_mesh(ParallelConfig(data=2, context=2, tensor=2), jax.devices()[:8])
 
 
-OPTIONS = model.ModelOptions(
-    compute_dtype=jnp.float32,
-    remat=False,
-    offload=False,
-    chunk_tokens=None,
-    attention="ring",
-    load_balance="dual_chunk_swap",
-    loss_chunk_tokens=8,
-)
+OPTIONS = model_options(loss_chunk_tokens=8)
 
 
 def _model(config: ModelConfig = MODEL) -> model.Model:

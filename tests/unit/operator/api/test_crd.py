@@ -85,15 +85,7 @@ def test_printer_columns_and_names():
         "Message",
     ]
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
-    assert wide == [
-        "Est. Tokens/s",
-        "Memory/GPU",
-        "Resumed From",
-        "Checkpoint",
-        "Checkpoint Age",
-        "Last Restart",
-        "Message",
-    ]  # kubectl get lcj -o wide
+    assert wide == columns[columns.index("Est. Tokens/s") :]  # kubectl get lcj -o wide adds the rest
     assert version["subresources"] == {"status": {}}
     names = crd()["spec"]["names"]
     assert names["shortNames"] == ["lcj"] and "longctx" in names["categories"]

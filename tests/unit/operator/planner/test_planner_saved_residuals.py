@@ -13,7 +13,8 @@ from longctx_operator.planner.costs import (
 )
 from longctx_trainer.contract.config import ModelConfig, ParallelConfig
 from longctx_trainer.mesh import make_mesh
-from longctx_trainer.model import Model, ModelOptions, init_params
+from longctx_trainer.model import Model, init_params
+from support.tiny_model import model_options
 
 
 def test_saved_tensors_per_layer_match_what_the_trainer_keeps(capsys):
@@ -27,10 +28,7 @@ def test_saved_tensors_per_layer_match_what_the_trainer_keeps(capsys):
     tokens = np.zeros((batch, seq), np.int32)
     kept = {}
     for policy in ("full", "save_attention"):
-        options = ModelOptions(
-            compute_dtype=jnp.bfloat16, remat=True, offload=False, chunk_tokens=None, attention="ring",
-            load_balance="none", remat_policy=policy,
-        )  # fmt: skip
+        options = model_options(compute_dtype=jnp.bfloat16, remat=True, load_balance="none", remat_policy=policy)
         capsys.readouterr()
         print_saved_residuals(Model(config, mesh, options).loss, params, tokens, tokens)
         lines = capsys.readouterr().out.splitlines()
