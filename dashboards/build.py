@@ -122,6 +122,23 @@ TRAINING = (
         ),
     ),
     PanelSpec(
+        "Data time above the gang median / step, per rank",
+        "How much longer each rank takes for a batch's data than its gang's median, as a share of the "
+        "gang's median step (longctx_train_data_seconds: a rank with slow input holds every rank at "
+        "the next collective). The operator flags a rank above stragglerDetection.slowerPercent for "
+        "the window (the Straggler condition, the LongctxSlowInput alert at 0.5).",
+        "percentunit",
+        (
+            Query(
+                f"(longctx_train_data_seconds{{{JOB}}} - on (namespace, job_name) group_left () "
+                f"quantile by (namespace, job_name) (0.5, longctx_train_data_seconds{{{JOB}}})) "
+                f"/ on (namespace, job_name) group_left () "
+                f"quantile by (namespace, job_name) (0.5, longctx_train_last_step_seconds{{{JOB}}})",
+                "{{job_name}} rank {{rank}}",
+            ),
+        ),
+    ),
+    PanelSpec(
         "Seconds since each rank's heartbeat",
         "How long each rank has not changed phase or finished a step (hang detection reads the same "
         "heartbeat; a stopped process stops being scraped, so its line ends).",
