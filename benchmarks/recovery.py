@@ -5,10 +5,10 @@ down by tests/support/recovery.py:
 
 - kill: past a checkpoint, rank 1's trainer is killed (SIGINT through the pod's launcher: no save,
   a failure) and the operator restarts the whole gang: detect, delete, schedule, start,
-  rendezvous, restore, compile, to generation 2's first step;
+  rendezvous, restore, compile, first step (generation 2's);
 - preempt: rank 1's pod is deleted (graceful: SIGTERM, as a drain or a preemption), every rank
   saves the step they agree on and the same Job replaces the pods: save, stop, schedule, start,
-  rendezvous, restore, compile, to the replaced pods' first step.
+  rendezvous, restore, compile, first step (the replaced pods').
 
     python benchmarks/recovery.py [--faults kill,preempt] [--steps 60] [--trace]
 

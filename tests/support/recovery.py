@@ -10,8 +10,9 @@ deleted gracefully, the same Job replaces the pods): save (to rank 0's "preempte
 finished their step, agreed on it and saved it), stop (to rank 0's old trainer container's end).
 Then, for both: schedule (to the last new pod scheduled), start (to the last trainer container
 started), rendezvous (to the last rank's "joined" line), restore (to rank 0's "resume" line: step
-functions built, checkpoint read) and compile (to rank 0's first "step" line: compiling, or
-loading from the compilation cache, and running the first step).
+functions built, checkpoint read), compile (to rank 0's "compiled" line: tracing and compiling
+the step, or loading it from the compilation cache) and first step (to rank 0's first "step"
+line).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-START_STAGES = ("schedule", "start", "rendezvous", "restore", "compile")
+START_STAGES = ("schedule", "start", "rendezvous", "restore", "compile", "first step")
 STAGES = ("detect", "delete", *START_STAGES)
 PREEMPTION_STAGES = ("save", "stop", *START_STAGES)
 
@@ -69,6 +70,7 @@ def _start_marks(pods: list[dict], logs: list[str]) -> list[datetime]:
         ),
         max(_first(e, "joined") for e in events),
         _first(events[0], "resume"),
+        _first(events[0], "compiled"),
         _first(events[0], "step"),
     ]
 

@@ -17,6 +17,7 @@ RANK0 = "\n".join(
         '2026-11-26T23:01:05.500000000Z {"event": "joined", "rank": 0}',
         "2026-11-26T23:01:06.000000000Z a library's own line",
         '2026-11-26T23:01:10.250000000Z {"event": "resume", "step": 10}',
+        '2026-11-26T23:01:14.250000000Z {"event": "compiled", "seconds": 4.0, "from_cache": true}',
         '2026-11-26T23:01:20.250000000Z {"event": "step", "step": 11}',
     ]
 )
@@ -35,13 +36,14 @@ def test_each_stage_runs_from_the_end_of_the_one_before():
         "start": 3.0,
         "rendezvous": 12.0,  # the last rank's "joined"
         "restore": 3.2,
-        "compile": 10.0,
+        "compile": 4.0,
+        "first step": 6.0,
     }
     assert table(seconds).endswith("| **total** | **80 s** |")
 
 
 def test_log_lines_other_than_the_trainers_events_are_skipped():
-    assert [e["event"] for _, e in log_events(RANK0)] == ["joined", "resume", "step"]
+    assert [e["event"] for _, e in log_events(RANK0)] == ["joined", "resume", "compiled", "step"]
 
 
 def test_a_preemption_in_place_saves_then_stops_before_the_new_pods_start():
@@ -62,5 +64,6 @@ def test_a_preemption_in_place_saves_then_stops_before_the_new_pods_start():
         "start": 3.0,
         "rendezvous": 12.0,
         "restore": 3.2,
-        "compile": 10.0,
+        "compile": 4.0,
+        "first step": 6.0,
     }
