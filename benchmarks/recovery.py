@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the real-node tests' cluster and job helpers
 from e2e.conftest import CLUSTER, RealCluster  # noqa: E402
-from e2e.test_real_nodes import NAME, Job, phase  # noqa: E402
+from e2e.test_real_nodes import NAME, Job, phase, saving_on_preemption  # noqa: E402
 
 from support.cluster import Kubectl  # noqa: E402
 from support.recovery import breakdown, preemption_breakdown, table  # noqa: E402
@@ -97,19 +97,6 @@ def progress(job: dict) -> dict:
     return (job.get("status") or {}).get("progress") or {}
 
 
-def job_of(cluster: RealCluster, steps: int, checkpoint: dict) -> Job:
-    return Job(
-        cluster,
-        {
-            "steps": steps,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints", **checkpoint},
-            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
-        },
-    )
-
-
 def logs_of(cluster: RealCluster, job: Job, pods: list[dict]) -> list[str]:
     return [
         cluster.kubectl("logs", "--timestamps", "-n", job.namespace, p["metadata"]["name"], "-c", "trainer")
@@ -124,7 +111,20 @@ def finish(job: Job) -> None:
 
 
 def measure_kill(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
-    job = job_of(cluster, steps, {"intervalSteps": CHECKPOINT_INTERVAL})
+    job = Job(
+        cluster,
+        {
+            "steps": steps,
+            "sequenceLength": 512,
+            "globalBatchTokens": 1024,
+            "checkpoint": {
+                "path": "/checkpoints",
+                "persistentVolumeClaim": "checkpoints",
+                "intervalSteps": CHECKPOINT_INTERVAL,
+            },
+            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
+        },
+    )
     try:
         job.wait(lambda current: progress(current).get("lastCheckpointStep"), "generation 1 to pass a checkpoint")
         victim = job.pods(1)[1]["metadata"]["name"]
@@ -152,7 +152,7 @@ def measure_kill(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str
 
 
 def measure_preemption(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
-    job = job_of(cluster, steps, {"intervalSteps": 1000, "preemptionGraceSeconds": 60})  # only the preemption saves
+    job = Job(cluster, saving_on_preemption(steps, restartPolicy={"maxRestarts": 1, "backoffSeconds": 1}))
     try:
         job.wait(lambda current: progress(current).get("step", 0) >= 3, "step 3")
         old = {p["metadata"]["uid"] for p in job.pods(1)}

@@ -330,26 +330,20 @@ def resumed_at(rank0: list[dict]) -> int:
     return resume["step"]
 
 
+def saving_on_preemption(steps: int, **spec: dict) -> dict:
+    """Spec changes for a job of `steps` small steps whose only checkpoints are a preemption's and
+    the last step's (interval checkpoints off), with 60 s to save on SIGTERM."""
+    checkpoint = {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints"}
+    checkpoint |= {"intervalSteps": 1000, "preemptionGraceSeconds": 60}
+    return {"steps": steps, "sequenceLength": 512, "globalBatchTokens": 1024, "checkpoint": checkpoint, **spec}
+
+
 def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_gang(real_cluster):
     """`kubectl delete pod` of rank 1 (graceful: SIGTERM) mid-run: both ranks save the same step k,
     with no interval checkpoint before it, and exit 85; the same Job replaces the pods, which resume
     at k + 1, no restart counted (status.lastRestart Preempted, resumedFromStep k). Then a killed
     trainer (SIGINT: no save) fails the gang, which restarts as generation 2 from step k."""
-    job = Job(
-        real_cluster,
-        {
-            "steps": 200,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": {
-                "path": "/checkpoints",
-                "persistentVolumeClaim": "checkpoints",
-                "intervalSteps": 1000,  # only the preemption and the last step save
-                "preemptionGraceSeconds": 60,
-            },
-            "restartPolicy": {"maxRestarts": 2, "backoffSeconds": 1},
-        },
-    )
+    job = Job(real_cluster, saving_on_preemption(200, restartPolicy={"maxRestarts": 2, "backoffSeconds": 1}))
 
     def pod_name(pod: dict) -> str:
         return pod["metadata"]["name"]
@@ -503,18 +497,8 @@ def test_a_real_kueue_preemption_saves_one_step_and_the_same_job_resumes(real_cl
     `requeueState`, is for its waitForPodsReady evictions: tests/integration/test_kueue.py)."""
 
     def spec(priority: str, steps: int) -> dict:
-        return {
-            "steps": steps,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": {
-                "path": "/checkpoints",
-                "persistentVolumeClaim": "checkpoints",
-                "intervalSteps": 1000,  # only the preemption and the last step save
-                "preemptionGraceSeconds": 60,
-            },
-            "scheduling": {"admission": "kueue", "queueName": "q", "workloadPriorityClassName": priority},
-        }
+        scheduling = {"admission": "kueue", "queueName": "q", "workloadPriorityClassName": priority}
+        return saving_on_preemption(steps, scheduling=scheduling)
 
     def progress(job: dict) -> dict:
         return (job.get("status") or {}).get("progress") or {}
