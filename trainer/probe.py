@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
-from .contract.health import ProbeTimes, probe_work
+from .contract.health import RecentTimes, probe_work
 
 
 def _chain(x: jax.Array, matmuls: int) -> jax.Array:
@@ -42,7 +42,7 @@ class ComputeProbe:
         self._matmuls = matmuls
         value = jnp.full((side, side), 1.0 / side, jnp.dtype(dtype))
         self._inputs = [jax.device_put(value, device) for device in devices]
-        self._times = ProbeTimes()
+        self._times = RecentTimes()
         self._time()  # compiles for each device: no measure includes it
 
     def measure(self) -> float:

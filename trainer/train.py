@@ -31,7 +31,7 @@ from .compile_cache import counting_hits
 from .contract.config import OptimizerConfig, TrainerConfig
 from .contract.events import checkpoint_event, done_event, logs_step, preempted_event, resume_event, step_event
 from .contract.flops import causal_pairs_within_documents, flops_per_token
-from .contract.health import ProbeTimes
+from .contract.health import RecentTimes
 from .contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
 from .contract.schedule import learning_rate_factor
 from .contract.termination import Preempted
@@ -216,7 +216,7 @@ def train(
     emit({"event": "compiled", "seconds": time.perf_counter() - begin, "from_cache": hits() > 0})
     every = config.metrics.probe_every_steps
     probe = ComputeProbe(mesh.local_devices) if every else None
-    data_times = ProbeTimes()
+    data_times = RecentTimes()
     metrics.enter("training")
     for step in range(start, config.steps):
         begin = time.perf_counter()  # a new adaptive variant's first step includes its compilation

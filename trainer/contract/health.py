@@ -44,9 +44,9 @@ def probe_work(platform: str) -> tuple[int, int, str]:
     return PROBE_WORK.get(platform, PROBE_ACCELERATOR_WORK)
 
 
-class ProbeTimes:
-    """The last PROBE_KEPT times of the probe (or of the data path); `add` returns their median,
-    the time a trainer exports."""
+class RecentTimes:
+    """The last PROBE_KEPT times of one measure (the compute probe, the data path); `add` returns
+    their median, the time a trainer exports."""
 
     def __init__(self) -> None:
         self._kept: deque[float] = deque(maxlen=PROBE_KEPT)

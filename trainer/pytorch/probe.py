@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from ..contract.health import ProbeTimes, probe_work
+from ..contract.health import RecentTimes, probe_work
 
 
 def chain(x: torch.Tensor, matmuls: int) -> torch.Tensor:
@@ -31,7 +31,7 @@ class ComputeProbe:
         side, self._matmuls, dtype = probe_work(device.type)
         self._device = device
         self._input = torch.full((side, side), 1.0 / side, dtype=getattr(torch, dtype), device=device)
-        self._times = ProbeTimes()
+        self._times = RecentTimes()
         self._time()  # warms the kernels (and the CUDA context): no measure includes it
 
     def measure(self) -> float:
