@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
-from longctx_trainer.contract.adaptive import Variant, fitting_variant, ring_bytes
+from longctx_trainer.contract.adaptive import Variant, fitting_variant, ring_bytes, shard_fits
 from longctx_trainer.contract.config import Precision
 from longctx_trainer.contract.model import ModelConfig
 
@@ -79,7 +79,7 @@ def variant_mix(seq: int, context: int, rows: int, sample: tuple[int, ...], seed
     packed sequences per device; None with no positive length, context 1, shards not a multiple
     of 32, or a draw beyond DOCUMENT_BUDGET."""
     lengths = [n for n in sample if n > 0]
-    if not lengths or context == 1 or (seq // context) % 32:
+    if not lengths or context == 1 or not shard_fits(seq, context):
         return None
     per_step = rows * seq / (sum(lengths) / len(lengths)) * context
     steps = min(STEPS, int(DOCUMENT_BUDGET // per_step))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import get_args
 
+from longctx_trainer.contract.adaptive import SHARD_MULTIPLE, shard_fits
 from longctx_trainer.contract.config import (
     AUTO,
     DEFAULT_ATTENTION,
@@ -368,9 +369,11 @@ def _evaluate_kind(req: PlanRequest, layout: Layout) -> Candidate:
         attention=req.attention,
         ulysses=req.ulysses or 1,
     )
-    shard = req.sequence_length // layout.context
-    if req.adaptive and shard % 32:  # contract.adaptive.variants
-        reason = f"adaptive context parallelism needs sequenceLength / context divisible by 32, got {shard}"
+    if req.adaptive and not shard_fits(req.sequence_length, layout.context):  # contract.adaptive.variants
+        shard = req.sequence_length // layout.context
+        reason = (
+            f"adaptive context parallelism needs sequenceLength / context divisible by {SHARD_MULTIPLE}, got {shard}"
+        )
         rejections.append(Rejection("spec.parallelism.context", reason, auto_field="spec.sequenceLength"))
     if rejections:
         return Candidate(layout, req.attention, rejections=tuple(rejections))

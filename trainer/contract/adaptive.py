@@ -26,12 +26,22 @@ class Variant(NamedTuple):
         return context * (self.ring + self.local)
 
 
+SHARD_MULTIPLE = 32
+"""A device's shard must be a multiple of this: the smallest ring part, a sixteenth of the shard,
+is laid out in two dual-chunk-swap halves."""
+
+
+def shard_fits(seq: int, context: int) -> bool:
+    """Whether `seq` tokens over `context` devices give shards the variants can lay out."""
+    return (seq // context) % SHARD_MULTIPLE == 0
+
+
 def variants(seq: int, context: int) -> tuple[Variant, ...]:
     """The compiled variants for `seq` tokens over `context` devices, smallest ring part first;
     the last is the fixed layout."""
     shard = seq // context
-    if shard % 32:
-        raise ValueError(f"adaptive context parallelism needs seq / context divisible by 32, got {shard}")
+    if not shard_fits(seq, context):
+        raise ValueError(f"adaptive context parallelism needs seq / context divisible by {SHARD_MULTIPLE}, got {shard}")
     slack = shard // 16
     adaptive = tuple(Variant(ring, shard + slack - ring) for ring in (0, shard // 16, shard // 8, shard // 4))
     return (*adaptive, Variant(shard, 0))

@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .adaptive import SHARD_MULTIPLE, shard_fits
 from .model import ModelConfig
 
 # The choices of the contract, in the trainer's (snake_case) spelling. The API and the planner use
@@ -276,8 +277,10 @@ class TrainerConfig(_Strict):
             self.data.packing.document_mask and p.attention == "ring" and p.load_balance == "dual_chunk_swap"
         ):
             raise ValueError("parallelism.adaptive needs data.packing.document_mask, attention ring, dual_chunk_swap")
-        if p.adaptive and (self.offload.enabled or (self.sequence_length // p.context) % 32):
-            raise ValueError("parallelism.adaptive needs no offload and sequence_length / context divisible by 32")
+        if p.adaptive and (self.offload.enabled or not shard_fits(self.sequence_length, p.context)):
+            raise ValueError(
+                f"parallelism.adaptive needs no offload and sequence_length / context divisible by {SHARD_MULTIPLE}"
+            )
         split = sequence_split(p.load_balance, p.context)
         if self.sequence_length % split:
             raise ValueError(f"sequence_length must be divisible by {split}")
