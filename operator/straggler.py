@@ -69,11 +69,11 @@ class Straggler:
 
 @dataclass(frozen=True)
 class Measure:
-    """One way of comparing the ranks: each answering rank's time of it, and the time above
+    """One way of comparing the ranks: each timed rank's time of it, by rank, and the time above
     which a rank is slow by it."""
 
     name: str
-    timed: list[tuple[RankTrack, float]]
+    seconds: dict[int, float]
     median_seconds: float
     limit: float
     step_seconds: float | None = None
@@ -89,12 +89,12 @@ def measures(tracks: dict[int, RankTrack], bounds: StragglerBounds) -> list[Meas
     else STEP), each with at least two timed ranks."""
     answering = [t for t in tracks.values() if t.answering]
 
-    def timed(value) -> list[tuple[RankTrack, float]]:
-        return [(t, v) for t in answering if (v := value(t)) is not None and v > 0]
+    def timed(value) -> dict[int, float]:
+        return {t.rank: v for t in answering if (v := value(t)) is not None and v > 0}
 
-    def relative(name: str, pairs: list[tuple[RankTrack, float]]) -> Measure:
-        middle = median(seconds for _, seconds in pairs)
-        return Measure(name, pairs, middle, middle * (1 + bounds.slower_percent / 100))
+    def relative(name: str, seconds: dict[int, float]) -> Measure:
+        middle = median(seconds.values())
+        return Measure(name, seconds, middle, middle * (1 + bounds.slower_percent / 100))
 
     out = []
     probes = timed(lambda t: t.probe_seconds)
@@ -102,8 +102,8 @@ def measures(tracks: dict[int, RankTrack], bounds: StragglerBounds) -> list[Meas
         out.append(relative(PROBE, probes))
     data, steps = timed(lambda t: t.data_seconds), timed(lambda t: t.step_seconds)
     if len(data) == len(answering) >= 2 and steps:
-        step = median(seconds for _, seconds in steps)
-        middle = median(seconds for _, seconds in data)
+        step = median(steps.values())
+        middle = median(data.values())
         out.append(Measure(DATA, data, middle, middle + step * bounds.slower_percent / 100, step))
     if out:
         return out
@@ -117,10 +117,9 @@ def mark_slow(tracks: dict[int, RankTrack], now: float, bounds: StragglerBounds)
     compared = measures(tracks, bounds)
     if not compared:
         return tracks
-    slow = {t.rank for m in compared for t, seconds in m.timed if seconds > m.limit}
-    timed = {t.rank for m in compared for t, _ in m.timed}
+    slow = {rank for m in compared for rank, seconds in m.seconds.items() if seconds > m.limit}
     out = dict(tracks)
-    for rank in timed:
+    for rank in {rank for m in compared for rank in m.seconds}:
         t = tracks[rank]
         out[rank] = replace(t, slow_since=(t.slow_since if t.slow_since is not None else now) if rank in slow else None)
     return out
@@ -131,11 +130,10 @@ def stragglers(tracks: dict[int, RankTrack], now: float, bounds: StragglerBounds
     is furthest above its limit by."""
     out = []
     compared = measures(tracks, bounds)
-    for rank in sorted({t.rank for m in compared for t, _ in m.timed}):
+    for rank in sorted({rank for m in compared for rank in m.seconds}):
         t = tracks[rank]
         if t.slow_since is None or now - t.slow_since < bounds.window_seconds:
             continue
-        by = [(m.excess(seconds), m, seconds) for m in compared for r, seconds in m.timed if r.rank == rank]
-        _, m, seconds = max(by, key=lambda entry: entry[0])
-        out.append(Straggler(t.rank, t.pod, t.node, seconds, m.median_seconds, m.name, m.step_seconds))
+        m = max((m for m in compared if rank in m.seconds), key=lambda m: m.excess(m.seconds[rank]))
+        out.append(Straggler(t.rank, t.pod, t.node, m.seconds[rank], m.median_seconds, m.name, m.step_seconds))
     return tuple(out)
