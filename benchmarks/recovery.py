@@ -104,10 +104,12 @@ def logs_of(cluster: RealCluster, job: Job, pods: list[dict]) -> list[str]:
     ]
 
 
-def finish(job: Job) -> None:
+def finish(job: Job) -> dict:
+    """The job once it has Succeeded (anything else ends the benchmark with its description)."""
     final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
     if phase(final) != "Succeeded":
         raise SystemExit(f"the job did not succeed:\n{job.describe(final)}")
+    return final
 
 
 def measure_kill(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
@@ -142,8 +144,7 @@ def measure_kill(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str
         )
         trace.append(f"kill at +{(failed - watching.began).total_seconds():.1f} s")
         trace.extend(watching.stop())
-        finish(job)
-        final = job.get()
+        final = finish(job)
         pods = job.pods(2)
         workload = json.loads(cluster.kubectl("get", "job", f"{NAME}-g2", "-n", job.namespace, "-o", "json"))
         return breakdown(failed, final["status"], workload, pods, logs_of(cluster, job, pods))
@@ -155,12 +156,11 @@ def measure_preemption(cluster: RealCluster, steps: int, trace: list[str]) -> di
     job = Job(cluster, saving_on_preemption(steps, restartPolicy={"maxRestarts": 1, "backoffSeconds": 1}))
     try:
         job.wait(lambda current: progress(current).get("step", 0) >= 3, "step 3")
-        old = {p["metadata"]["uid"] for p in job.pods(1)}
-        rank0_old = job.pods(1)[0]
+        rank0, rank1 = job.pods(1)
         watching = Trace(cluster, job.namespace)
         time.sleep(1)  # the watches' initial listings arrive before the delete
         preempted = datetime.now(UTC)
-        cluster.kubectl("delete", "pod", "-n", job.namespace, job.pods(1)[1]["metadata"]["name"], "--wait=false")
+        cluster.kubectl("delete", "pod", "-n", job.namespace, rank1["metadata"]["name"], "--wait=false")
         job.wait(
             lambda current: (
                 progress(current).get("resumedFromStep") is not None
@@ -171,8 +171,10 @@ def measure_preemption(cluster: RealCluster, steps: int, trace: list[str]) -> di
         trace.append(f"delete at +{(preempted - watching.began).total_seconds():.1f} s")
         trace.extend(watching.stop())
         finish(job)
-        pods = [p for p in job.pods(1) if p["metadata"]["uid"] not in old]
-        (ended,) = [p for p in job.pods(1) if p["metadata"]["uid"] == rank0_old["metadata"]["uid"]]
+        old = {rank0["metadata"]["uid"], rank1["metadata"]["uid"]}
+        listed = job.pods(1)
+        pods = [p for p in listed if p["metadata"]["uid"] not in old]
+        (ended,) = [p for p in listed if p["metadata"]["uid"] == rank0["metadata"]["uid"]]
         (old_log,) = logs_of(cluster, job, [ended])
         return preemption_breakdown(preempted, ended, old_log, pods, logs_of(cluster, job, pods))
     finally:
