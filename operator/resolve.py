@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from longctx_operator.planner import Plan, PlanRequest, plan
+from longctx_operator.planner import Plan, PlanError, PlanRequest, plan
 
 from .api.quantity import parse_quantity
 from .api.spec import LongContextJobSpec
@@ -38,11 +38,15 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(request: PlanRequest) -> Plan:
+def _plan(request: PlanRequest) -> Plan | PlanError:
     """Plans are pure, and some take seconds (an adaptive job's draw of its corpus's batches on
     many GPUs): the operator plans a spec in its thread pool first (reconciler.py), and its
-    decision, on the event loop, finds the plan here."""
-    return plan(request)
+    decision, on the event loop, finds the plan here, or the rejection (kept too: a rejected spec
+    stays due for planning at every reconciliation)."""
+    try:
+        return plan(request)
+    except PlanError as error:
+        return error
 
 
 def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | None]:
@@ -50,4 +54,6 @@ def resolve_layout(spec: LongContextJobSpec) -> tuple[ResolvedLayout, Plan | Non
     if spec.on_cpu:  # CPU jobs are manual (a rule): the planner models GPUs only
         return ResolvedLayout.manual(spec), None
     chosen = _plan(plan_request(spec))
+    if isinstance(chosen, PlanError):  # a fresh one: raising the kept one would grow its traceback
+        raise PlanError(chosen.message, chosen.field)
     return ResolvedLayout.planned(spec, chosen), chosen
