@@ -30,6 +30,7 @@ from longctx_operator.localrun import parse_event
 from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION
 from longctx_operator.observe import pod_rank
 from longctx_operator.placement import topology_levels
+from support.cluster import Kubectl
 from support.prometheus import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -451,8 +452,7 @@ class Follow:
     def __init__(self, job: Job, generation: int, folder: Path):
         self.folder = folder
         folder.mkdir(parents=True)
-        kubectl = ["kubectl", "--kubeconfig", str(job.cluster.kubeconfig), "-n", job.namespace]
-        env = os.environ | {"PATH": f"{job.cluster.path}:{os.environ['PATH']}"}
+        kubectl, env = ["kubectl", "-n", job.namespace], Kubectl(job.cluster.kubeconfig).env
         self.pods = {pod_rank(p): p["metadata"]["name"] for p in job.pods(generation)}
         self.processes = [
             subprocess.Popen(
