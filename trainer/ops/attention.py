@@ -78,8 +78,8 @@ def context_parallel_attention(
     elif impl == "hybrid" and context > 1:
         hybrid_split(context, ulysses)
         local = make_ulysses_attention(axis=CONTEXT, axis_size=context, ring=context // ulysses, **heads, **options)
-    else:  # at context 1 both are the local chunked attention (its K/V offload included)
-        local = make_all_gather_attention(axis=CONTEXT, **options)
+    else:  # all-gather; at context 1 every impl is the local attention (all_gather.py)
+        local = make_all_gather_attention(axis=CONTEXT, axis_size=context, **options)
     return _sharded(local, mesh)(q, k, v, segments)
 
 

@@ -2,7 +2,8 @@
 
 Each device holds 1/C of the sequence for all of its (tensor-local) heads. An all-to-all over the
 context axis turns that into the whole sequence for 1/C of the heads; attention runs locally on it
-(the chunked kernel of all_gather.py, so FPDT chunking and host offload apply unchanged), and a
+(all_gather.py's local attention: one fused call where the layout is unpermuted, else the
+chunked kernel, so FPDT chunking and host offload apply unchanged), and a
 second all-to-all returns the output to the sequence layout. Per layer that is three all-to-alls of
 q/k/v and one of the output, each moving (C-1)/C of a device's shard, against the ring's C-1
 passes of K/V; every device sees every position, so the causal work is balanced whatever the
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..contract.config import ulysses_kv_repeat
-from .all_gather import make_local_attention
+from .all_gather import in_natural_order, make_local_attention
 from .chunked import LocalAttention, Span
 from .ring import make_ring_attention
 
@@ -48,7 +49,9 @@ def make_ulysses_attention(
     repeat = ulysses_kv_repeat(heads, kv_heads, degree)
     groups = None if ring == 1 else [list(range(g * degree, (g + 1) * degree)) for g in range(ring)]
     if ring == 1:  # the device holds the whole sequence: its positions serve q and k alike
-        local_forward, inner_bwd = make_local_attention(scale=scale, chunk_tokens=chunk_tokens, offload=offload)
+        local_forward, inner_bwd = make_local_attention(
+            scale=scale, chunk_tokens=chunk_tokens, offload=offload, same_tokens=in_natural_order(positions)
+        )
 
         def inner_fwd(q, k, v, segments):
             pos = None if positions is None else jnp.asarray(positions)  # made here: a constant of this trace

@@ -29,12 +29,10 @@ WAIVED = [
 ]
 
 
-def lowered(platform: str, load_balance: str = "dual_chunk_swap") -> str:
-    """StableHLO of the ring's forward and input gradients (bf16) for `platform`."""
-    mesh = make_mesh(1, CONTEXT, 1)
-    attend = functools.partial(
-        context_parallel_attention, mesh=mesh, causal=True, impl="ring", load_balance=load_balance
-    )
+def lowered(platform: str, load_balance: str = "dual_chunk_swap", *, context: int = CONTEXT, impl: str = "ring") -> str:
+    """StableHLO of the attention's forward and input gradients (bf16) for `platform`."""
+    mesh = make_mesh(1, context, 1)
+    attend = functools.partial(context_parallel_attention, mesh=mesh, causal=True, impl=impl, load_balance=load_balance)
 
     def forward_and_backward(q, k, v, do):
         out, vjp = jax.vjp(attend, q, k, v)
@@ -89,6 +87,24 @@ def test_the_check_sees_logits_where_the_pure_jax_kernel_runs():
     assert logits_tensors(lowered("cpu"))
     striped = lowered("cuda", load_balance="striped")
     assert logits_tensors(striped) and calls(striped, cudnn_compat.BACKWARD_TARGET) == 0
+
+
+@pytest.mark.parametrize(
+    ("context", "impl", "load_balance"), [(1, "ring", "dual_chunk_swap"), (CONTEXT, "ulysses", "none")]
+)
+def test_attention_over_all_tokens_in_their_order_is_one_fused_call_each_way(context, impl, load_balance):
+    """At context 1 (any layout is the identity there) and inside Ulysses with an unpermuted layout,
+    a device attends all the tokens' queries to all their keys: one causal cuDNN call forward and
+    one backward, no chunk pairs, no logits."""
+    program = lowered("cuda", load_balance, context=context, impl=impl)
+    assert (calls(program, cudnn_compat.FORWARD_TARGET), calls(program, cudnn_compat.BACKWARD_TARGET)) == (1, 1)
+    assert logits_tensors(program) == set()
+
+
+def test_ulysses_over_a_permuted_layout_keeps_the_chunked_kernel():
+    """Dual-chunk-swap tokens gathered by Ulysses are not in causal order by index: chunk pairs with
+    masks, so logits (the limit the test above does not cover)."""
+    assert logits_tensors(lowered("cuda", "dual_chunk_swap", impl="ulysses"))
 
 
 def test_an_unknown_primitive_parameter_is_a_clear_error(monkeypatch):
