@@ -6,6 +6,10 @@ the broadcast scale. That is the pattern XLA's GPU GEMM rewriter turns into a cu
 with the scales folded in: from each dot operand it walks back through layout-only ops
 (reshape, transpose, broadcast, ...) to `multiply(convert(f8), broadcast(scale))`; any other op
 on the way, such as the bf16 cast of an fp32 dequantization, leaves an ordinary bf16 GEMM. The
+FP8 value leaves `quantize` through an optimization barrier: XLA's GPU pipeline otherwise folds
+`convert(convert(x, f8), bf16)` into `convert(x, bf16)` (its excess-precision simplification,
+on by default), which drops the FP8 rounding and every FP8 type before the rewriter runs (seen on
+an H200 with JAX 0.11.2, 2026-11-27: no FP8 GEMM, no FP8 type in the compiled step). The
 backward's dots are written out the same way (not left to autodiff, whose fp32 cotangent would
 insert a convert). On a CPU the same program runs emulated. Each operand
 has its own per-tensor state: the amax (largest magnitude) of its last `history` uses and the
@@ -24,6 +28,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 E4M3 = jnp.float8_e4m3fn
 E5M2 = jnp.float8_e5m2
@@ -42,9 +47,10 @@ def new_state(history: int = AMAX_HISTORY) -> dict:
 
 
 def quantize(x: jax.Array, dtype, scale: jax.Array) -> jax.Array:
-    """x / scale in `dtype` (values beyond the range saturate at +-max: never inf/nan)."""
+    """x / scale in `dtype` (values beyond the range saturate at +-max: never inf/nan), behind an
+    optimization barrier so that no compiler pass folds the FP8 cast away (module docstring)."""
     limit = fp8_max(dtype)
-    return jnp.clip(x.astype(F32) / scale, -limit, limit).astype(dtype)
+    return lax.optimization_barrier(jnp.clip(x.astype(F32) / scale, -limit, limit).astype(dtype))
 
 
 def dequantize(q: jax.Array, scale: jax.Array, out_dtype) -> jax.Array:

@@ -39,10 +39,15 @@ def instructions(text: str) -> dict[str, Instruction]:
     return found
 
 
+FOLDABLE = {"convert"}
+"""Producers of an FP8 value that XLA's GPU excess-precision pass folds with the dequantizing
+convert (convert(convert(x, f8), bf16) -> convert(x, bf16)), leaving no FP8 for the rewriter."""
+
+
 def fp8_dots(text: str) -> list[tuple[str, str]]:
     """The FP8 element types (lhs, rhs) of each dot the GEMM rewriter matches: each operand, back
     through layout-only ops, is multiply(convert(an FP8 value), broadcast(scale)) with the convert
-    going straight to the dot's operand type."""
+    going straight to the dot's operand type, and the FP8 value not itself a convert (FOLDABLE)."""
     program = instructions(text)
 
     def fp8_source(name: str) -> str | None:
@@ -54,9 +59,9 @@ def fp8_dots(text: str) -> list[tuple[str, str]]:
         first, second = (program[o] for o in op.operands)
         for convert, scale in ((first, second), (second, first)):
             if convert.opcode == "convert" and scale.opcode == "broadcast":
-                source = program[convert.operands[0]].dtype
-                if source in FP8_TYPES and convert.dtype == op.dtype:
-                    return source
+                value = program[convert.operands[0]]
+                if value.dtype in FP8_TYPES and value.opcode not in FOLDABLE and convert.dtype == op.dtype:
+                    return value.dtype
         return None
 
     dots = []

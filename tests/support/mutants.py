@@ -179,6 +179,17 @@ def dequantize_through_fp32(monkeypatch):
     )
 
 
+def quantize_without_a_barrier(monkeypatch):
+    """FP8 casts straight into the dequantization: the same numbers on a CPU, but XLA's GPU
+    pipeline folds the two converts and no FP8 reaches the GEMM rewriter (issue 28's H200 run)."""
+
+    def quantize(x, dtype, scale):
+        limit = fp8.fp8_max(dtype)
+        return jnp.clip(x.astype(jnp.float32) / scale, -limit, limit).astype(dtype)
+
+    monkeypatch.setattr(fp8, "quantize", quantize)
+
+
 def every_ring_step_from_an_earlier_member(monkeypatch):
     """The dual-chunk-swap ring takes every received K/V shard as one from an earlier member: all
     queries attend the first half of a later member's shard (their future) and none its second."""

@@ -125,6 +125,11 @@ def test_an_fp32_detour_before_the_dot_fails_the_pattern_check(monkeypatch):
     assert fp8_dots(_lowered_forward_and_backward(jnp.bfloat16)) == []
 
 
+def test_an_fp8_cast_the_gpu_compiler_can_fold_fails_the_pattern_check(monkeypatch):
+    mutants.quantize_without_a_barrier(monkeypatch)
+    assert fp8_dots(_lowered_forward_and_backward(jnp.bfloat16)) == []
+
+
 def test_the_backward_keeps_fp8_operands_and_no_full_precision_copy():
     """What fp8_einsum saves for the backward: x and w in e4m3 plus scalars, never x or w in bf16
     (their amaxes are taken in the forward)."""
