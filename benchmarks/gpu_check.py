@@ -50,7 +50,7 @@ CATEGORIES = {  # op category -> pattern of the op (kernel) names it holds; firs
     "attention": r"fmha|flash|cudnn|attention|softmax",
     "host_transfers": r"memcpy|htod|dtoh|h2d|d2h|copy-start|copy-done|host",
     "collectives": r"nccl|all-reduce|all_reduce|all-gather|all_gather|reduce-scatter|collective|permute|all-to-all",
-    "matmuls": r"gemm|cublas|matmul|\bdot|dot_|dot\.|cutlass|convolution",
+    "matmuls": r"gemm|cublas|matmul|\bdot|dot_|dot\.|cutlass|convolution|nvjet|xmma",  # nvjet: cuBLAS's Hopper GEMMs
     "optimizer": r"adam|optimizer|clip_by_global_norm|scale_by",
 }
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
@@ -170,26 +170,50 @@ def numerics(cfg: dict, deadline: float = float("inf")) -> dict:
 # --- FP8 HLO --------------------------------------------------------------------------------------
 
 FP8_GEMM = "__cublas$lt$matmul$f8"  # cuBLASLt's FP8 GEMM custom call target
+FP8_DOT = re.compile(r"= \S+ dot\(f8e(?:4m3fn|5m2)\[")  # a dot on FP8 operands (a Triton GEMM fusion's)
+
+
+def fp8_gemms(text: str) -> dict:
+    """FP8 GEMMs in a compiled program's text: cuBLASLt custom calls and dots on FP8 operands."""
+    return {
+        "custom_calls": sum(FP8_GEMM in line for line in text.splitlines()),
+        "fp8_dots": len(FP8_DOT.findall(text)),
+        "fp8_types": sorted(set(re.findall(r"f8e4m3fn|f8e5m2", text))),
+    }
 
 
 def fp8_hlo(cfg: dict) -> dict:
-    """FP8 GEMMs in the compiled fp8 training step of the smallest preset."""
+    """FP8 GEMMs in the compiled fp8 training step of the smallest preset, and in one matmul
+    written two ways: fp8_einsum's (dequantized operands, trainer/fp8.py) and a dot straight on
+    FP8 operands (`preferred_element_type`), so a miss shows which form this XLA takes."""
     import jax
     import jax.numpy as jnp
 
+    from longctx_trainer import fp8
     from longctx_trainer.mesh import make_mesh
     from longctx_trainer.train import StepFunctions
 
     config = _trainer_config(cfg["presets"][0], cfg["check_seq"], "fp8", "full", offload=False, chunk=None, steps=1)
     fns = StepFunctions(config, make_mesh(config.parallelism, jax.devices()[:1]))
     tokens = jax.ShapeDtypeStruct((1, config.sequence_length), jnp.int32)
-    text = fns.step.lower(fns.abstract_state(), tokens, tokens, None).compile().as_text()
-    gemms = sum(FP8_GEMM in line for line in text.splitlines())
+    step = fp8_gemms(fns.step.lower(fns.abstract_state(), tokens, tokens, None).compile().as_text())
+    x, w = jax.ShapeDtypeStruct((2048, 1024), jnp.bfloat16), jax.ShapeDtypeStruct((1024, 2048), jnp.bfloat16)
+
+    def einsum(x, w):
+        return jax.grad(lambda x, w: fp8.fp8_einsum("td,df->tf", x, w, fp8.einsum_state()).sum(), (0, 1))(x, w)
+
+    def direct(x, w):
+        xq, wq = x.astype(fp8.E4M3), w.astype(fp8.E4M3)
+        return jax.lax.dot_general(xq, wq, (((1,), (0,)), ((), ())), preferred_element_type=jnp.bfloat16)
+
+    forms = {name: fp8_gemms(jax.jit(f).lower(x, w).compile().as_text()) for name, f in
+             (("fp8_einsum", einsum), ("direct", direct))}  # fmt: skip
+    found = step["custom_calls"] + step["fp8_dots"]
     return {
-        "fp8_gemm_custom_calls": gemms,
-        "fp8_types_in_program": sorted(set(re.findall(r"f8e4m3fn|f8e5m2", text))),
+        "step": step,
+        "forms": forms,
         "backend": jax.default_backend(),
-        "ok": gemms > 0 if jax.default_backend() == "gpu" else bool(re.search(r"f8e4m3fn", text)),
+        "ok": found > 0 if jax.default_backend() == "gpu" else "f8e4m3fn" in step["fp8_types"],
     }
 
 
@@ -290,8 +314,16 @@ def spawn(spec: dict, limit_s: float) -> dict:
         return {"status": "timeout", "limit_s": round(limit_s, 1)}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
-        return {"status": "error", "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+        return {"status": "error", "returncode": done.returncode, "error": failure_lines(done.stderr or done.stdout)}
     return json.loads(lines[-1])
+
+
+def failure_lines(text: str, keep: int = 8) -> list[str]:
+    """The last `keep` lines of a failed run's output that say something: a native crash prints its
+    message (a fatal "Check failed", a signal) before a stack of "@ 0x..." frames, which are
+    dropped, as are blank lines."""
+    said = [line.rstrip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("@ ")]
+    return [line[:300] for line in said[-keep:]]
 
 
 def train_runs(cfg: dict) -> list[dict]:
@@ -301,7 +333,7 @@ def train_runs(cfg: dict) -> list[dict]:
     for seq in cfg["seqs"]:
         for preset in reversed(cfg["presets"]):
             for precision, policy in (("bf16", "save_attention"), ("bf16", "full"), ("fp8", "save_attention")):
-                if precision in cfg["precisions"]:
+                if precision in cfg["precisions"] and policy in cfg.get("policies", (policy,)):
                     runs.append(dict(preset=preset, seq=seq, precision=precision, policy=policy))
     return runs
 
@@ -487,6 +519,13 @@ def summary(results: dict) -> str:
                 f"| {r.get('tokens_per_second', 0):.0f} | {r.get('mfu', 0):.3f} | {r.get('step_seconds', 0):.3f} "
                 f"| {gib(r.get('peak_bytes'))} | {p.get('step_seconds', 0):.3f} | {gib(p.get('peak_bytes'))} |"
             )
+        failed = [r for r in train["rows"] if r.get("error")]
+        lines += ["", *(f"- {r['preset']} {r['seq']} {r['precision']} {r['policy']}: "
+                        + " / ".join(r["error"]) for r in failed)]  # fmt: skip
+    fp8_result = results["stages"].get("fp8_hlo", {}).get("result")
+    if fp8_result:
+        forms = "; ".join(f"{k} {v}" for k, v in fp8_result["forms"].items())
+        lines += ["", f"fp8: step {fp8_result['step']}; {forms}"]
     profile_result = results["stages"].get("profile", {}).get("result")
     if profile_result:
         lines += ["", "profile (ms): " + ", ".join(f"{k} {v}" for k, v in profile_result["ms"].items())]
@@ -498,6 +537,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, required=False, help="folder of the results file")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU: checks every stage's code path")
     parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES))
+    parser.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="STAGE=SECONDS",
+        help="another budget for a stage (a shorter second run of a session)",
+    )
+    parser.add_argument("--seqs", type=int, nargs="+", help="the training runs' lengths (default: the sizes')")
+    parser.add_argument("--presets", nargs="+", help="the training runs' presets (default: the sizes')")
+    parser.add_argument("--policies", nargs="+", choices=["full", "save_attention"], help="the runs' remat policies")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one training run (JSON spec), for spawn
     args = parser.parse_args(argv)
     if args.worker:
@@ -508,6 +557,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.cpu_smoke and jax.default_backend() != "gpu":
         sys.exit(f"benchmarks/gpu_check.py needs a GPU (backend {jax.default_backend()!r}); use --cpu-smoke")
     cfg, out = sizes(args.cpu_smoke), args.out
+    cfg.update({k: v for k, v in (("seqs", args.seqs), ("presets", args.presets), ("policies", args.policies)) if v})
+    budgets = {**STAGES, **budget_overrides(args.budget)}
     out.mkdir(parents=True, exist_ok=True)
     device = jax.devices()[0]
     scale = 1.0 if not args.cpu_smoke else 4.0  # a CPU is slower at compiling than the budgets assume
@@ -516,13 +567,13 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_smoke": args.cpu_smoke,
         "device": device.device_kind,
         "jax": jax.__version__,
-        "budget_s": TOTAL_BUDGET_S,
+        "budget_s": sum(budgets[name] for name in args.stages),
         "stages": {},
     }
-    end = time.monotonic() + TOTAL_BUDGET_S * scale
+    end = time.monotonic() + sum(budgets[name] for name in args.stages) * scale
     predict = planner_prediction(cfg, None if args.cpu_smoke else device.device_kind)
     for name in args.stages:
-        budget = STAGES[name]
+        budget = budgets[name]
         begin = time.monotonic()
         deadline = min(begin + budget * scale, end)  # and never past the whole run's budget
         work = {
@@ -544,6 +595,17 @@ def main(argv: list[str] | None = None) -> dict:
             results["planner_vs_measured"] = planner_vs_measured(stage["result"])
         write(results, out)  # after every stage: a run cut short keeps what it measured
     return results
+
+
+def budget_overrides(pairs: list[str]) -> dict[str, int]:
+    """{"train": 120} from ["train=120"]; a stage not in STAGES or a bad number is an error."""
+    found = {}
+    for pair in pairs:
+        name, _, seconds = pair.partition("=")
+        if name not in STAGES or not seconds.isdigit():
+            raise SystemExit(f"--budget {pair!r}: expected STAGE=SECONDS with STAGE one of {', '.join(STAGES)}")
+        found[name] = int(seconds)
+    return found
 
 
 def write(results: dict, out: Path) -> None:

@@ -104,7 +104,8 @@ def test_trace_summary_counts_device_ops_by_category(gc):
         {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:GPU:0"}},
         {"ph": "X", "pid": 1, "name": "gemm_host_side", "dur": 1e6},
         {"ph": "X", "pid": 2, "name": "cudnn_fmha_fwd", "dur": 3000},
-        {"ph": "X", "pid": 2, "name": "sm90_xmma_gemm_bf16", "dur": 2000},
+        {"ph": "X", "pid": 2, "name": "sm90_xmma_gemm_bf16", "dur": 1500},
+        {"ph": "X", "pid": 2, "name": "nvjet_sm90_tss_128x128_64x6_2x1_v_bz_TNT", "dur": 500},
         {"ph": "X", "pid": 2, "name": "ncclDevKernel_SendRecv", "dur": 1000},
         {"ph": "X", "pid": 2, "name": "MemcpyDtoH", "dur": 500},
         {"ph": "X", "pid": 2, "name": "loop_add_fusion", "dur": 500},
@@ -146,3 +147,34 @@ def test_the_whole_script_writes_one_results_file(gc, tmp_path, monkeypatch):
 def test_numerics_skips_the_cases_past_its_deadline(gc, smoke):
     result = gc.numerics(smoke, deadline=0.0)
     assert [c["skipped"] for c in result["cases"]] == ["stage budget spent"] * len(smoke["numerics_cases"])
+
+
+def test_a_crashed_run_reports_its_message_not_its_stack(gc):
+    """A native crash (seen on an H200: every 3b run's error was one "@ 0x..." frame) keeps the
+    fatal line above its stack frames."""
+    crashed = "\n".join([
+        "step 0 compiling", "F1127 18:16:02.1 cuda_dnn.cc:123] Check failed: status.ok() cuDNN bad param",
+        "*** Check failure stack trace: ***", "    @     0x7fb167329ecc  (unknown)",
+        "    @     0x7fb167329ecd  (unknown)", "",
+    ])  # fmt: skip
+    lines = gc.failure_lines(crashed)
+    assert lines[-2:] == ["F1127 18:16:02.1 cuda_dnn.cc:123] Check failed: status.ok() cuDNN bad param",
+                          "*** Check failure stack trace: ***"]  # fmt: skip
+    assert not any("@" in line for line in lines)
+
+
+def test_a_second_run_can_shorten_the_stages_and_pick_its_runs(gc, monkeypatch, tmp_path):
+    assert gc.budget_overrides(["train=120", "profile=10"]) == {"train": 120, "profile": 10}
+    with pytest.raises(SystemExit, match="STAGE=SECONDS"):
+        gc.budget_overrides(["trian=120"])
+    seen = []
+
+    def spawn(spec, limit_s):
+        seen.append((spec["preset"], spec["seq"]))
+        return {"status": "oom"}
+
+    monkeypatch.setattr(gc, "spawn", spawn)
+    results = gc.main(["--cpu-smoke", "--out", str(tmp_path), "--stages", "train", "--budget", "train=77",
+                       "--seqs", "96", "--presets", "tiny", "--policies", "save_attention"])  # fmt: skip
+    assert results["budget_s"] == 77 and results["stages"]["train"]["budget_s"] == 77
+    assert seen == [("tiny", 96)] * 2  # bf16 and fp8, save_attention only
