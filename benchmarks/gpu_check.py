@@ -18,7 +18,9 @@ even when it fails or runs out of time:
   bisecting; every probe a capped subprocess);
 - profile: one training step under jax.profiler, device time per op category (attention,
   matmuls, collectives, host transfers, optimizer, other) parsed from the Perfetto trace.
-Writes gpu-check.json (RESULTS_FILE) and gpu-check.md (a readable summary) under --out.
+Writes gpu-check.json (RESULTS_FILE) and gpu-check.md (a readable summary) under --out, and the
+fp8 step's program before and after XLA's passes (FP8_STEP_HLO, FP8_STEP_COMPILED). Training runs
+get a trainer pod's GPU environment (`worker_env`); this process reserves no GPU memory up front.
 `benchmarks/calibrate_planner.py` reads the JSON.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
@@ -170,6 +173,7 @@ def numerics(cfg: dict, deadline: float = float("inf")) -> dict:
 # --- FP8 HLO --------------------------------------------------------------------------------------
 
 FP8_GEMM = "__cublas$lt$matmul$f8"  # cuBLASLt's FP8 GEMM custom call target
+FP8_STEP_HLO, FP8_STEP_COMPILED = "fp8-step.hlo.gz", "fp8-step-compiled.hlo.gz"
 FP8_DOT = re.compile(r"= \S+ dot\(f8e(?:4m3fn|5m2)\[")  # a dot on FP8 operands (a Triton GEMM fusion's)
 
 
@@ -182,10 +186,11 @@ def fp8_gemms(text: str) -> dict:
     }
 
 
-def fp8_hlo(cfg: dict) -> dict:
+def fp8_hlo(cfg: dict, out: Path | None = None) -> dict:
     """FP8 GEMMs in the compiled fp8 training step of the smallest preset, and in one matmul
     written two ways: fp8_einsum's (dequantized operands, trainer/fp8.py) and a dot straight on
-    FP8 operands (`preferred_element_type`), so a miss shows which form this XLA takes."""
+    FP8 operands (`preferred_element_type`), so a miss shows which form this XLA takes. With
+    `out`, the step's program before and after XLA's optimizations is saved there (gzip)."""
     import jax
     import jax.numpy as jnp
 
@@ -196,7 +201,12 @@ def fp8_hlo(cfg: dict) -> dict:
     config = _trainer_config(cfg["presets"][0], cfg["check_seq"], "fp8", "full", offload=False, chunk=None, steps=1)
     fns = StepFunctions(config, make_mesh(config.parallelism, jax.devices()[:1]))
     tokens = jax.ShapeDtypeStruct((1, config.sequence_length), jnp.int32)
-    step = fp8_gemms(fns.step.lower(fns.abstract_state(), tokens, tokens, None).compile().as_text())
+    lowered = fns.step.lower(fns.abstract_state(), tokens, tokens, None)
+    compiled = lowered.compile().as_text()
+    step = fp8_gemms(compiled)
+    if out is not None:  # both programs, for reading offline which dots stayed in bf16 and why
+        (out / FP8_STEP_HLO).write_bytes(gzip.compress(lowered.as_text(dialect="hlo").encode()))
+        (out / FP8_STEP_COMPILED).write_bytes(gzip.compress(compiled.encode()))
     x, w = jax.ShapeDtypeStruct((2048, 1024), jnp.bfloat16), jax.ShapeDtypeStruct((1024, 2048), jnp.bfloat16)
 
     def einsum(x, w):
@@ -304,12 +314,31 @@ def run_one(spec: dict) -> dict:
     }
 
 
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+"""Off in this script's own process: JAX otherwise reserves 75% of the GPU at start, and every
+worker then had a quarter of it (seen on an H200, 2026-11-27: the 3b preset out of memory at 8K)."""
+
+
+def worker_env(parent: dict) -> dict:
+    """A training run's environment: a trainer pod's GPU settings (the operator's memory fraction
+    and XLA flags, operator/render/env.py), reserving memory at start as a pod does."""
+    from longctx_operator.render.env import GPU_MEMORY_FRACTION, GPU_XLA_FLAGS
+    from longctx_trainer.contract import podenv
+
+    env = {k: v for k, v in parent.items() if k != PREALLOCATE}
+    env[podenv.GPU_MEMORY_FRACTION] = GPU_MEMORY_FRACTION
+    env[podenv.XLA_FLAGS] = " ".join([parent.get(podenv.XLA_FLAGS, ""), *GPU_XLA_FLAGS]).strip()
+    return env
+
+
 def spawn(spec: dict, limit_s: float) -> dict:
     """run_one in a fresh process (a clean peak-memory counter, an OOM that cannot poison the
-    next run) with a time cap."""
+    next run) with a time cap, in a pod's environment (`worker_env`)."""
     command = [sys.executable, __file__, "--worker", json.dumps(spec)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=max(1.0, limit_s))
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=max(1.0, limit_s), env=worker_env(dict(os.environ))
+        )
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "limit_s": round(limit_s, 1)}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -552,6 +581,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.worker:
         print(json.dumps(run_one(json.loads(args.worker))), flush=True)
         return {}
+    os.environ.setdefault(PREALLOCATE, "false")  # before JAX starts: the workers get the GPU
     import jax
 
     if not args.cpu_smoke and jax.default_backend() != "gpu":
@@ -578,7 +608,7 @@ def main(argv: list[str] | None = None) -> dict:
         deadline = min(begin + budget * scale, end)  # and never past the whole run's budget
         work = {
             "numerics": lambda d=deadline: numerics(cfg, d),
-            "fp8_hlo": lambda: fp8_hlo(cfg),
+            "fp8_hlo": lambda: fp8_hlo(cfg, out),
             "attention": lambda d=deadline: attention(cfg, d),
             "train": lambda d=deadline: training(cfg, d, predict),
             "offload_reach": lambda d=deadline: offload_reach(cfg, d),

@@ -129,6 +129,8 @@ def test_the_whole_script_writes_one_results_file(gc, tmp_path, monkeypatch):
         assert stage["status"] == "ok", (name, stage.get("error"))
         assert stage["budget_s"] == gc.STAGES[name] and stage["seconds"] > 0
     assert on_disk["stages"]["numerics"]["result"]["ok"] and on_disk["stages"]["fp8_hlo"]["result"]["ok"]
+    assert b"f8e4m3fn" in gzip.decompress((tmp_path / gc.FP8_STEP_COMPILED).read_bytes())
+    assert b" dot(" in gzip.decompress((tmp_path / gc.FP8_STEP_HLO).read_bytes())
     assert on_disk["stages"]["attention"]["result"]["rows"][0]["ratio"] > 0
     profile = on_disk["stages"]["profile"]["result"]
     assert set(profile["ms"]) == {*gc.CATEGORIES, "other"} and sum(profile["ms"].values()) > 0
@@ -178,3 +180,14 @@ def test_a_second_run_can_shorten_the_stages_and_pick_its_runs(gc, monkeypatch, 
                        "--seqs", "96", "--presets", "tiny", "--policies", "save_attention"])  # fmt: skip
     assert results["budget_s"] == 77 and results["stages"]["train"]["budget_s"] == 77
     assert seen == [("tiny", 96)] * 2  # bf16 and fp8, save_attention only
+
+
+def test_a_training_run_gets_a_pods_gpu_environment(gc):
+    """The operator's memory fraction and XLA flags (beside the caller's), and memory reserved at
+    start as in a pod, whatever this process set for itself."""
+    from longctx_operator.render.env import GPU_MEMORY_FRACTION, GPU_XLA_FLAGS
+
+    env = gc.worker_env({gc.PREALLOCATE: "false", "XLA_FLAGS": "--xla_dump_to=/tmp/x", "HOME": "/root"})
+    assert gc.PREALLOCATE not in env and env["HOME"] == "/root"
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == GPU_MEMORY_FRACTION
+    assert env["XLA_FLAGS"].split() == ["--xla_dump_to=/tmp/x", *GPU_XLA_FLAGS]
