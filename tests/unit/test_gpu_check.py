@@ -80,7 +80,12 @@ def test_training_runs_in_priority_order_until_the_budget_is_spent(gc, smoke, mo
     monkeypatch.setattr(gc, "spawn", lambda spec, limit_s: {"status": "ok", "step_seconds": 2.0, "peak_bytes": 10})
     cfg = gc.sizes(cpu_smoke=False)
     runs = gc.train_runs(cfg)
-    assert len(runs) == 2 * 3 * 3 and runs[0] == dict(preset="3b", seq=8192, precision="bf16", policy="save_attention")
+    assert len(runs) == 2 * 3 * 3
+    first = [(r["preset"], r["seq"], r["precision"]) for r in runs[:8]]
+    for i, preset in enumerate(("3b", "1b")):
+        wanted = [(preset, 8192, "bf16"), (preset, 8192, "fp8"), (preset, 32768, "bf16"), (preset, 65536, "bf16")]
+        assert first[4 * i : 4 * i + 4] == wanted
+    assert {r["policy"] for r in runs[:8]} == {"save_attention"}
     assert {(r["precision"], r["policy"]) for r in runs} == {
         ("bf16", "save_attention"),
         ("bf16", "full"),
