@@ -31,21 +31,23 @@ def train_losses(rank: int, data: int, context: int, steps: int, corpus: str) ->
     return train(config, layout, Groups.create(layout), emit=lambda e: None, metrics=TrainMetrics("test", rank))
 
 
-def probe_times(rank: int, every: int, steps: int, corpus: str) -> list[float]:
-    """The probe times one rank exported while training `steps` steps probing every `every`."""
+def observed_times(rank: int, every: int, steps: int, corpus: str) -> dict[str, list[float]]:
+    """The probe and data times one rank exported while training `steps` steps probing every `every`."""
     from longctx_trainer.contract.config import MetricsConfig
     from longctx_trainer.pytorch.train import train
 
     config = tiny_config(1, 1, steps, corpus).model_copy(update={"metrics": MetricsConfig(probe_every_steps=every)})
     layout = Layout(data=1, context=1, rank=rank, sequence_length=config.sequence_length)
+    times: dict[str, list[float]] = {"probe": [], "data": []}
 
     class Recorded(TrainMetrics):
-        probes: list[float] = []
-
         def observe_probe(self, seconds: float) -> None:
-            self.probes.append(seconds)
+            times["probe"].append(seconds)
             super().observe_probe(seconds)
 
-    metrics = Recorded("test", rank)
-    train(config, layout, Groups.create(layout), emit=lambda e: None, metrics=metrics)
-    return metrics.probes
+        def observe_data(self, seconds: float) -> None:
+            times["data"].append(seconds)
+            super().observe_data(seconds)
+
+    train(config, layout, Groups.create(layout), emit=lambda e: None, metrics=Recorded("test", rank))
+    return times

@@ -23,6 +23,7 @@ from ..contract import podenv
 from ..contract.config import CheckpointConfig, OptimizerConfig, TrainerConfig
 from ..contract.events import checkpoint_event, done_event, logs_step, preempted_event, resume_event, step_event
 from ..contract.flops import flops_per_token
+from ..contract.health import RecentTimes
 from ..contract.load_balance import permutation
 from ..contract.metrics import MFU_CONVENTION, MFU_PEAK, TrainMetrics
 from ..contract.schedule import learning_rate_factor
@@ -161,10 +162,12 @@ def train(
         }
         checkpoints.save(step, state)
 
+    data_times = RecentTimes()
     metrics.enter("training")  # eager: no compiling phase
     for step in range(start, config.steps):
         begin = time.perf_counter()
         inputs, targets = local_batch(source, step, config, layout, ring.positions_CxT[ring.index])
+        metrics.observe_data(data_times.add(time.perf_counter() - begin))  # eager: read before the step
         logits = model(inputs, ring)
         loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
         (loss_sum / global_tokens).backward()  # this rank's share of the global mean

@@ -7,7 +7,7 @@ import torch
 from longctx_trainer.contract.health import PROBE_KEPT, probe_work
 from longctx_trainer.pytorch import probe
 from support.torch_gloo import run_gloo
-from support.torch_train_worker import probe_times
+from support.torch_train_worker import observed_times
 
 
 def test_the_probe_time_is_the_median_of_the_last_runs():
@@ -41,5 +41,6 @@ def corpus(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("every, exported", [(2, 3), (0, 0)], ids=["every-2-steps", "never"])
 def test_the_training_loop_exports_a_probe_every_so_many_steps(tmp_path, corpus, every, exported):
-    (probes,) = run_gloo(1, probe_times, every, 6, corpus, tmp=tmp_path)
-    assert len(probes) == exported and all(p > 0 for p in probes)
+    (times,) = run_gloo(1, observed_times, every, 6, corpus, tmp=tmp_path)
+    assert len(times["probe"]) == exported and all(p > 0 for p in times["probe"])
+    assert len(times["data"]) == 6 and all(d > 0 for d in times["data"])  # every batch's reading, probe or not
