@@ -7,9 +7,10 @@ agrees with the other ranks on the step to save, writes that checkpoint and exit
 PREEMPTED_EXIT_CODE with the step in its termination message (trainer/preemption.py). Not 0: an
 Indexed Job counts an index whose pod exits 0 as complete, so a preempted gang would read as
 done (and a resumed Job would never restart those indexes). The Job's pod failure policy ignores
-that exit code: no failure is counted and the Job controller replaces the pod (at once, or when
-Kueue admits the Job again), which resumes from the checkpoint. Any other exit still fails the
-Job (backoffLimit 0) and the operator restarts the gang as a new generation.
+that exit code: no failure is counted and the Job controller replaces the pod (after its
+recreation backoff, `PER_INDEX_BACKOFF`, or when Kueue admits the Job again), which resumes from
+the checkpoint. Any other exit still fails the Job (backoffLimit 0) and the operator restarts the
+gang as a new generation.
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ POD_FAILURE_POLICY = {
     ]
 }
 """The Job's podFailurePolicy: a preempted rank is not a failure; the Job controller replaces it."""
+
+PER_INDEX_BACKOFF = {"backoffLimitPerIndex": 0, "maxFailedIndexes": 0}
+"""The Job's backoff per index. The Job controller waits before it replaces failed pods, ignored
+ones included: 10 s doubled per failure, capped at 6 minutes, counted over the whole Job, so a
+preempted gang of N ranks waited 10 x 2^(N-1) s (20 s for 2 ranks; 6 minutes from 7). With a
+backoff limit per index the wait is per index (10 s for each rank's first preemption) and no
+global delay applies (kubernetes pkg/controller/job, `getRemainingTimePerIndex`). Limits 0 keep
+every counted failure fatal to the Job, as backoffLimit 0 does."""
 
 
 def restart_record(reason: Reason, message: str, when: datetime, checkpoint_step: int | None) -> RestartStatus:

@@ -20,7 +20,7 @@ from ..api.spec import LongContextJob, LongContextJobSpec
 from ..config import OperatorConfig
 from ..layout import ResolvedLayout
 from ..placement import placement_wanted
-from ..preemption import POD_FAILURE_POLICY, grace_period_seconds
+from ..preemption import PER_INDEX_BACKOFF, POD_FAILURE_POLICY, grace_period_seconds
 from .env import worker_env
 from .fabrics import FabricProfile, fabric_profile
 from .trainer_config import trainer_config
@@ -340,6 +340,7 @@ def _job(
             "backoffLimit": 0,
             # ... except a preempted rank, which saved a checkpoint: the Job replaces its pod.
             "podFailurePolicy": POD_FAILURE_POLICY,
+            **PER_INDEX_BACKOFF,
             "podReplacementPolicy": "Failed",
             "suspend": spec.scheduling.admission == "kueue",
             "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},

@@ -339,6 +339,9 @@ def saving_on_preemption(steps: int, **spec: dict) -> dict:
     return {"steps": steps, "sequenceLength": 512, "globalBatchTokens": 1024, "checkpoint": checkpoint, **spec}
 
 
+IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"  # the Job controller's, per index
+
+
 def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_gang(real_cluster):
     """`kubectl delete pod` of rank 1 (graceful: SIGTERM) mid-run: both ranks save the same step k,
     with no interval checkpoint before it, and exit 85; the same Job replaces the pods, which resume
@@ -384,6 +387,9 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         assert resumed["status"]["workloadGeneration"] == 1 and resumed["status"]["restarts"] == 0
         (rank0, rank1) = live(1)
         assert resumed_at(job.logs(rank0)) == k and from_cache(job.logs(rank0))
+        # Replaced per index (preemption.PER_INDEX_BACKOFF): each index counts its own ignored failure.
+        ignored = {p["metadata"].get("annotations", {}).get(IGNORED_FAILURES) for p in (rank0, rank1)}
+        assert ignored == {"1"}, ignored
 
         # PID 1, the launcher, forwards SIGINT to the trainer, which ends at once: a failure.
         real_cluster.kubectl(

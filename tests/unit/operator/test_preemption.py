@@ -58,6 +58,8 @@ def test_the_job_ignores_the_preempted_exit_code_of_the_trainer_alone():
     job = _job("quickstart.yaml")
     rendered = render_workload(job, resolve_layout(job.spec)[0]).job["spec"]
     assert rendered["backoffLimit"] == 0  # any other exit fails the Job: the operator restarts the gang
+    # ... so does any failed index; the replacement's wait is per index, not 10 s x 2^(ranks - 1)
+    assert (rendered["backoffLimitPerIndex"], rendered["maxFailedIndexes"]) == (0, 0)
     assert rendered["podFailurePolicy"] == {
         "rules": [
             {
