@@ -18,8 +18,8 @@ even when it fails or runs out of time:
   bisecting; every probe a capped subprocess);
 - profile: one training step under jax.profiler, device time per op category (attention,
   matmuls, collectives, host transfers, optimizer, other) parsed from the Perfetto trace.
-Writes gpu-check.json (RESULTS_FILE) and gpu-check.md (a readable summary) under --out, and the
-fp8 step's program before and after XLA's passes (FP8_STEP_HLO, FP8_STEP_COMPILED). Training runs
+Writes gpu-check.json (RESULTS_FILE) and gpu-check.md (a readable summary) under --out, and XLA's
+dump of the fp8 step (FP8_STEP_DUMP). Training runs
 get a trainer pod's GPU environment (`worker_env`); this process reserves no GPU memory up front.
 `benchmarks/calibrate_planner.py` reads the JSON.
 """
@@ -42,9 +42,9 @@ RESULTS_FILE = "gpu-check.json"
 SUMMARY_FILE = "gpu-check.md"
 STAGES: dict[str, int] = {  # seconds per stage on the GPU
     "numerics": 45,
-    "fp8_hlo": 30,
+    "fp8_hlo": 45,  # 24 s on an H200 (2026-11-27), before the step's compilation moved to a dumping process
     "attention": 40,  # 17 s on an H200 (2026-11-27)
-    "train": 270,
+    "train": 255,
     "offload_reach": 80,
     "profile": 35,
 }
@@ -173,7 +173,7 @@ def numerics(cfg: dict, deadline: float = float("inf")) -> dict:
 # --- FP8 HLO --------------------------------------------------------------------------------------
 
 FP8_GEMM = "__cublas$lt$matmul$f8"  # cuBLASLt's FP8 GEMM custom call target
-FP8_STEP_HLO, FP8_STEP_COMPILED = "fp8-step.hlo.gz", "fp8-step-compiled.hlo.gz"
+FP8_STEP_DUMP = "fp8-step-dump.tar.gz"
 FP8_DOT = re.compile(r"= \S+ dot\(f8e(?:4m3fn|5m2)\[")  # a dot on FP8 operands (a Triton GEMM fusion's)
 
 
@@ -186,27 +186,57 @@ def fp8_gemms(text: str) -> dict:
     }
 
 
-def fp8_hlo(cfg: dict, out: Path | None = None) -> dict:
-    """FP8 GEMMs in the compiled fp8 training step of the smallest preset, and in one matmul
-    written two ways: fp8_einsum's (dequantized operands, trainer/fp8.py) and a dot straight on
-    FP8 operands (`preferred_element_type`), so a miss shows which form this XLA takes. With
-    `out`, the step's program before and after XLA's optimizations is saved there (gzip)."""
+DUMPED_PASSES = "cublas-gemm-rewriter|simplify-fp-conversions"
+"""The XLA passes whose input and output the fp8 step's dump keeps: the FP8 GEMM rewriter and
+the excess-precision pass that folded the FP8 casts away before (trainer/fp8.py)."""
+
+
+def compile_fp8_step(spec: dict) -> str:
+    """The compiled text of the fp8 training step (no remat) of `spec`'s preset and length."""
+    import jax
+    import jax.numpy as jnp
+
+    from longctx_trainer.mesh import make_mesh
+    from longctx_trainer.train import StepFunctions
+
+    config = _trainer_config(spec["preset"], spec["seq"], "fp8", "full", offload=False, chunk=None, steps=1)
+    fns = StepFunctions(config, make_mesh(config.parallelism, jax.devices()[:1]))
+    tokens = jax.ShapeDtypeStruct((1, config.sequence_length), jnp.int32)
+    return fns.step.lower(fns.abstract_state(), tokens, tokens, None).compile().as_text()
+
+
+def dumped_fp8_step(spec: dict, out: Path, limit_s: float) -> str:
+    """Compiles the fp8 step in a process whose XLA dumps the step's program before and after its
+    optimizations and around DUMPED_PASSES, packs the dump into `out`/FP8_STEP_DUMP (to read
+    offline which dots stayed in bf16, and why) and returns the compiled text."""
+    import tarfile
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        env = worker_env(dict(os.environ))
+        env["XLA_FLAGS"] += (f" --xla_dump_to={folder} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*step.*"
+                             f" --xla_dump_hlo_pass_re={DUMPED_PASSES}")  # fmt: skip
+        command = [sys.executable, __file__, "--fp8-step", json.dumps(spec)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit_s, env=env)
+        if done.returncode:
+            raise RuntimeError(" / ".join(failure_lines(done.stderr or done.stdout)))
+        with tarfile.open(out / FP8_STEP_DUMP, "w:gz") as archive:
+            archive.add(folder, arcname="fp8-step")
+        return done.stdout
+
+
+def fp8_hlo(cfg: dict, out: Path, deadline: float) -> dict:
+    """FP8 GEMMs in the compiled fp8 training step of the smallest preset (compiled in a process
+    that dumps it, `dumped_fp8_step`), and in one matmul written two ways: fp8_einsum's
+    (dequantized operands, trainer/fp8.py) and a dot straight on FP8 operands
+    (`preferred_element_type`), so a miss shows which form this XLA takes."""
     import jax
     import jax.numpy as jnp
 
     from longctx_trainer import fp8
-    from longctx_trainer.mesh import make_mesh
-    from longctx_trainer.train import StepFunctions
 
-    config = _trainer_config(cfg["presets"][0], cfg["check_seq"], "fp8", "full", offload=False, chunk=None, steps=1)
-    fns = StepFunctions(config, make_mesh(config.parallelism, jax.devices()[:1]))
-    tokens = jax.ShapeDtypeStruct((1, config.sequence_length), jnp.int32)
-    lowered = fns.step.lower(fns.abstract_state(), tokens, tokens, None)
-    compiled = lowered.compile().as_text()
-    step = fp8_gemms(compiled)
-    if out is not None:  # both programs, for reading offline which dots stayed in bf16 and why
-        (out / FP8_STEP_HLO).write_bytes(gzip.compress(lowered.as_text(dialect="hlo").encode()))
-        (out / FP8_STEP_COMPILED).write_bytes(gzip.compress(compiled.encode()))
+    spec = {"preset": cfg["presets"][0], "seq": cfg["check_seq"]}
+    step = fp8_gemms(dumped_fp8_step(spec, out, max(1.0, deadline - time.monotonic())))
     x, w = jax.ShapeDtypeStruct((2048, 1024), jnp.bfloat16), jax.ShapeDtypeStruct((1024, 2048), jnp.bfloat16)
 
     def einsum(x, w):
@@ -585,9 +615,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--presets", nargs="+", help="the training runs' presets (default: the sizes')")
     parser.add_argument("--policies", nargs="+", choices=["full", "save_attention"], help="the runs' remat policies")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one training run (JSON spec), for spawn
+    parser.add_argument("--fp8-step", help=argparse.SUPPRESS)  # compile the fp8 step (JSON spec), for fp8_hlo
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(run_one(json.loads(args.worker))), flush=True)
+        return {}
+    if args.fp8_step:
+        print(compile_fp8_step(json.loads(args.fp8_step)), flush=True)
         return {}
     os.environ.setdefault(PREALLOCATE, "false")  # before JAX starts: the workers get the GPU
     import jax
@@ -616,7 +650,7 @@ def main(argv: list[str] | None = None) -> dict:
         deadline = min(begin + budget * scale, end)  # and never past the whole run's budget
         work = {
             "numerics": lambda d=deadline: numerics(cfg, d),
-            "fp8_hlo": lambda: fp8_hlo(cfg, out),
+            "fp8_hlo": lambda d=deadline: fp8_hlo(cfg, out, d),
             "attention": lambda d=deadline: attention(cfg, d),
             "train": lambda d=deadline: training(cfg, d, predict),
             "offload_reach": lambda d=deadline: offload_reach(cfg, d),
