@@ -58,32 +58,39 @@ def _check_resumes_after(step: int, config: Path, settings: dict, ckpt: Path, st
     assert [e["step"] for e in events if e["event"] == "step"] == [step + 1, step + 2]
 
 
-def test_one_signalled_rank_makes_every_rank_save_the_same_step_and_a_restart_resumes_after_it(tmp_path):
-    ckpt = tmp_path / "ckpt"
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({**CONFIG, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}}))
-    workers = _start_ranks(config, f"127.0.0.1:{free_port()}", "first")
+def _preempted_after_three_steps(workers: list[subprocess.Popen], out: Path) -> tuple[list[dict], int]:
+    """After rank 0's third step, SIGTERM to rank 1 alone (as `kubectl delete pod` of its pod):
+    both ranks exit PREEMPTED_EXIT_CODE, each saying so in one line. Rank 0's progress events and
+    the step they saved."""
     try:
         deadline = time.monotonic() + 600  # a loaded machine compiles slowly
-        while sum(e["event"] == "step" for e in progress_events(tmp_path / "first0.out")) < 3:
+        while sum(e["event"] == "step" for e in progress_events(out / "first0.out")) < 3:
             if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
-                pytest.fail(f"no third step: {(tmp_path / 'first0.err').read_text()[-3000:]}")
+                pytest.fail(f"no third step: {(out / 'first0.err').read_text()[-3000:]}")
             time.sleep(0.2)
-        workers[1].send_signal(signal.SIGTERM)  # rank 1 alone, as `kubectl delete pod` of its pod
+        workers[1].send_signal(signal.SIGTERM)
         codes = [w.wait(timeout=120) for w in workers]
     finally:
         for worker in workers:
             worker.kill()
-    assert codes == [PREEMPTED_EXIT_CODE, PREEMPTED_EXIT_CODE], (tmp_path / "first0.err").read_text()[-3000:]
-    events = progress_events(tmp_path / "first0.out")
+    assert codes == [PREEMPTED_EXIT_CODE, PREEMPTED_EXIT_CODE], (out / "first0.err").read_text()[-3000:]
+    events = progress_events(out / "first0.out")
     (step,) = [e["step"] for e in events if e["event"] == "preempted"]
-    assert step >= 3 and events[-2:] == [{**events[-2], "event": "checkpoint", "step": step}, events[-1]]
-    assert _checkpoints(ckpt) == [step]  # one save, by both processes together, between intervals
-    for rank in range(2):  # every rank says so, in one line
+    for rank in range(2):
         assert (
             f"{PREEMPTED_MESSAGE.format(step=step)}; exiting {PREEMPTED_EXIT_CODE}"
-            in (tmp_path / f"first{rank}.err").read_text()
+            in (out / f"first{rank}.err").read_text()
         )
+    return events, step
+
+
+def test_one_signalled_rank_makes_every_rank_save_the_same_step_and_a_restart_resumes_after_it(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}}))
+    events, step = _preempted_after_three_steps(_start_ranks(config, f"127.0.0.1:{free_port()}", "first"), tmp_path)
+    assert step >= 3 and events[-2:] == [{**events[-2], "event": "checkpoint", "step": step}, events[-1]]
+    assert _checkpoints(ckpt) == [step]  # one save, by both processes together, between intervals
 
     second = {**CONFIG, "steps": step + 2}
     _check_resumes_after(step, config, second, ckpt, lambda c: _start_ranks(c, f"127.0.0.1:{free_port()}", "second"))
@@ -120,27 +127,8 @@ def test_the_pytorch_example_agrees_over_torch_distributed_and_resumes_after_the
     torch_config = {**CONFIG, "parallelism": {"data": 1, "context": 2, "tensor": 1}}
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({**torch_config, "checkpoint": {"path": str(ckpt), "interval_steps": 10_000}}))
-    workers = _start_torch_ranks(config, "first")
-    try:
-        deadline = time.monotonic() + 600  # a loaded machine compiles slowly
-        while sum(e["event"] == "step" for e in progress_events(tmp_path / "first0.out")) < 3:
-            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
-                pytest.fail(f"no third step: {(tmp_path / 'first0.err').read_text()[-3000:]}")
-            time.sleep(0.2)
-        workers[1].send_signal(signal.SIGTERM)  # rank 1 alone
-        codes = [w.wait(timeout=120) for w in workers]
-    finally:
-        for worker in workers:
-            worker.kill()
-    assert codes == [PREEMPTED_EXIT_CODE, PREEMPTED_EXIT_CODE], (tmp_path / "first0.err").read_text()[-3000:]
-    events = progress_events(tmp_path / "first0.out")
-    (step,) = [e["step"] for e in events if e["event"] == "preempted"]
+    events, step = _preempted_after_three_steps(_start_torch_ranks(config, "first"), tmp_path)
     assert {"event": "checkpoint", "step": step} == {k: v for k, v in events[-2].items() if k != "seconds"}
-    for rank in range(2):
-        assert (
-            f"{PREEMPTED_MESSAGE.format(step=step)}; exiting {PREEMPTED_EXIT_CODE}"
-            in (tmp_path / f"first{rank}.err").read_text()
-        )
 
     _check_resumes_after(
         step, config, {**torch_config, "steps": step + 2}, ckpt, lambda c: _start_torch_ranks(c, "second")
