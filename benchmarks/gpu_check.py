@@ -19,8 +19,8 @@ even when it fails or runs out of time:
 - profile: one training step under jax.profiler, device time per op category (attention,
   matmuls, collectives, host transfers, optimizer, other) parsed from the Perfetto trace.
 Writes gpu-check.json (RESULTS_FILE) and gpu-check.md (a readable summary) under --out, and XLA's
-dump of the fp8 step (FP8_STEP_DUMP). Training runs
-get a trainer pod's GPU environment (`worker_env`); this process reserves no GPU memory up front.
+dump of the fp8 step (FP8_STEP_DUMP). Training runs get a trainer pod's GPU environment
+(`worker_env`); this process reserves no GPU memory up front.
 `benchmarks/calibrate_planner.py` reads the JSON.
 """
 
@@ -41,11 +41,11 @@ from pathlib import Path
 RESULTS_FILE = "gpu-check.json"
 SUMMARY_FILE = "gpu-check.md"
 STAGES: dict[str, int] = {  # seconds per stage on the GPU
-    "numerics": 45,
+    "numerics": 55,  # 14 of 16 cases in 45 s on an H200 (2026-11-27)
     "fp8_hlo": 45,  # 24 s on an H200 (2026-11-27), before the step's compilation moved to a dumping process
     "attention": 40,  # 17 s on an H200 (2026-11-27)
     "train": 255,
-    "offload_reach": 80,
+    "offload_reach": 70,
     "profile": 35,
 }
 TOTAL_BUDGET_S = sum(STAGES.values())  # 500 s: under 9 minutes with the start-up around it
