@@ -13,6 +13,7 @@ and backward, on CUDA; the chunked kernel elsewhere.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -21,7 +22,7 @@ import numpy as np
 from jax import lax
 
 from .block import F32
-from .block_kernel import block_kernel
+from .block_kernel import kernel_for
 from .chunked import LocalAttention, Span, chunked_backward, chunked_forward, split_kv
 from .offload import to_device, to_host
 
@@ -50,9 +51,7 @@ def make_local_attention(*, scale: float, chunk_tokens, offload: bool, same_toke
     reuses them there: the full K/V never return to device memory whole. `same_tokens`: q and k/v
     are the same tokens, positions (if any) their indices; without documents or offload the
     attention is then one block-kernel call (module docstring)."""
-
-    def kernel(q):
-        return block_kernel(q.dtype, q.shape[-1], scale=scale, chunk_tokens=chunk_tokens)
+    kernel = partial(kernel_for, scale=scale, chunk_tokens=chunk_tokens)
 
     def forward(q, k, v, q_span, k_span):
         if same_tokens and not offload and q_span.seg is None:

@@ -108,3 +108,8 @@ def block_kernel(dtype, head_dim: int, *, scale: float, chunk_tokens=None) -> Bl
         )
 
     return BlockKernel(forward, backward)
+
+
+def kernel_for(q, *, scale: float, chunk_tokens=None) -> BlockKernel:
+    """The block kernel for queries like `q`: its dtype and head size decide the implementation."""
+    return block_kernel(q.dtype, q.shape[-1], scale=scale, chunk_tokens=chunk_tokens)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .block import F32, merge_partials
-from .block_kernel import BlockKernel, block_kernel
+from .block_kernel import BlockKernel, kernel_for
 from .chunked import LocalAttention, Span, chunked_backward, chunked_forward, split_kv
 from .loops import scan
 from .offload import to_device, to_host
@@ -138,9 +138,12 @@ def make_ring_attention(
     def whole_steps(segments):
         return dual_chunk_swap and group == 1 and segments is None
 
+    def dual_chunk_ring(q):
+        return _DualChunkRing(q, rotate, axis, members, kernel_for(q, scale=scale, chunk_tokens=chunk_tokens))
+
     def fwd(q, k, v, segments):
         if whole_steps(segments):
-            out, lse = _DualChunkRing(q, rotate, axis, members, _kernel(q, scale, chunk_tokens)).forward(k, v)
+            out, lse = dual_chunk_ring(q).forward(k, v)
         else:
             out, lse = forward(q, k, v, segments)
         return out, (tuple(to_host(x, offload) for x in (q, k, v, out, lse)), segments)
@@ -149,16 +152,10 @@ def make_ring_attention(
         saved, segments = residuals
         q, k, v, out, lse = (to_device(x, offload) for x in saved)
         if whole_steps(segments):
-            return _DualChunkRing(q, rotate, axis, members, _kernel(q, scale, chunk_tokens)).backward(
-                k, v, out, lse, do
-            )
+            return dual_chunk_ring(q).backward(k, v, out, lse, do)
         return backward(q, k, v, segments, out, lse, do)
 
     return LocalAttention(fwd, bwd)
-
-
-def _kernel(q, scale, chunk_tokens) -> BlockKernel:
-    return block_kernel(q.dtype, q.shape[-1], scale=scale, chunk_tokens=chunk_tokens)
 
 
 class _DualChunkRing:
