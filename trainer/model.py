@@ -40,6 +40,7 @@ from .contract.config import (
     ParallelConfig,
     RematPolicy,
     TrainerConfig,
+    loss_chunk,
 )
 from .contract.model import RMS_NORM_EPS, ModelConfig, RopeScaling
 from .mesh import ACTIVATION, CONTEXT, DATA, FFN, FSDP, HEADS, TENSOR, TOKENS
@@ -274,7 +275,7 @@ def chunked_cross_entropy(
     batch, seq, hidden = x.shape
     context = mesh.shape[CONTEXT]
     local = seq // context
-    chunk = chunk_tokens if local % chunk_tokens == 0 else local
+    chunk = loss_chunk(local, chunk_tokens)
     # [batch, seq, ...] -> [chunks, batch, context, chunk, ...]: chunks within each device's shard.
     xs = jnp.moveaxis(x.reshape(batch, context, local // chunk, chunk, hidden), 2, 0)
     ts = jnp.moveaxis(targets.reshape(batch, context, local // chunk, chunk), 2, 0)

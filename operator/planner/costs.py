@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.contract.config import FP8_MATMULS, LOSS_CHUNK_TOKENS, Fp8Config
+from longctx_trainer.contract.config import FP8_MATMULS, Fp8Config
 from longctx_trainer.contract.model import ModelConfig
 
 FP32 = 4
@@ -117,12 +117,6 @@ def saved_attention_bytes_per_token(model: ModelConfig, precision: str, tensor: 
     backward), q, k and v, and the fp32 log-sum-exp per query head; split over tensor ranks."""
     split = 3 * model.hidden + 2 * kv_dim(model)
     return -(-dtype_bytes(precision) * split // tensor) + FP32 * model.heads // tensor
-
-
-def loss_chunk_tokens(shard_tokens: int) -> int:
-    """Tokens of one local sequence whose logits exist at once: the trainer's loss chunk when it
-    divides the shard, else the whole shard (the trainer's own fallback)."""
-    return LOSS_CHUNK_TOKENS if shard_tokens % LOSS_CHUNK_TOKENS == 0 else shard_tokens
 
 
 def loss_chunk_bytes_per_token(model: ModelConfig, tensor: int) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx_trainer.contract.config import Attention, Precision, ulysses_degree, ulysses_kv_repeat
+from longctx_trainer.contract.adaptive import padded_shard
+from longctx_trainer.contract.config import Attention, Precision, loss_chunk, ulysses_degree, ulysses_kv_repeat
 from longctx_trainer.contract.model import ModelConfig
 
 from .costs import (
@@ -14,7 +15,6 @@ from .costs import (
     fp8_scaling_bytes,
     gathered_params_bytes,
     kv_bytes,
-    loss_chunk_tokens,
     state_bytes_per_device,
 )
 from .layouts import Layout
@@ -81,20 +81,22 @@ class MemoryInputs:
     factor: float = 1.0  # the GPU's calibrated memory_factor
     ulysses: int = 1  # the Ulysses group size of attention hybrid
     save_attention: bool = False  # remat policy save_attention (costs.saved_attention_bytes_per_token)
+    adaptive: bool = False  # parallelism.adaptive: the layers run over a variant's padded slots
 
 
 def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
     m, lay, p = inp.model, inp.layout, inp.precision
     local_sequences = inp.batch_sequences // lay.data
     shard = inp.sequence_length // lay.context
+    slots = padded_shard(shard) if inp.adaptive else shard  # the largest variant's, padding included
     offload = inp.chunk_tokens is not None
     state = state_bytes_per_device(m, p, lay.devices)
     act = activation_bytes(
         m,
         p,
         tensor=lay.tensor,
-        resident_tokens=local_sequences * shard,
-        loss_tokens=local_sequences * loss_chunk_tokens(shard),
+        resident_tokens=local_sequences * slots,
+        loss_tokens=local_sequences * loss_chunk(slots),
         recompute=inp.recompute,
         offload=offload,
         save_attention=inp.save_attention,
@@ -118,6 +120,9 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
     attention = local_sequences * attention_working_set_bytes(
         m, p, tensor=lay.tensor, query_tokens=query, kv_tokens=kv_tokens, kv_buffers=buffers
     )
+    if inp.adaptive:  # an adaptive variant's local part: its short documents on the device, after the ring
+        local = attention_working_set_bytes(m, p, tensor=lay.tensor, query_tokens=slots, kv_tokens=slots, kv_buffers=1)
+        attention = max(attention, local_sequences * local)
     return MemoryBreakdown(
         params=state.params,
         master_weights=state.master_weights,
@@ -126,7 +131,7 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
         gathered_params=gathered_params_bytes(m, p, lay.tensor),
         activations=act.device,
         attention_working_set=attention,
-        embedding_lookup=embedding_lookup_bytes(m, p, local_sequences * shard),
+        embedding_lookup=embedding_lookup_bytes(m, p, local_sequences * slots),
         host_offloaded=act.host + host_kv,
         capacity=inp.capacity,
         usable=int(inp.capacity * inp.margin),

@@ -204,6 +204,7 @@ def memory_for(req: PlanRequest, layout: Layout, chunk: int | None, save_attenti
             margin=req.memory_margin,
             ulysses=req.ulysses or 1,
             save_attention=save_attention,
+            adaptive=req.adaptive,
         )
     )
 

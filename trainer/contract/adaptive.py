@@ -36,14 +36,19 @@ def shard_fits(seq: int, context: int) -> bool:
     return (seq // context) % SHARD_MULTIPLE == 0
 
 
+def padded_shard(shard: int) -> int:
+    """A device's slots in an adaptive variant: its shard and a sixteenth of slack, so that short
+    documents fit whole beside the ring part (the planner counts their memory with it)."""
+    return shard + shard // 16
+
+
 def variants(seq: int, context: int) -> tuple[Variant, ...]:
     """The compiled variants for `seq` tokens over `context` devices, smallest ring part first;
     the last is the fixed layout."""
     shard = seq // context
     if not shard_fits(seq, context):
         raise ValueError(f"adaptive context parallelism needs seq / context divisible by {SHARD_MULTIPLE}, got {shard}")
-    slack = shard // 16
-    adaptive = tuple(Variant(ring, shard + slack - ring) for ring in (0, shard // 16, shard // 8, shard // 4))
+    adaptive = tuple(Variant(ring, padded_shard(shard) - ring) for ring in (0, shard // 16, shard // 8, shard // 4))
     return (*adaptive, Variant(shard, 0))
 
 

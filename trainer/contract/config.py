@@ -124,7 +124,14 @@ FP8_MATMULS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 logits hurt the loss most, and its chunked loss scan would need one scaling state per chunk);
 attention stays bf16 with fp32 statistics (`Fp8Config.lm_head` puts the LM head in FP8 too)."""
 LOSS_CHUNK_TOKENS = 2048
-"""Tokens per device whose logits exist at once (the model's loss chunk, the planner's memory)."""
+"""Tokens per device whose logits exist at once, at most (the model's loss chunk, the planner's memory)."""
+
+
+def loss_chunk(local_tokens: int, chunk_tokens: int = LOSS_CHUNK_TOKENS) -> int:
+    """The tokens of one loss chunk of a device's `local_tokens`: the largest divisor of them up to
+    `chunk_tokens`. A shard that the chunk does not divide (an adaptive variant's 17/16 of a shard)
+    still walks in chunks no longer than it, never as one block of logits."""
+    return next(n for n in range(min(chunk_tokens, local_tokens), 0, -1) if local_tokens % n == 0)
 
 
 class Fp8Config(_Strict):

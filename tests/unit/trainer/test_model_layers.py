@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from longctx_trainer import model
-from longctx_trainer.contract.config import ParallelConfig
+from longctx_trainer.contract.config import LOSS_CHUNK_TOKENS, ParallelConfig, loss_chunk
 from longctx_trainer.contract.presets import preset
 from longctx_trainer.mesh import make_mesh
 from support import mutants
@@ -59,7 +59,7 @@ def test_param_shapes_count_matches_preset_param_count():
         assert sum(int(np.prod(s)) for s in leaves) == config.param_count()
 
 
-@pytest.mark.parametrize("chunk_tokens", [4, 8, 3])  # 3 does not divide the shard: one chunk
+@pytest.mark.parametrize("chunk_tokens", [4, 8, 3])  # 3 does not divide the shard: chunks of 2
 def test_chunked_cross_entropy_matches_full_logits(chunk_tokens):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(2, 16, 8)).astype(np.float32)
@@ -75,6 +75,16 @@ def test_chunked_cross_entropy_matches_full_logits(chunk_tokens):
     mesh = make_mesh(ParallelConfig(context=2), jax.devices()[:2])
     loss = jax.jit(partial(model.chunked_cross_entropy, mesh=mesh, chunk_tokens=chunk_tokens))
     np.testing.assert_allclose(float(loss(x, head, targets)), expected, rtol=3e-7)
+
+
+def test_a_loss_chunk_divides_the_shard_and_never_exceeds_the_chunk():
+    """An adaptive variant's 17/16 of a 16,384-token shard walks in chunks of 1,088 (2^6 x 17),
+    not as one block of 17,408 tokens' fp32 logits (9 GB for a 128K vocabulary)."""
+    assert loss_chunk(32_768) == LOSS_CHUNK_TOKENS == 2048
+    assert loss_chunk(17_408) == 1088
+    assert loss_chunk(34) == 34  # a shard shorter than a chunk is one chunk
+    assert loss_chunk(2 * 2053) == 2  # twice a prime: the largest divisor up to 2048
+    assert loss_chunk(16, 3) == 2
 
 
 def _head_grads(logits_fn, dtype):

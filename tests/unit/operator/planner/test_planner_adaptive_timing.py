@@ -15,9 +15,12 @@ import yaml
 from longctx_operator.cli import main
 from longctx_operator.planner import PlanError, plan
 from longctx_operator.planner.adaptive import expected_step
+from longctx_operator.planner.costs import activation_bytes, embedding_lookup_bytes
 from longctx_operator.planner.layouts import Layout
+from longctx_operator.planner.plan import memory_for
 from longctx_operator.planner.timing import StepInputs, step_time
 from longctx_trainer.contract.adaptive import Variant, variants
+from longctx_trainer.contract.config import loss_chunk
 from longctx_trainer.contract.flops import flops_per_token
 from longctx_trainer.contract.hardware import FABRICS, GPUS
 from support.plans import plan_request
@@ -136,6 +139,24 @@ def test_adaptive_layouts_never_offload_and_need_shards_of_32():
     with pytest.raises(PlanError) as e:
         plan(request(8 * 4112, 1, data=1, context=8, tensor=1))
     assert e.value.field == "spec.parallelism.context" and "divisible by 32, got 4112" in e.value.message
+
+
+def test_the_memory_fit_counts_the_variants_padding():
+    """256K over 16: the trainer lays every step out in 16,384 + 1,024 slots per device (the
+    fixed variant's 16,384 or an adaptive one's padding), so the layers keep 17,408 tokens'
+    activations and the loss walks chunks of 1,088 (contract.config.loss_chunk: fewer logits at
+    once than the fixed layout's 2,048, so the total here is the smaller of the two)."""
+    req, layout = request(data=1, context=16, tensor=1), Layout(1, 16, 1)
+    padded, fixed = memory_for(req, layout, None), memory_for(replace(req, adaptive=False), layout, None)
+
+    def activations(slots):
+        return activation_bytes(
+            req.model, "bf16", tensor=1, resident_tokens=slots, loss_tokens=loss_chunk(slots), recompute=True,
+            offload=False,
+        ).device  # fmt: skip
+
+    assert (fixed.activations, padded.activations) == (activations(16_384), activations(17_408))
+    assert padded.embedding_lookup == embedding_lookup_bytes(req.model, "bf16", 17_408)
 
 
 def manifest(tmp_path, lengths) -> str:

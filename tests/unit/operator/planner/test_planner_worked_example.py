@@ -155,11 +155,11 @@ def test_fp32_training_has_no_master_copy():
     assert memory.activations == pytest.approx(per_token * SHARD + LOSS_CHUNK, rel=REL)
 
 
-def test_loss_chunk_is_the_whole_shard_when_2048_does_not_divide_it():
+def test_loss_chunk_is_the_largest_divisor_of_the_shard_when_2048_does_not_divide_it():
     # 24,576 tokens over context 8: 3,072-token shards, not a multiple of 2048, so the trainer
-    # (and the planner) take the whole shard as one loss chunk.
+    # (and the planner) walk them in two chunks of 1,536 (contract.config.loss_chunk).
     memory = _variant(sequence_length=24_576, global_batch_tokens=24_576)
-    assert memory.activations == pytest.approx((262_144 + 59_424 + 256_512) * 3_072, rel=REL)
+    assert memory.activations == pytest.approx((262_144 + 59_424) * 3_072 + 256_512 * 1_536, rel=REL)
 
 
 def test_offload_keeps_two_layer_inputs_on_the_device_and_the_rest_on_the_host():
