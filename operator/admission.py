@@ -167,6 +167,11 @@ class NodeMatches:
         return [node for node, matches in current.values() if matches]
 
 
+def node_gpus(node: dict) -> int:
+    """The node's allocatable GPUs."""
+    return _quantity((node.get("status", {}).get("allocatable") or {}).get(GPU))
+
+
 def free_gpus(nodes: list[dict], pods: list[dict], held: dict[str, int] | None = None) -> dict[str, int]:
     """Allocatable GPUs of each node minus those requested by its pods that still hold resources and
     those `held` there by pods not in `pods` (occupancy.py)."""
@@ -175,11 +180,7 @@ def free_gpus(nodes: list[dict], pods: list[dict], held: dict[str, int] | None =
         node = pod.get("spec", {}).get("nodeName")
         if node and not ended(pod):
             used[node] = used.get(node, 0) + pod_gpus(pod)
-    return {
-        n["metadata"]["name"]: _quantity((n.get("status", {}).get("allocatable") or {}).get(GPU))
-        - used.get(n["metadata"]["name"], 0)
-        for n in nodes
-    }
+    return {n["metadata"]["name"]: node_gpus(n) - used.get(n["metadata"]["name"], 0) for n in nodes}
 
 
 def waiting_gpu_pods(pods: list[dict], candidates: list[dict], free: dict[str, int]) -> int:

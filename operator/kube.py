@@ -187,6 +187,9 @@ class Kube:
             if e.status not in (404, 409, 422):  # gone, or the uid is another pod's
                 raise
 
+    def read_config_map(self, namespace: str, name: str) -> dict:
+        return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         """Merge-patches status fields (None removes one); returns the updated object."""
         return _json(

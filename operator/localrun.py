@@ -176,6 +176,7 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
         podenv.MASTER_PORT: str(coordinator_port),
         podenv.CONFIG: str(config_path),
         podenv.PLACEMENT_FILE: "",  # no operator writes a placement: no rank waits for one
+        podenv.PLACEMENT_TABLE: "",
     }
     local |= {torchrun: local[torch] for torchrun, torch in podenv.TORCHRUN.items() if torch in local}
     workers = []

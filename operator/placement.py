@@ -15,12 +15,14 @@ patches (reconciler._place).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from longctx_trainer.contract.topology import encode_placement
+from longctx_trainer.contract.topology import encode_placement, encode_table
 
 from . import names
+from .admission import node_gpus, pod_gpus, pod_may_use
 from .api.spec import LongContextJobSpec
 from .config import OperatorConfig
 from .observe import ended
@@ -53,15 +55,43 @@ class PodPlacement:
     """The annotation's value: the node's labels of the levels (contract/topology.encode_placement)."""
 
 
+def add_placement_table(
+    config_map: dict, pod: dict, nodes: Mapping[str, dict], levels: tuple[str, ...]
+) -> frozenset[str]:
+    """Puts into a gang's ConfigMap the placement table (contract/topology.encode_table) of the
+    cached nodes its pods (`pod`, the Job's template) may run on: those the scheduler could put the
+    pod on (admission.pod_may_use) that have GPUs where it asks for them. Returns the nodes the
+    table holds: their pods need no annotation."""
+    gpus = pod_gpus(pod) > 0
+    candidates = {
+        name: encode_placement(node["metadata"].get("labels") or {}, levels)
+        for name, node in nodes.items()
+        if pod_may_use(pod, node) and (not gpus or node_gpus(node) > 0)
+    }
+    text, tabled = encode_table(candidates)
+    config_map.setdefault("data", {})[names.PLACEMENT_TABLE_FILE] = text
+    return tabled
+
+
+def tabled_nodes(text: str) -> frozenset[str]:
+    """The nodes a placement table holds (as the ConfigMap has it); none where it is not one."""
+    try:
+        nodes = json.loads(text).get("nodes") if text else None
+    except (ValueError, AttributeError):
+        nodes = None
+    return frozenset(nodes) if isinstance(nodes, dict) else frozenset()
+
+
 def placements_due(
-    pods: Iterable[dict], nodes: Mapping[str, dict], levels: tuple[str, ...]
+    pods: Iterable[dict], nodes: Mapping[str, dict], levels: tuple[str, ...], tabled: frozenset[str] = frozenset()
 ) -> tuple[list[PodPlacement], set[str]]:
-    """The placements to write: each bound pod, not finished or being deleted, whose annotation is
-    not its node's placement; and the nodes such pods are bound to that are not cached (yet)."""
+    """The placements to write: each bound pod, not finished or being deleted, on a node the gang's
+    placement table does not hold (`tabled`), whose annotation is not its node's placement; and the
+    nodes such pods are bound to that are not cached (yet)."""
     due, unknown = [], set()
     for pod in pods:
         meta, node = pod["metadata"], pod["spec"].get("nodeName")
-        if not node or meta.get("deletionTimestamp") or ended(pod):
+        if not node or node in tabled or meta.get("deletionTimestamp") or ended(pod):
             continue
         if node not in nodes:
             unknown.add(node)

@@ -45,10 +45,10 @@ from .kube import Kube, NotOwned
 from .lifecycle.decide import decide
 from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
 from .lifecycle.planning import planning_due
-from .names import PLACEMENT_ANNOTATION, workload_name
+from .names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name, workload_name
 from .observe import MISSING, WorkloadObservation, ended, observe_workload
 from .occupancy import OtherPods
-from .placement import placement_wanted, placements_due, topology_levels
+from .placement import add_placement_table, placement_wanted, placements_due, tabled_nodes, topology_levels
 from .planner import PlanError
 from .progress import ProgressPoller
 from .render import render_workload
@@ -161,6 +161,8 @@ class JobState:
     until the watch shows it (echo.without_unechoed_create)."""
     placed: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Pod uid -> the placement written and when, until the watch shows it (echo.unechoed_placements)."""
+    tabled: tuple[int, frozenset[str]] | None = None
+    """A generation and the nodes its ConfigMap's placement table holds: their pods get no annotation."""
     unwritten_since: float | None = None
     """time.monotonic() when a decided change of status.workers alone was first left unwritten
     (statuswrite.write_delay); None when the status written is the one decided."""
@@ -509,6 +511,16 @@ class Reconciler:
         partial failure is completed by the retry."""
         workload = render_workload(job, action.layout, action.generation, self.config)
         add_pod_annotations(workload.job, pod_annotations)
+        tabled = None
+        if placement_wanted(job.spec, self.config):  # in the admission thread: it walks every cached node
+            tabled = await asyncio.get_running_loop().run_in_executor(
+                self._admission_thread,
+                add_placement_table,
+                workload.config_map,
+                workload.job["spec"]["template"],
+                dict(self.cache.nodes),
+                topology_levels(job.spec, self.config),
+            )
         results = await asyncio.gather(
             *(self._call(self.kube.create_owned, o, owner) for o in workload.objects), return_exceptions=True
         )
@@ -523,16 +535,20 @@ class Reconciler:
         state = self._state(key)
         state.create_error, state.name_taken = None, False
         state.created = (action.generation, time.monotonic())
+        state.tabled = (action.generation, tabled or frozenset())
 
     async def _place(self, key: Key, spec: LongContextJobSpec, generation: int) -> None:
         """Writes the placement annotation onto the generation's bound pods that lack their node's
         (placement.py); a pod whose node is not cached yet is placed when the node arrives. A
         refused write is logged: that rank orders its ring by its pod's labels after its wait."""
         pods = self.cache.generation_pods(key, generation)
-        due, unknown = placements_due(pods, self.cache.nodes, topology_levels(spec, self.config))
+        state = self._state(key)
+        if state.tabled is None or state.tabled[0] != generation:  # created before this operator started
+            state.tabled = (generation, await self._tabled_nodes(key))
+        due, unknown = placements_due(pods, self.cache.nodes, topology_levels(spec, self.config), state.tabled[1])
         for node in unknown:
             self.awaiting_nodes.setdefault(node, set()).add(key)
-        state, now = self._state(key), time.monotonic()
+        now = time.monotonic()
         due, state.placed = unechoed_placements(due, state.placed, now)
         results = await asyncio.gather(
             *(self._call(self.kube.annotate_pod, key[0], p.name, p.uid, PLACEMENT_ANNOTATION, p.value) for p in due),
@@ -545,6 +561,17 @@ class Reconciler:
                 raise result
             else:
                 state.placed[placement.uid] = (placement.value, now)
+
+    async def _tabled_nodes(self, key: Key) -> frozenset[str]:
+        """The nodes of the placement table in the job's ConfigMap (its current generation's), read
+        once; none where it has no readable table (its pods then get the annotation)."""
+        namespace, name = key
+        try:
+            config_map = await self._call(self.kube.read_config_map, namespace, config_map_name(name))
+        except ApiException as e:
+            log.warning("%s/%s: placement table not read: %s", *key, e.reason)
+            return frozenset()
+        return tabled_nodes((config_map.get("data") or {}).get(PLACEMENT_TABLE_FILE, ""))
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

@@ -44,9 +44,10 @@ def _rank_from_completion_index(name: str) -> dict:
 
 def topology_env(spec: LongContextJobSpec, config: OperatorConfig) -> list[dict]:
     """Where the pod runs, for the trainer's ring order (contract/topology.py): the node's name and
-    each level's label, read from the pod through the downward API once it is bound, and the file of
-    the operator's placement annotation where it writes one (placement.py); under Kueue's
-    topology-aware scheduling the ranks keep the completion-index order Kueue placed them in."""
+    each level's label, read from the pod through the downward API once it is bound, and where the
+    operator writes them (placement.py) the files of the gang's placement table and of the pod's
+    placement annotation; under Kueue's topology-aware scheduling the ranks keep the
+    completion-index order Kueue placed them in."""
     levels = topology_levels(spec, config)
     env = [
         {"name": podenv.NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -58,6 +59,7 @@ def topology_env(spec: LongContextJobSpec, config: OperatorConfig) -> list[dict]
             {"name": podenv.topology_level(i), "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{key}']"}}}
         )
     if placement_wanted(spec, config):
+        env.append(_var(podenv.PLACEMENT_TABLE, f"{names.CONFIG_MOUNT}/{names.PLACEMENT_TABLE_FILE}"))
         env.append(_var(podenv.PLACEMENT_FILE, f"{names.CONFIG_MOUNT}/{names.PLACEMENT_FILE}"))
     return env
 

@@ -27,9 +27,10 @@ import yaml
 from longctx_operator.api import parse_job
 from longctx_operator.config import OperatorConfig
 from longctx_operator.localrun import parse_event
-from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION
+from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name
 from longctx_operator.observe import pod_rank
 from longctx_operator.placement import topology_levels
+from longctx_trainer.contract.topology import tabled_placement
 from support.cluster import Kubectl
 from support.prometheus import Prometheus
 
@@ -261,16 +262,20 @@ def check_joined(job: Job, generation: int) -> list[list[dict]]:
 
 def check_ring_order(job: Job, rank0: list[dict]) -> None:
     """Rank 0 printed the ring order: the ranks sorted by their nodes' topology labels (the
-    operator's placement annotation on each pod, the pod's own labels where it lacks one), then
-    their nodes' names (trainer/topology.py); each context ring (four devices of one process)
-    stays on its node."""
+    placement table in the gang's ConfigMap, else the operator's placement annotation on the pod,
+    else the pod's own labels), then their nodes' names (trainer/topology.py); each context ring
+    (four devices of one process) stays on its node."""
     ring = next((e for e in rank0 if e["event"] == "ring_order"), None)
     assert ring is not None, rank0[:4]
     pods = sorted(job.pods(1), key=lambda p: int(p["metadata"]["labels"][COMPLETION_INDEX_LABEL]))
     levels = topology_levels(parse_job(QUICKSTART).spec, OperatorConfig())  # the chart's default topologyLabels
+    config_map = job.cluster.kubectl("get", "configmap", config_map_name(NAME), "-n", job.namespace, "-o", "json")
+    table = json.loads(config_map)["data"].get(PLACEMENT_TABLE_FILE, '{"domains": [], "nodes": {}}')
 
     def value(pod: dict, key: str) -> str:
-        placed = json.loads((pod["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION, "{}"))
+        placed = tabled_placement(table, pod["spec"]["nodeName"])
+        if placed is None:
+            placed = json.loads((pod["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION, "{}"))
         return placed.get(key, pod["metadata"]["labels"].get(key, ""))
 
     placement = [(*(value(p, k) for k in levels), p["spec"]["nodeName"]) for p in pods]

@@ -39,7 +39,7 @@ OPERATOR_CALLS_NAMESPACED = {
     ("delete", "jobs.batch", ""),  # kube.create_owned, kube.delete_job
     ("get", "jobs.batch", ""),
     ("get", "services", ""),
-    ("get", "configmaps", ""),  # kube.create_owned: owner of a taken name
+    ("get", "configmaps", ""),  # kube.create_owned: owner of a taken name; kube.read_config_map: a placement table
     ("list", "jobs.batch", ""),
     ("watch", "jobs.batch", ""),  # handlers: workload_event
     ("create", "services", ""),  # kube.create_owned (create-or-get)

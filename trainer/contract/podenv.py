@@ -45,6 +45,10 @@ PLACEMENT_FILE = "LONGCTX_PLACEMENT_FILE"
 """Where the pod's placement annotation appears (a downward-API volume file, updated when the
 operator writes the annotation after binding: an env var would keep its value at start); unset or
 empty: the ranks order by the pod-label values above alone."""
+PLACEMENT_TABLE = "LONGCTX_PLACEMENT_TABLE"
+"""Where the gang's placement table appears (a ConfigMap file, there from the start): the placement
+of each node the gang may run on; a rank whose node it holds reads its placement there and waits
+for no annotation."""
 
 
 def topology_level(index: int) -> str:

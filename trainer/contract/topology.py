@@ -9,7 +9,12 @@ the pods bound to it (KEP-4742, beta in 1.35); other labels reach a pod only whe
 them. The operator therefore writes the node's values of the levels onto each bound pod as an
 annotation (encode_placement), which the pod sees as a file (LONGCTX_PLACEMENT_FILE, a downward-API
 volume: updated after start, unlike env); a rank waits for it a bounded time (read_placement) and
-otherwise orders by the pod-label values, where a level reads empty and is unknown. Under
+otherwise orders by the pod-label values, where a level reads empty and is unknown. To spare that
+write (a pod update that every pod watcher, the kubelet and the endpoint controllers act on), the
+operator puts the placements of the nodes a gang may run on into its ConfigMap as a table
+(encode_table, LONGCTX_PLACEMENT_TABLE), written before any pod exists: a rank whose node is in it
+reads its placement at once, and only a pod on a node the table lacks (one that joined later) gets
+the annotation. Under
 Kueue's topology-aware scheduling (LONGCTX_RANK_ORDER=index) Kueue places ranks in completion-index
 order, consecutive ranks in the same domain, so the index order is kept as it is.
 
@@ -37,6 +42,9 @@ seeing the pod bound; the kubelet rewrites a pod's downward-API and projected vo
 the pod updated, and at the latest at its periodic sync, 60 to 90 s (kubernetes/kubernetes#59873)."""
 PLACEMENT_MAX_BYTES = 16 * 1024
 """A few label keys (317 characters at most) and values (63): anything longer is not ours."""
+PLACEMENT_TABLE_MAX_BYTES = 512 * 1024
+"""The placement table's size at most (encode_table): with the trainer's config it stays well
+inside a ConfigMap's 1 MiB; the nodes beyond it (by name) get the annotation instead."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,50 @@ def decode_placement(text: str) -> dict[str, str]:
     return labels
 
 
+def encode_table(placements: Mapping[str, str]) -> tuple[str, frozenset[str]]:
+    """The placement table of a gang's candidate nodes, from node name -> its placement annotation
+    value (encode_placement): one JSON object {"domains": [labels, ...], "nodes": {node: index}},
+    each distinct placement written once. Nodes are taken by name while the text stays within
+    PLACEMENT_TABLE_MAX_BYTES; returns the text and the nodes it holds (the others get the
+    annotation)."""
+    domains: dict[str, int] = {}
+    nodes: dict[str, int] = {}
+    size = len('{"domains":[],"nodes":{}}')
+    for node in sorted(placements):
+        value = placements[node]
+        grows = len(value) + 1 if value not in domains else 0
+        entry = len(json.dumps(node)) + len(str(len(domains))) + 2
+        if size + grows + entry > PLACEMENT_TABLE_MAX_BYTES:
+            break
+        index = domains.setdefault(value, len(domains))
+        nodes[node], size = index, size + grows + entry
+    text = f'{{"domains":[{",".join(domains)}],"nodes":{json.dumps(nodes, separators=(",", ":"))}}}'
+    return text, frozenset(nodes)
+
+
+def tabled_placement(text: str, node: str) -> dict[str, str] | None:
+    """The labels the placement table (encode_table) holds for `node`; None where it has none;
+    ValueError saying what is wrong with anything but such a table."""
+    if len(text.encode()) > PLACEMENT_TABLE_MAX_BYTES:
+        raise ValueError(f"larger than {PLACEMENT_TABLE_MAX_BYTES} bytes")
+    try:
+        table = json.loads(text)
+    except ValueError:
+        raise ValueError("not JSON") from None
+    domains, nodes = (table.get("domains"), table.get("nodes")) if isinstance(table, dict) else (None, None)
+    if not isinstance(domains, list) or not isinstance(nodes, dict):
+        raise ValueError("not a placement table")
+    index = nodes.get(node)
+    if index is None:
+        return None
+    if not isinstance(index, int) or not 0 <= index < len(domains):
+        raise ValueError(f"node {node!r} has no domain")
+    labels = domains[index]
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise ValueError("a domain is not a JSON object of strings")
+    return labels
+
+
 def read_placement(
     path: Path,
     timeout: float = PLACEMENT_WAIT_SECONDS,
@@ -118,8 +170,18 @@ def read_placement(
 
 
 def placement_labels(environ: Mapping[str, str], timeout: float = PLACEMENT_WAIT_SECONDS) -> tuple[dict | None, str]:
-    """The placement annotation's labels where the pod names its file (LONGCTX_PLACEMENT_FILE), or
-    None and why not ("" when no file is named: `longctx run`, a rendering that asks for none)."""
+    """This pod's node's labels of the levels: from the placement table (LONGCTX_PLACEMENT_TABLE)
+    where it holds the node, at once; else the placement annotation's where the pod names its file
+    (LONGCTX_PLACEMENT_FILE), waiting for it; or None and why not ("" when neither is named:
+    `longctx run`, a rendering that asks for none)."""
+    table, node = environ.get(podenv.PLACEMENT_TABLE), environ.get(podenv.NODE_NAME)
+    if table and node:
+        try:
+            labels = tabled_placement(Path(table).read_text(), node)
+        except (OSError, ValueError):  # unreadable or not ours: the annotation still tells
+            labels = None
+        if labels is not None:
+            return labels, ""
     path = environ.get(podenv.PLACEMENT_FILE)
     return read_placement(Path(path), timeout) if path else (None, "")
 

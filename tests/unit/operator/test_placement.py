@@ -1,17 +1,29 @@
 """operator/placement.py: the topology levels of a job's ranks, which jobs get the placement
-annotation, and which bound pods it is due on; and that a job may not ask for it itself
-(operator/annotations.py)."""
+table and annotation, which nodes the table holds, and which bound pods the annotation is due on;
+and that a job may not ask for it itself (operator/annotations.py)."""
 
 import json
 
+from longctx_operator.admission import GPU
 from longctx_operator.annotations import pod_annotations
 from longctx_operator.api import parse_job
 from longctx_operator.config import OperatorConfig
-from longctx_operator.names import PLACEMENT_ANNOTATION, POD_ANNOTATIONS_ANNOTATION
-from longctx_operator.placement import PodPlacement, placement_wanted, placements_due, topology_levels
+from longctx_operator.names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, POD_ANNOTATIONS_ANNOTATION
+from longctx_operator.placement import (
+    PodPlacement,
+    add_placement_table,
+    placement_wanted,
+    placements_due,
+    tabled_nodes,
+    topology_levels,
+)
+from longctx_operator.render import render_workload
+from longctx_operator.resolve import resolve_layout
+from longctx_trainer.contract.topology import tabled_placement
 from support.jobs import job_manifest
 from support.manifests import apply_case
 
+GPU_PRODUCT, H100 = "nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"
 ZONE, RACK, CLIQUE = "topology.kubernetes.io/zone", "example.com/rack", "nvidia.com/gpu.clique"
 LEVELS = (ZONE, RACK, CLIQUE)
 
@@ -65,6 +77,43 @@ def test_due_on_bound_live_pods_whose_annotation_is_not_their_nodes():
     due, unknown = placements_due(pods, nodes, LEVELS)
     assert due == [PodPlacement("a", "uid-a", placed), PodPlacement("b", "uid-b", '{"example.com/rack":"r1"}')]
     assert unknown == {"n9"}
+
+
+def test_no_annotation_is_due_on_a_node_the_gangs_table_holds():
+    nodes = {"n0": node("n0", **{RACK: "r0"}), "n1": node("n1", **{RACK: "r1"})}
+    due, _ = placements_due([pod("a", "n0"), pod("b", "n1")], nodes, LEVELS, tabled=frozenset({"n0"}))
+    assert due == [PodPlacement("b", "uid-b", '{"example.com/rack":"r1"}')]
+
+
+def gpu_node(name: str, gpus: int, taint: bool = False, product: str = H100, **labels: str) -> dict:
+    labels[GPU_PRODUCT] = product
+    taints = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if taint else []
+    status = {"allocatable": {GPU: str(gpus)}}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints}, "status": status}
+
+
+def test_the_table_holds_the_nodes_the_gangs_pods_may_run_on():
+    """The rendered pod template's node selector and tolerations, and GPUs where it asks for them."""
+    job = parse_job(apply_case(job_manifest(), {"set": {"spec.scheduling": {"nodeSelector": {"pool": "a"}}}}))
+    workload = render_workload(job, resolve_layout(job.spec)[0])
+    template = workload.job["spec"]["template"]
+    assert template["spec"]["nodeSelector"][GPU_PRODUCT] == H100
+    nodes = {
+        "a0": gpu_node("a0", 8, pool="a", **{RACK: "r0"}),
+        "a1": gpu_node("a1", 8, pool="a", **{RACK: "r1"}),
+        "a2": gpu_node("a2", 0, pool="a", **{RACK: "r1"}),  # no GPUs
+        "a3": gpu_node("a3", 8, taint=True, pool="a"),  # a taint the pods do not tolerate
+        "b0": gpu_node("b0", 8, pool="b", **{RACK: "r0"}),  # another pool
+        "a4": gpu_node("a4", 8, product="NVIDIA-A100", pool="a"),  # another GPU
+    }
+    tabled = add_placement_table(workload.config_map, template, nodes, (RACK,))
+    text = workload.config_map["data"][PLACEMENT_TABLE_FILE]
+    assert tabled == tabled_nodes(text) == {"a0", "a1"}
+    assert [tabled_placement(text, n) for n in ("a0", "a1", "b0")] == [{RACK: "r0"}, {RACK: "r1"}, None]
+
+
+def test_a_config_map_without_a_table_tables_nothing():
+    assert tabled_nodes("") == tabled_nodes("[1]") == tabled_nodes("{") == frozenset()
 
 
 def test_a_job_may_not_set_the_placement_annotation_even_where_its_prefix_is_allowed():

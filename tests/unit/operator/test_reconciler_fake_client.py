@@ -71,6 +71,12 @@ class FakeKube:
     def annotate_pod(self, namespace: str, name: str, uid: str, key: str, value: str) -> None:
         self.calls.append(("annotate", name, uid, key, value))
 
+    def read_config_map(self, namespace: str, name: str) -> dict:
+        self.calls.append(("read", "ConfigMap", name))
+        if ("ConfigMap", namespace, name) not in self.objects:
+            raise ApiException(status=404, reason="Not Found")
+        return copy.deepcopy(self.objects[("ConfigMap", namespace, name)])
+
     def patch_status(self, namespace: str, name: str, status: dict) -> dict:
         self.calls.append(("patch-status", namespace, name))
         self.job["status"] = merge_patch(self.job.get("status") or {}, status)
@@ -499,6 +505,52 @@ def test_bound_ranks_get_their_placement_and_a_late_node_places_its_pod_when_it_
 
     run(go())
     assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x", "fake-g1-1-x"]
+
+
+def gpu_node(index: int) -> dict:
+    """A node the fake job's pods may run on (its GPU product, GPUs, no taints), in rack r<index>."""
+    labels = {"example.com/rack": f"r{index}", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    return {
+        "metadata": {"name": f"node-{index}", "labels": labels},
+        "spec": {"taints": []},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
+
+
+def test_ranks_on_nodes_the_table_holds_get_no_annotation_even_after_a_restart():
+    """Node 0 is cached when the workload is created: the ConfigMap's table holds it and its pod is
+    never annotated; node 1 arrives later and its pod gets the annotation. A new operator process
+    reads the table from the ConfigMap once and annotates nothing more."""
+    from longctx_operator.names import PLACEMENT_TABLE_FILE
+    from longctx_trainer.contract.topology import tabled_placement
+
+    config = OperatorConfig(topology_labels=["example.com/rack"])
+    reconciler, kube = make(config=config)
+    reconciler.node_event(gpu_node(0), deleted=False)
+
+    def observe(operator: Reconciler) -> None:
+        operator.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
+        for index in range(2):
+            operator.node_event(gpu_node(index), deleted=False)
+            operator.pod_event(pod(index), deleted=False)
+
+    async def go():
+        await reconciler.reconcile(KEY)
+        observe(reconciler)
+        await reconciler.reconcile(KEY)
+        await settle(reconciler)
+        restarted = Reconciler(kube, config)
+        restarted.job_event(copy.deepcopy(kube.job), deleted=False)
+        observe(restarted)
+        await restarted.reconcile(KEY)
+        await settle(restarted)
+
+    run(go())
+    table = kube.objects[("ConfigMap", "team", "fake-trainer")]["data"][PLACEMENT_TABLE_FILE]
+    assert tabled_placement(table, "node-0") == {"example.com/rack": "r0"}
+    assert tabled_placement(table, "node-1") is None
+    assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-1-x", "fake-g1-1-x"]  # the restart's
+    assert [c for c in kube.calls if c[0] == "read"] == [("read", "ConfigMap", "fake-trainer")]
 
 
 def test_writes_the_watch_has_not_shown_yet_are_not_sent_again():

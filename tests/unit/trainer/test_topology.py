@@ -20,15 +20,18 @@ from longctx_trainer.contract.topology import (
     NODE,
     ORDER_INDEX,
     PLACEMENT_MAX_BYTES,
+    PLACEMENT_TABLE_MAX_BYTES,
     Placement,
     Topology,
     consecutive_ring_hops,
     decode_placement,
     encode_placement,
+    encode_table,
     placement_labels,
     read_placement,
     ring_hops,
     ring_order,
+    tabled_placement,
 )
 from longctx_trainer.mesh import make_mesh
 from longctx_trainer.topology import context_rings, ordered_mesh
@@ -228,3 +231,57 @@ def test_read_placement_refuses_what_the_operator_does_not_write_at_once(tmp_pat
 def test_no_placement_file_named_no_wait():
     assert placement_labels({}) == (None, "")
     assert placement_labels({podenv.PLACEMENT_FILE: ""}) == (None, "")
+
+
+def table_environ(tmp_path, table: str, node: str, annotation: str | None = None) -> dict[str, str]:
+    """A pod's env naming the placement table (holding `table`) and an annotation file."""
+    (tmp_path / "table.json").write_text(table)
+    environ = {podenv.NODE_NAME: node, podenv.PLACEMENT_TABLE: str(tmp_path / "table.json")}
+    environ[podenv.PLACEMENT_FILE] = str(tmp_path / "placement.json")
+    (tmp_path / "placement.json").write_text(annotation or "")
+    return environ
+
+
+def test_the_placement_table_holds_each_placement_once_and_gives_each_node_its_own():
+    rack = {f"node-{i}": encode_placement({RACK: f"rack-{i // 4}", "other": "x"}, (RACK,)) for i in range(8)}
+    text, tabled = encode_table(rack)
+    assert tabled == frozenset(rack)
+    assert text.count("rack-0") == text.count("rack-1") == 1
+    placed = [tabled_placement(text, f"node-{i}") for i in (0, 3, 4, 7)]
+    assert placed == [{RACK: "rack-0"}] * 2 + [{RACK: "rack-1"}] * 2
+    assert tabled_placement(text, "node-8") is None
+
+
+def test_the_placement_table_stays_within_its_size_leaving_the_last_nodes_by_name_out():
+    many = {f"gpu-node-{i:06d}": encode_placement({RACK: f"rack-{i // 8}"}, (RACK,)) for i in range(40_000)}
+    text, tabled = encode_table(many)
+    assert len(text.encode()) <= PLACEMENT_TABLE_MAX_BYTES < len(text.encode()) + 64
+    assert tabled == frozenset(sorted(many)[: len(tabled)]) and 0 < len(tabled) < len(many)
+    assert tabled_placement(text, max(tabled)) == {RACK: f"rack-{int(max(tabled)[-6:]) // 8}"}
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("[]", "not a placement table"),
+        ('{"domains": [], "nodes": {"n": 0}}', "node 'n' has no domain"),
+        ('{"domains": [{"a": 1}], "nodes": {"n": 0}}', "a domain is not a JSON object of strings"),
+        ("{", "not JSON"),
+    ],
+)
+def test_a_table_that_is_not_the_operators_is_refused(text, why):
+    with pytest.raises(ValueError, match=why):
+        tabled_placement(text, "n")
+
+
+def test_a_rank_on_a_tabled_node_reads_its_placement_at_once(tmp_path):
+    text, _ = encode_table({"n0": encode_placement({RACK: "rack-0"}, (RACK,))})
+    assert placement_labels(table_environ(tmp_path, text, "n0"), timeout=30) == ({RACK: "rack-0"}, "")
+
+
+@pytest.mark.parametrize("table", ["not json", '{"domains": [], "nodes": {}}'])
+def test_a_rank_the_table_does_not_place_reads_the_annotation(tmp_path, table):
+    environ = table_environ(tmp_path, table, "n1", annotation=json.dumps({RACK: "rack-9"}))
+    assert placement_labels(environ, timeout=0) == ({RACK: "rack-9"}, "")
+    environ[podenv.PLACEMENT_TABLE] = str(tmp_path / "absent.json")  # rendered by `longctx render`: no table
+    assert placement_labels(environ, timeout=0) == ({RACK: "rack-9"}, "")
