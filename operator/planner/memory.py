@@ -85,10 +85,20 @@ class MemoryInputs:
 
 
 def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
+    """With `adaptive`, the larger of the trainer's two kinds of compiled step: the fixed variant
+    (the shard in the ring) and the padded ones (a sixteenth more slots, the loss in the chunks that
+    divide them, the short documents' attention on the device)."""
+    shard = inp.sequence_length // inp.layout.context
+    if not inp.adaptive:
+        return _breakdown(inp, shard)
+    return max(_breakdown(inp, shard), _breakdown(inp, padded_shard(shard)), key=lambda b: b.total)
+
+
+def _breakdown(inp: MemoryInputs, slots: int) -> MemoryBreakdown:
+    """Bytes per GPU of a step whose devices hold `slots` tokens of each local sequence."""
     m, lay, p = inp.model, inp.layout, inp.precision
     local_sequences = inp.batch_sequences // lay.data
     shard = inp.sequence_length // lay.context
-    slots = padded_shard(shard) if inp.adaptive else shard  # the largest variant's, padding included
     offload = inp.chunk_tokens is not None
     state = state_bytes_per_device(m, p, lay.devices)
     act = activation_bytes(
@@ -120,7 +130,7 @@ def memory_breakdown(inp: MemoryInputs) -> MemoryBreakdown:
     attention = local_sequences * attention_working_set_bytes(
         m, p, tensor=lay.tensor, query_tokens=query, kv_tokens=kv_tokens, kv_buffers=buffers
     )
-    if inp.adaptive:  # an adaptive variant's local part: its short documents on the device, after the ring
+    if slots > shard:  # a padded variant's local part: its short documents on the device, after the ring
         local = attention_working_set_bytes(m, p, tensor=lay.tensor, query_tokens=slots, kv_tokens=slots, kv_buffers=1)
         attention = max(attention, local_sequences * local)
     return MemoryBreakdown(

@@ -141,22 +141,27 @@ def test_adaptive_layouts_never_offload_and_need_shards_of_32():
     assert e.value.field == "spec.parallelism.context" and "divisible by 32, got 4112" in e.value.message
 
 
-def test_the_memory_fit_counts_the_variants_padding():
-    """256K over 16: the trainer lays every step out in 16,384 + 1,024 slots per device (the
-    fixed variant's 16,384 or an adaptive one's padding), so the layers keep 17,408 tokens'
-    activations and the loss walks chunks of 1,088 (contract.config.loss_chunk: fewer logits at
-    once than the fixed layout's 2,048, so the total here is the smaller of the two)."""
+def test_the_memory_fit_is_the_larger_of_the_fixed_and_the_padded_step():
+    """256K over 16: the adaptive trainer compiles the fixed variant (16,384 slots per device, the
+    loss in chunks of 2,048) and padded ones (16,384 + 1,024 slots, the loss in chunks of 1,088:
+    contract.config.loss_chunk). llama3-8b's 128K vocabulary makes the fixed step's loss chunk the
+    larger peak here; a smaller vocabulary makes the padded step's activations the larger."""
     req, layout = request(data=1, context=16, tensor=1), Layout(1, 16, 1)
-    padded, fixed = memory_for(req, layout, None), memory_for(replace(req, adaptive=False), layout, None)
+    fixed = memory_for(replace(req, adaptive=False), layout, None)
+    assert memory_for(req, layout, None) == fixed
+    small = req.model.model_copy(update={"vocab": 8192})
+    padded = memory_for(replace(req, model=small), layout, None)
+    fixed = memory_for(replace(req, model=small, adaptive=False), layout, None)
+    assert padded.total > fixed.total
 
     def activations(slots):
         return activation_bytes(
-            req.model, "bf16", tensor=1, resident_tokens=slots, loss_tokens=loss_chunk(slots), recompute=True,
+            small, "bf16", tensor=1, resident_tokens=slots, loss_tokens=loss_chunk(slots), recompute=True,
             offload=False,
         ).device  # fmt: skip
 
     assert (fixed.activations, padded.activations) == (activations(16_384), activations(17_408))
-    assert padded.embedding_lookup == embedding_lookup_bytes(req.model, "bf16", 17_408)
+    assert padded.embedding_lookup == embedding_lookup_bytes(small, "bf16", 17_408)
 
 
 def manifest(tmp_path, lengths) -> str:
