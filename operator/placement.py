@@ -15,7 +15,6 @@ patches (reconciler._place).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -71,15 +70,6 @@ def add_placement_table(
     text, tabled = encode_table(candidates)
     config_map.setdefault("data", {})[names.PLACEMENT_TABLE_FILE] = text
     return tabled
-
-
-def tabled_nodes(text: str) -> frozenset[str]:
-    """The nodes a placement table holds (as the ConfigMap has it); none where it is not one."""
-    try:
-        nodes = json.loads(text).get("nodes") if text else None
-    except (ValueError, AttributeError):
-        nodes = None
-    return frozenset(nodes) if isinstance(nodes, dict) else frozenset()
 
 
 def placements_due(

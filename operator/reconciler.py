@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from longctx_trainer.contract.topology import tabled_nodes
+
 from . import metrics, policy, reasons
 from .admission import (
     Admission,
@@ -48,7 +50,7 @@ from .lifecycle.planning import planning_due
 from .names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name, workload_name
 from .observe import MISSING, WorkloadObservation, ended, observe_workload
 from .occupancy import OtherPods
-from .placement import add_placement_table, placement_wanted, placements_due, tabled_nodes, topology_levels
+from .placement import add_placement_table, placement_wanted, placements_due, topology_levels
 from .planner import PlanError
 from .progress import ProgressPoller
 from .render import render_workload

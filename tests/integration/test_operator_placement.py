@@ -12,9 +12,8 @@ import json
 import pytest
 
 from longctx_operator.names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name
-from longctx_operator.placement import tabled_nodes
 from longctx_trainer.contract import podenv
-from longctx_trainer.contract.topology import tabled_placement
+from longctx_trainer.contract.topology import tabled_nodes, tabled_placement
 from support import operator_harness as h
 
 pytestmark = pytest.mark.integration

@@ -84,15 +84,21 @@ def encode_placement(node_labels: Mapping[str, str], keys: Sequence[str]) -> str
     return json.dumps({k: node_labels[k] for k in keys if k in node_labels}, sort_keys=True, separators=(",", ":"))
 
 
+def _bounded_json(text: str, limit: int):
+    """`text` parsed as JSON; ValueError where it is larger than `limit` bytes or not JSON (checked
+    before parsing, so a huge value costs no parse)."""
+    if len(text.encode()) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError("not JSON") from None
+
+
 def decode_placement(text: str) -> dict[str, str]:
     """The label values of a placement annotation; ValueError saying what is wrong with anything
     but a JSON object of strings of at most PLACEMENT_MAX_BYTES."""
-    if len(text.encode()) > PLACEMENT_MAX_BYTES:
-        raise ValueError(f"larger than {PLACEMENT_MAX_BYTES} bytes")
-    try:
-        labels = json.loads(text)
-    except ValueError:
-        raise ValueError("not JSON") from None
+    labels = _bounded_json(text, PLACEMENT_MAX_BYTES)
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise ValueError("not a JSON object of strings")
     return labels
@@ -122,12 +128,7 @@ def encode_table(placements: Mapping[str, str]) -> tuple[str, frozenset[str]]:
 def tabled_placement(text: str, node: str) -> dict[str, str] | None:
     """The labels the placement table (encode_table) holds for `node`; None where it has none;
     ValueError saying what is wrong with anything but such a table."""
-    if len(text.encode()) > PLACEMENT_TABLE_MAX_BYTES:
-        raise ValueError(f"larger than {PLACEMENT_TABLE_MAX_BYTES} bytes")
-    try:
-        table = json.loads(text)
-    except ValueError:
-        raise ValueError("not JSON") from None
+    table = _bounded_json(text, PLACEMENT_TABLE_MAX_BYTES)
     domains, nodes = (table.get("domains"), table.get("nodes")) if isinstance(table, dict) else (None, None)
     if not isinstance(domains, list) or not isinstance(nodes, dict):
         raise ValueError("not a placement table")
@@ -140,6 +141,16 @@ def tabled_placement(text: str, node: str) -> dict[str, str] | None:
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise ValueError("a domain is not a JSON object of strings")
     return labels
+
+
+def tabled_nodes(text: str) -> frozenset[str]:
+    """The nodes a placement table (encode_table) holds; none where `text` is not such a table. The
+    operator's reader, after a restart: a table it cannot read only means annotating every pod."""
+    try:
+        nodes = _bounded_json(text, PLACEMENT_TABLE_MAX_BYTES).get("nodes")
+    except (ValueError, AttributeError):
+        nodes = None
+    return frozenset(nodes) if isinstance(nodes, dict) else frozenset()
 
 
 def read_placement(

@@ -14,12 +14,11 @@ from longctx_operator.placement import (
     add_placement_table,
     placement_wanted,
     placements_due,
-    tabled_nodes,
     topology_levels,
 )
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import resolve_layout
-from longctx_trainer.contract.topology import tabled_placement
+from longctx_trainer.contract.topology import tabled_nodes, tabled_placement
 from support.jobs import job_manifest
 from support.manifests import apply_case
 
@@ -110,10 +109,6 @@ def test_the_table_holds_the_nodes_the_gangs_pods_may_run_on():
     text = workload.config_map["data"][PLACEMENT_TABLE_FILE]
     assert tabled == tabled_nodes(text) == {"a0", "a1"}
     assert [tabled_placement(text, n) for n in ("a0", "a1", "b0")] == [{RACK: "r0"}, {RACK: "r1"}, None]
-
-
-def test_a_config_map_without_a_table_tables_nothing():
-    assert tabled_nodes("") == tabled_nodes("[1]") == tabled_nodes("{") == frozenset()
 
 
 def test_a_job_may_not_set_the_placement_annotation_even_where_its_prefix_is_allowed():

@@ -31,6 +31,7 @@ from longctx_trainer.contract.topology import (
     read_placement,
     ring_hops,
     ring_order,
+    tabled_nodes,
     tabled_placement,
 )
 from longctx_trainer.mesh import make_mesh
@@ -245,7 +246,7 @@ def table_environ(tmp_path, table: str, node: str, annotation: str | None = None
 def test_the_placement_table_holds_each_placement_once_and_gives_each_node_its_own():
     rack = {f"node-{i}": encode_placement({RACK: f"rack-{i // 4}", "other": "x"}, (RACK,)) for i in range(8)}
     text, tabled = encode_table(rack)
-    assert tabled == frozenset(rack)
+    assert tabled == tabled_nodes(text) == frozenset(rack)
     assert text.count("rack-0") == text.count("rack-1") == 1
     placed = [tabled_placement(text, f"node-{i}") for i in (0, 3, 4, 7)]
     assert placed == [{RACK: "rack-0"}] * 2 + [{RACK: "rack-1"}] * 2
@@ -272,6 +273,14 @@ def test_the_placement_table_stays_within_its_size_leaving_the_last_nodes_by_nam
 def test_a_table_that_is_not_the_operators_is_refused(text, why):
     with pytest.raises(ValueError, match=why):
         tabled_placement(text, "n")
+
+
+OVERSIZED_TABLE = '{"nodes": {"n": 0}, "x": "' + "y" * PLACEMENT_TABLE_MAX_BYTES + '"}'
+
+
+@pytest.mark.parametrize("text", ["", "[1]", "{", '{"nodes": [1]}', OVERSIZED_TABLE])
+def test_what_is_not_a_table_holds_no_nodes(text):
+    assert tabled_nodes(text) == frozenset()
 
 
 def test_a_rank_on_a_tabled_node_reads_its_placement_at_once(tmp_path):
