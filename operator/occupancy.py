@@ -19,11 +19,13 @@ there is none younger than MAX_AGE_SECONDS. Called from the admission thread: it
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import msgspec
 
 from .admission import pod_gpus
 from .cache import trim_pod
@@ -33,6 +35,52 @@ from .observe import ended
 MAX_AGE_SECONDS = 5.0  # admission.BACKOFF_FIRST_SECONDS: a refused gang's next count lists again
 LIST_PAGE = 500
 NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class _Resources(TypedDict, total=False):
+    requests: dict[str, Any] | None
+    limits: dict[str, Any] | None
+
+
+class _Container(TypedDict, total=False):
+    name: str | None
+    resources: _Resources | None
+
+
+class _Spec(TypedDict, total=False):
+    nodeName: str | None
+    containers: list[_Container] | None
+    nodeSelector: dict[str, str] | None
+    tolerations: list[dict[str, Any]] | None
+    affinity: dict[str, Any] | None
+
+
+class _Meta(TypedDict, total=False):
+    name: str | None
+    namespace: str | None
+    uid: str | None
+    labels: dict[str, str] | None
+    annotations: dict[str, str] | None
+    deletionTimestamp: str | None
+    creationTimestamp: str | None
+    ownerReferences: list[dict[str, Any]] | None
+
+
+class _Status(TypedDict, total=False):
+    phase: str | None
+
+
+class _Pod(TypedDict, total=False):
+    metadata: _Meta
+    spec: _Spec
+    status: _Status
+
+
+_PAGE = msgspec.json.Decoder(TypedDict("_Page", {"items": list[_Pod], "metadata": dict[str, Any]}, total=False))
+"""A page of the other pods, decoded into dicts holding only what `occupancy` and `trim_pod` read
+of them (a pod's status: its phase). Decoding skips the rest (managed fields, env, volumes,
+conditions) without building it, for a fraction of json.loads' CPU (docs/operator.md, "Builtin
+admission at cluster scale")."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +170,7 @@ class OtherPods:
     def _list(list_call: Callable):
         token = None
         while True:
-            page = json.loads(
+            page = _PAGE.decode(
                 list_call(
                     label_selector=f"!{JOB_NAME_LABEL}",
                     field_selector=NOT_FINISHED,

@@ -52,6 +52,47 @@ class Pages:
         return type("Response", (), {"data": json.dumps(page).encode()})()
 
 
+def served(name, gpus, node=None):
+    """A pod as the API server lists it: managed fields, env, volumes, default tolerations and
+    conditions beside what admission reads."""
+    served = pod(name, gpus, node, phase="Pending" if node is None else "Running")
+    if node is None:
+        del served["spec"]["nodeName"]  # the API server leaves unset fields out
+    served["metadata"] |= {
+        "uid": f"uid-{name}",
+        "labels": {"app": name},
+        "annotations": {"note": "x" * 100},
+        "creationTimestamp": "2026-11-28T01:00:00Z",
+        "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}],
+        "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {"f:containers": {}}}}],
+    }
+    served["spec"]["containers"][0] |= {"image": "i", "env": [{"name": "A", "value": "1"}], "volumeMounts": []}
+    served["spec"] |= {
+        "volumes": [{"name": "v", "projected": {"sources": []}}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "z", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        },
+    }
+    served["status"] |= {"conditions": [{"type": "PodScheduled", "status": "False"}], "qosClass": "Burstable"}
+    return served
+
+
+def test_a_listed_pod_keeps_what_admission_reads_and_its_status_only_as_its_phase():
+    pods = [served("bound", 8, "n1"), served("waiting", 4), served("cpu", 0, "n1")]
+    listed = OtherPods([Pages(pods)], lambda: 0.0).current()
+    loaded = occupancy(pods)
+    assert listed.used == loaded.used == {"n1": 8}
+    assert [p["metadata"]["name"] for p in listed.waiting] == ["waiting"]
+    assert listed.waiting[0]["spec"] == loaded.waiting[0]["spec"]  # selector, tolerations, affinity
+    assert listed.waiting[0]["metadata"] == loaded.waiting[0]["metadata"]
+    assert listed.waiting[0]["status"]["phase"] == "Pending"
+
+
 def test_other_pods_are_listed_by_selector_in_pages_and_again_only_once_stale():
     now = [100.0]
     pages = Pages([pod("a", 8, "n1"), pod("b", 8, "n2")])
