@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -144,6 +145,7 @@ class JobSetController:
         self.webhooks = webhook_configurations(
             (self.home / "config" / "manifests.yaml").read_text(), self.webhook_port, ca
         )
+        self._wait_webhooks(ca, 60)
         self.cluster("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in self.webhooks))
 
     def _wait_ready(self, timeout: float) -> None:
@@ -157,6 +159,24 @@ class JobSetController:
             except (urllib.error.URLError, OSError) as e:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"jobset not ready after {timeout}s; see {self.scratch / 'jobset.log'}") from e
+                time.sleep(0.5)
+
+    def _wait_webhooks(self, ca: bytes, timeout: float) -> None:
+        """Until every webhook path answers: the controller reports ready before it has registered
+        them, and the API server then refuses a JobSet with a 404 from the webhook (2026-11-28)."""
+        context = ssl.create_default_context(cadata=ca.decode())
+        urls = [hook["clientConfig"]["url"] for doc in self.webhooks for hook in doc["webhooks"]]
+        deadline = time.monotonic() + timeout
+        while urls:
+            try:
+                urllib.request.urlopen(urllib.request.Request(urls[0], data=b"{}"), timeout=2, context=context)
+                urls.pop(0)
+            except (urllib.error.URLError, OSError) as e:
+                if isinstance(e, urllib.error.HTTPError) and e.code != 404:  # registered: it refuses {} itself
+                    urls.pop(0)
+                    continue
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"jobset webhook {urls[0]} not served after {timeout}s") from e
                 time.sleep(0.5)
 
     def stop(self) -> None:
