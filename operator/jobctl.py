@@ -27,7 +27,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from . import jobview
-from .api.status import TERMINAL
+from .api.status import FAILED, TERMINAL
 from .cli import UsageError
 from .names import GROUP, PLURAL, TRAINER_CONTAINER, VERSION, workload_name
 from .observe import controller_of
@@ -391,7 +391,7 @@ def _follow(args, cluster: Cluster, job: dict) -> int:
         streams = [t for t in streams if t.is_alive()]
         if phase in TERMINAL and not streams and not waiting:
             status = job.get("status") or {}
-            if phase == "Failed":
+            if phase == FAILED:
                 raise UsageError(f"{args.job} is Failed ({status.get('reason')}: {status.get('message')})")
             _say(f"{args.job} is {phase}")
             return 0

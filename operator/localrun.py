@@ -32,7 +32,7 @@ from typing import IO
 
 from longctx_trainer.contract import events, podenv
 from longctx_trainer.contract.config import is_url
-from longctx_trainer.launch import first_failure
+from longctx_trainer.contract.processes import first_failure
 
 from . import names
 from .api.spec import LongContextJob

@@ -26,6 +26,7 @@ import yaml
 
 from .contract import podenv
 from .contract.config import load_config
+from .contract.processes import first_failure
 from .stopwatch import StopWatch, read_health
 
 TRAINER = [sys.executable, "-m", "longctx_trainer"]
@@ -57,29 +58,6 @@ def metrics_ports(args: list[str], envs: list[Mapping[str, str]]) -> list[int | 
     except (OSError, ValueError, yaml.YAMLError):
         port = 0
     return [port + int(env.get(podenv.LOCAL_PROCESS_ID, "0")) if port else None for env in envs]
-
-
-def first_failure(
-    procs: list[subprocess.Popen], poll_seconds: float = 0.2, stuck: Callable[[], Iterable[int]] = tuple
-) -> tuple[int, int] | None:
-    """Wait until every process has exited 0 (None) or one has failed: (its index, its exit code).
-    Kills the processes `stuck` names (their exit is then a failure)."""
-    while True:
-        codes = [p.poll() for p in procs]
-        for index, code in enumerate(codes):
-            if code not in (None, 0):
-                return index, code
-        if all(code == 0 for code in codes):
-            return None
-        for index in stuck():
-            print(
-                f"longctx_trainer.launch: process {index} has not moved since the SIGTERM and cannot "
-                "save (a peer it waits for is gone?); killing it",
-                file=sys.stderr,
-                flush=True,
-            )
-            procs[index].kill()
-        time.sleep(poll_seconds)
 
 
 def supervise(procs: list[subprocess.Popen], stuck: Callable[[], Iterable[int]] = tuple) -> int:

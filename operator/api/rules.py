@@ -30,6 +30,7 @@ from .spec import LongContextJobSpec, ModelSpec
 
 RDMA_FABRICS = tuple(name for name, fabric in FABRICS.items() if fabric.rdma)
 GPU_NIC_NETWORKS = {name: f.gpu_nic_networks for name, f in FABRICS.items() if f.gpu_nic_networks}
+_NOT_CPU = f"self.resources.gpuType != '{CPU}'"  # CEL of not spec.on_cpu
 FP8_GPU_TYPES = (*(name for name, gpu in GPUS.items() if gpu.fp8_flops), CPU)  # cpu: emulated
 FABRIC_GPU_TYPES = {name: f.gpu_types for name, f in FABRICS.items() if f.gpu_types}
 MAX_NAME_LENGTH = 40  # leaves room for "-g<generation>-<index>" within a 63-character hostname
@@ -391,7 +392,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "spec",
-        "self.parallelism.attention != 'hybrid' || self.resources.gpuType != 'cpu' || has(self.parallelism.ulysses)",
+        f"self.parallelism.attention != 'hybrid' || {_NOT_CPU} || has(self.parallelism.ulysses)",
         "hybrid attention on cpu needs parallelism.ulysses (the planner, which picks it, models GPUs only)",
         lambda s: s.parallelism.attention != "hybrid" or not s.on_cpu or bool(s.parallelism.ulysses),
         ".parallelism.ulysses",
@@ -529,7 +530,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "spec",
-        f"{_NVSHMEM} || self.resources.gpuType != 'cpu'",
+        f"{_NVSHMEM} || {_NOT_CPU}",
         "nvshmem needs GPUs",
         lambda s: s.communication.collective_permute != "nvshmem" or not s.on_cpu,
         ".communication.collectivePermute",
@@ -622,14 +623,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "spec",
-        "self.resources.gpuType != 'cpu' || self.network.fabric == 'tcp'",
+        f"{_NOT_CPU} || self.network.fabric == 'tcp'",
         "gpuType cpu runs over fabric tcp only",
         lambda s: not s.on_cpu or s.network.fabric == "tcp",
         ".network.fabric",
     ),
     Rule(
         "spec",
-        "self.resources.gpuType != 'cpu' || self.parallelism.mode == 'manual'",
+        f"{_NOT_CPU} || self.parallelism.mode == 'manual'",
         "gpuType cpu needs parallelism.mode manual: the planner models GPUs only",
         lambda s: not s.on_cpu or s.parallelism.mode == "manual",
         ".parallelism.mode",

@@ -11,7 +11,8 @@ from prometheus_client import generate_latest
 
 from longctx_trainer.contract.health import HEARTBEAT
 from longctx_trainer.contract.metrics import TrainMetrics
-from longctx_trainer.launch import first_failure, process_env, supervise
+from longctx_trainer.contract.processes import first_failure
+from longctx_trainer.launch import process_env, supervise
 from longctx_trainer.stopwatch import Health, StopWatch, parse_health, read_health
 from support.ports import free_port
 from support.tiny import tiny_trainer_config
