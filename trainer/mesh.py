@@ -27,6 +27,8 @@ TOKENS = P(DATA, CONTEXT)  # [batch, seq]
 ACTIVATION = P(DATA, CONTEXT, None)  # [batch, seq, hidden]
 HEADS = P(DATA, CONTEXT, TENSOR, None)  # [batch, seq, heads, head_dim]
 FFN = P(DATA, CONTEXT, TENSOR)  # [batch, seq, ffn]
+LOSS_CHUNK = P(DATA, CONTEXT, None, None)  # [batch, seq / chunk, chunk, hidden]: the chunked loss
+LOSS_LOGITS = P(DATA, CONTEXT, None, TENSOR)  # [batch, seq / chunk, chunk, vocab]
 
 
 def make_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -43,7 +43,7 @@ from .contract.config import (
     loss_chunk,
 )
 from .contract.model import RMS_NORM_EPS, ModelConfig, RopeScaling
-from .mesh import ACTIVATION, CONTEXT, DATA, FFN, FSDP, HEADS, TENSOR, TOKENS
+from .mesh import ACTIVATION, CONTEXT, FFN, FSDP, HEADS, LOSS_CHUNK, LOSS_LOGITS, TENSOR, TOKENS
 from .ops import context_parallel_attention, permutation
 from .ops.adaptive import adaptive_attention
 from .ops.attention import ATTENTION_RESIDUALS
@@ -283,12 +283,12 @@ def chunked_cross_entropy(
 
     @jax.checkpoint
     def chunk_loss(x_chunk, t_chunk, w_chunk, scaling):
-        x_chunk = _constrain(x_chunk, mesh, P(DATA, CONTEXT, None, None))
+        x_chunk = _constrain(x_chunk, mesh, LOSS_CHUNK)
         if scaling is None:
             logits = head_logits(x_chunk, head)
         else:  # quantized from fp32 inputs, so the logits come out in fp32 as above
             logits = fp8.fp8_einsum("bxch,hv->bxcv", x_chunk.astype(jnp.float32), head, scaling)
-        logits = _constrain(logits, mesh, P(DATA, CONTEXT, None, TENSOR))
+        logits = _constrain(logits, mesh, LOSS_LOGITS)
         logp = jax.nn.log_softmax(logits, axis=-1)
         nll = -jnp.take_along_axis(logp, t_chunk[..., None], axis=-1)[..., 0]
         return jnp.sum(nll if w_chunk is None else nll * w_chunk)
