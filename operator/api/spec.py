@@ -20,12 +20,21 @@ from longctx_trainer.contract.config import (
     DEFAULT_LOAD_BALANCE,
     Attention,
     Auto,
+    CheckpointConfig,
     CollectivePermute,
+    DataConfig,
     DataKind,
+    Fp8Config,
     LoadBalance,
+    MetricsConfig,
+    OptimizerConfig,
+    PackingConfig,
+    ParallelConfig,
     Precision,
     RematPolicy,
     Schedule,
+    TrainerConfig,
+    trainer_default,
 )
 from longctx_trainer.contract.hardware import CPU, FABRICS, GPUS
 from longctx_trainer.contract.model import ROPE_HIGH_FREQ_FACTOR, ROPE_LOW_FREQ_FACTOR, ROPE_ORIGINAL_CONTEXT
@@ -147,15 +156,15 @@ class ModelSpec(ApiModel):
 class OptimizerSpec(ApiModel):
     """AdamW with linear warm-up, a decay schedule and global-norm gradient clipping."""
 
-    learning_rate: float = Field(3e-4, gt=0, le=1)
+    learning_rate: float = Field(trainer_default(OptimizerConfig, "learning_rate"), gt=0, le=1)
     """Peak learning rate after warm-up."""
-    warmup_steps: int = Field(100, ge=0, le=MAX_COUNT)
+    warmup_steps: int = Field(trainer_default(OptimizerConfig, "warmup_steps"), ge=0, le=MAX_COUNT)
     """Steps of linear warm-up from zero."""
-    weight_decay: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(trainer_default(OptimizerConfig, "weight_decay"), ge=0, le=1)
     """Decoupled weight decay."""
-    grad_clip: float = Field(1.0, gt=0)
+    grad_clip: float = Field(trainer_default(OptimizerConfig, "grad_clip"), gt=0)
     """Global gradient-norm clip."""
-    schedule: Schedule = "cosine"
+    schedule: Schedule = trainer_default(OptimizerConfig, "schedule")
     """After warm-up: cosine decay to the schedule's floor fraction of the peak by the last step, or
     constant."""
 
@@ -188,7 +197,7 @@ class ParallelismSpec(ApiModel):
     under the document mask is even and blocks still hold one document (needs
     data.packing.documentMask; docs/attention.md); auto is documents with
     data.packing.documentMask (unless adaptive), else dualChunkSwap (status.layout.loadBalance)."""
-    adaptive: bool = False
+    adaptive: bool = trainer_default(ParallelConfig, "adaptive")
     """Per-batch adaptive context parallelism: documents up to half a device's shard are attended
     on one device, only longer ones over the ring, whose size per batch is one of a few compiled
     variants (needs data.packing.documentMask, attention ring, loadBalance dualChunkSwap or auto, no
@@ -207,10 +216,10 @@ class OffloadSpec(ApiModel):
 class Fp8Spec(ApiModel):
     """FP8 matmuls (precision fp8): per-tensor delayed scaling."""
 
-    amax_history: int = Field(16, ge=1, le=1024)
+    amax_history: int = Field(trainer_default(Fp8Config, "amax_history"), ge=1, le=1024)
     """Uses of a tensor whose largest magnitude sets its next FP8 scale (Transformer Engine's
     amax_history_len)."""
-    lm_head: bool = False
+    lm_head: bool = trainer_default(Fp8Config, "lm_head")
     """The LM head's matmul in FP8 too; off (the default) keeps it in bf16, where FP8 costs the
     most accuracy."""
 
@@ -322,7 +331,7 @@ class CheckpointSpec(ApiModel):
 
     path: str = Field("/checkpoints", max_length=1024, pattern=PATH_PATTERN)
     """Directory (on the claim below) or object-store URL (gs://, s3://) for checkpoints."""
-    interval_steps: int = Field(100, ge=1, le=MAX_COUNT)
+    interval_steps: int = Field(trainer_default(CheckpointConfig, "interval_steps"), ge=1, le=MAX_COUNT)
     """Steps between checkpoints."""
     persistent_volume_claim: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """PVC (ReadWriteMany) mounted at path; without one a local path is lost when the gang restarts."""
@@ -381,7 +390,7 @@ class StragglerSpec(ApiModel):
 class MetricsSpec(ApiModel):
     """The trainer's Prometheus exporter."""
 
-    port: int = Field(9400, ge=1024, le=65000)
+    port: int = Field(trainer_default(MetricsConfig, "port"), ge=1024, le=65000)
     """Port of the first trainer process's Prometheus exporter in each pod; process l of a pod
     listens on port + l (rank 0 is read for status.progress)."""
 
@@ -389,10 +398,10 @@ class MetricsSpec(ApiModel):
 class PackingSpec(ApiModel):
     """Many documents packed into each sequence, split at a separator token."""
 
-    document_mask: bool = False
+    document_mask: bool = trainer_default(PackingConfig, "document_mask")
     """Attention stays within each document (chunk pairs of different documents are skipped), and
     the loss leaves out the prediction across a document boundary."""
-    reset_positions: bool = False
+    reset_positions: bool = trainer_default(PackingConfig, "reset_positions")
     """RoPE positions restart at 0 at the start of each document."""
     separator: int | None = Field(None, ge=0, le=2**31 - 1)
     """Token id that ends each document. Default: the end-of-text id that `longctx tokenize`
@@ -411,7 +420,7 @@ class PackingSpec(ApiModel):
 class DataSpec(ApiModel):
     """Training data."""
 
-    kind: DataKind = "synthetic"
+    kind: DataKind = trainer_default(DataConfig, "kind")
     """synthetic tokens, a memory-mapped token file, or raw text tokenised byte-level."""
     path: str | None = Field(None, max_length=1024, pattern=PATH_PATTERN)
     """Path inside the pod to the token file or text (required unless synthetic)."""
@@ -469,7 +478,7 @@ class LongContextJobSpec(ApiModel):
     steps: int = Field(1000, ge=1, le=MAX_COUNT)
     """Optimizer steps."""
     optimizer: OptimizerSpec = OptimizerSpec()
-    precision: Precision = "bf16"
+    precision: Precision = trainer_default(TrainerConfig, "precision")
     """Compute precision (master weights and optimizer state stay fp32). fp8: the layer matmuls in
     FP8 (e4m3 forward, e5m2 gradients), activations and attention in bf16; GPUs with FP8 tensor
     cores only (H100, H200, B200), or cpu where it is emulated for testing."""

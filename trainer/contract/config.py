@@ -90,6 +90,12 @@ def hybrid_split(context: int, ulysses: int) -> int:
     return context // ulysses
 
 
+def trainer_default(config: type[BaseModel], field: str):
+    """The trainer's default for `field` of `config`: the one home of a setting's default, which the
+    API (operator/api/spec.py) reads and declares with its own bounds."""
+    return config.model_fields[field].default
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
