@@ -7,6 +7,8 @@ with $LONGCTX_CLUSTER_NODES simulated GPU nodes (default 4) and stops it at the 
 `namespace` / `kubectl` (per test): a fresh namespace, deleted afterwards, and a kubectl bound to it.
 `wait_until`: polls a function until it returns something truthy (a fixture, since test modules
 cannot import this file under --import-mode=importlib).
+`suspend_leftovers`: for modules with their own `operator` fixture that name it in
+`pytest.mark.usefixtures`: after each test, its unfinished jobs suspended and their pods gone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pytest
 import yaml
 
 from support.cluster import CLUSTER_SCRIPTS, Kubectl, component_versions
+from support.operator_harness import suspend_unfinished
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -128,6 +131,15 @@ def kubectl(cluster: Cluster, namespace: str) -> Kubectl:
 @pytest.fixture
 def wait_until() -> Callable[..., Any]:
     return poll_until
+
+
+@pytest.fixture
+def suspend_leftovers(operator, kubectl: Kubectl, wait_until: Callable[..., Any]) -> Iterator[None]:
+    """After each test, suspends its unfinished jobs and waits for their pods to go while the
+    module's `operator` and the Job controller still run (support.operator_harness.suspend_unfinished
+    says why)."""
+    yield
+    suspend_unfinished(kubectl, wait_until)
 
 
 @pytest.fixture(scope="session")

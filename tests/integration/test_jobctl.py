@@ -24,7 +24,7 @@ from support import kubelet_logs
 from support import operator_harness as h
 from support.exporters import stepping_exporter
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("suspend_leftovers")]
 POOL = "jobctl-tests"
 KEEP = {"longctx.io/keep-running": "true"}
 PLUGIN = Path(sys.executable).parent / "kubectl-longctx"
@@ -56,13 +56,6 @@ def operator(cluster, admin_kubectl, logs_server, tmp_path_factory):
     nodes = h.add_pool_nodes(admin_kubectl, POOL, count=4, status=logs_server.node_status())
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         yield op
-
-
-@pytest.fixture(autouse=True)
-def suspend_leftovers(operator, kubectl, wait_until):
-    """Suspends each test's unfinished jobs and waits for their pods to go (test_operator.py says why)."""
-    yield
-    h.suspend_unfinished(kubectl, wait_until)
 
 
 def job(name: str, **kwargs) -> dict:

@@ -14,7 +14,7 @@ from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from support import operator_harness as h
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("suspend_leftovers")]
 POOL = "kueue-tests"
 BLOCK_LABEL = "topology.longctx.io/block"
 HOSTNAME = "kubernetes.io/hostname"
@@ -90,14 +90,6 @@ def queue(operator, kubectl, admin_kubectl, namespace):
     yield make
     for kind, name in made:
         admin_kubectl.run("delete", f"{kind}.kueue.x-k8s.io", name, "--wait=false", check=False)
-
-
-@pytest.fixture(autouse=True)
-def suspend_leftovers(operator, kubectl, wait_until):
-    """As in test_operator.py: unfinished jobs are suspended and their pods gone before the
-    namespace is deleted, so no KWOK pod keeps holding the pool's GPUs."""
-    yield
-    h.suspend_unfinished(kubectl, wait_until)
 
 
 def pool_nodes(kubectl) -> list[str]:

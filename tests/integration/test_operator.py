@@ -18,7 +18,7 @@ from longctx_operator import reasons
 from support import operator_harness as h
 from support.exporters import stepping_exporter
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("suspend_leftovers")]
 FAST = {"longctx.io/complete-after": "4s"}
 
 
@@ -38,16 +38,6 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
 
 def pool_job(name: str, **kwargs) -> dict:
     return h.job_manifest(name, pool=POOL, **kwargs)
-
-
-@pytest.fixture(autouse=True)
-def suspend_leftovers(operator, kubectl, wait_until):
-    """After each test, suspends its unfinished jobs and waits for their pods to go while the
-    operator and the Job controller still run (a namespace deleted under Running KWOK pods leaves
-    them stuck: nothing moves them to a terminal phase, so the Job controller keeps its
-    batch.kubernetes.io/job-tracking finalizer on them, and they would hold GPUs for later tests)."""
-    yield
-    h.suspend_unfinished(kubectl, wait_until)
 
 
 def test_create_admitted_running_succeeded(operator, kubectl, wait_until):

@@ -21,7 +21,7 @@ from longctx_trainer.contract.metrics import TrainMetrics
 from support import operator_harness as h
 from support.hostile_metrics import SLOW_ANSWERS, WORST_BODIES, Handler, serve, slow_answer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("suspend_leftovers")]
 
 POOL = "hostile-metrics-tests"
 HONEST_JOBS = 9
@@ -139,17 +139,3 @@ def test_a_hostile_endpoint_stalls_neither_the_operator_nor_other_jobs_progress(
         assert statuses[name]["progress"]["step"] >= reads[name] - 3, (name, statuses[name], reads[name])
     assert statuses["hostile"]["phase"] == "Running"
     assert set(Hostile.served[served_at_start:]) == set(MODES)
-
-
-@pytest.fixture(autouse=True)
-def suspend_leftovers(operator, kubectl, wait_until):
-    """Suspends the test's jobs and waits for their pods to go while the operator still runs
-    (KWOK pods of a deleted namespace would stay Running, holding GPUs: see test_operator.py)."""
-    yield
-    for obj in kubectl.json("get", "lcj")["items"]:
-        kubectl.run("patch", "lcj", obj["metadata"]["name"], "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_until(
-        lambda: not [p for p in kubectl.json("get", "pods")["items"] if p["status"].get("phase") == "Running"],
-        timeout=60,
-        what="the test's pods gone",
-    )

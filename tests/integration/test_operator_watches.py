@@ -12,7 +12,7 @@ from longctx_operator import conditions as cond
 from longctx_operator import reasons
 from support import operator_harness as h
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("suspend_leftovers")]
 FAST = {"longctx.io/complete-after": "4s"}
 POOL = "operator-watch-tests"
 PODS_DELIVERED = 'longctx_operator_watch_events_total{resource="pods"}'
@@ -24,12 +24,6 @@ def operator(cluster, admin_kubectl, tmp_path_factory):
     with h.running_operator(admin_kubectl, tmp_path_factory.mktemp("operator"), nodes) as op:
         op.nodes = nodes
         yield op
-
-
-@pytest.fixture(autouse=True)
-def suspend_leftovers(operator, kubectl, wait_until):
-    yield
-    h.suspend_unfinished(kubectl, wait_until)
 
 
 def delivered(operator) -> float:

@@ -13,8 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from longctx_operator.api.crd import CRD_NAME
-from longctx_operator.names import API_VERSION, KIND
-from support import processes
+from support import jobs, processes
 from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,28 +142,25 @@ def job_manifest(
     annotations: dict | None = None,
     **spec_over,
 ) -> dict:
-    """A small GPU job for the simulated nodes: tiny model, 8 GPUs per node, short backoff."""
-    spec = {
-        "model": {"preset": "tiny"},
-        "sequenceLength": 4096,
-        "steps": 10,
-        "resources": {"nodes": nodes, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-        "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
-        "scheduling": {"startupTimeoutSeconds": 60},
-    }
+    """A small GPU job for the simulated nodes (support.jobs.job_manifest): tiny model, 8 GPUs per
+    node, short backoff. Each of `spec_over` replaces its spec field, or updates it where a dict."""
+    meta_annotations = dict(annotations or {})
+    if pod_annotations:
+        meta_annotations["longctx.io/pod-annotations"] = json.dumps(pod_annotations)
+    manifest = jobs.job_manifest(
+        name,
+        resources=(nodes, 8, "h100-80gb"),
+        metadata={"annotations": meta_annotations},
+        steps=10,
+        restartPolicy={"maxRestarts": 1, "backoffSeconds": 1},
+        scheduling={"startupTimeoutSeconds": 60},
+    )
+    spec = manifest["spec"]
     if pool:
         spec["scheduling"]["nodeSelector"] = {POOL_LABEL: pool}
     for key, value in spec_over.items():
         spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
-    meta_annotations = dict(annotations or {})
-    if pod_annotations:
-        meta_annotations["longctx.io/pod-annotations"] = json.dumps(pod_annotations)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name, "annotations": meta_annotations},
-        "spec": spec,
-    }
+    return manifest
 
 
 def conditions(obj: dict) -> dict[str, tuple[str, str]]:

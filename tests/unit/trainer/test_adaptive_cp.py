@@ -21,7 +21,6 @@ from longctx_trainer.adaptive_cp import PAD, PAD_SEGMENT, adaptive_layout, batch
 from longctx_trainer.contract.adaptive import Variant, default_threshold, variants
 from longctx_trainer.contract.config import (
     DataConfig,
-    ModelConfig,
     OptimizerConfig,
     PackingConfig,
     ParallelConfig,
@@ -35,7 +34,7 @@ from longctx_trainer.ops.adaptive import adaptive_attention
 from support import mutants
 from support.attention import FP32, HEAD_DIM, HEADS, assert_matches_reference, make_mesh
 from support.benchmarks import benchmark
-from support.tiny import tiny_trainer_config
+from support.tiny import TINY_MODEL, tiny_trainer_config
 from support.training import step_losses
 
 _corpus = benchmark("adaptive_cp")  # the benchmark's own corpus
@@ -216,7 +215,7 @@ def test_adaptive_training_follows_the_fixed_loss_curve(tmp_path):
 def test_adaptive_needs_the_document_mask():
     with pytest.raises(ValueError, match="parallelism.adaptive needs"):
         TrainerConfig(
-            model=ModelConfig(layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256),
+            model=TINY_MODEL,
             sequence_length=256,
             global_batch_tokens=512,
             steps=1,

@@ -159,14 +159,14 @@ def test_llama31_rope_scaling_is_the_hugging_face_one(tmp_path, layout):
 
 
 def test_training_starts_from_the_checkpoint_and_not_from_random_weights(tmp_path):
-    from longctx_trainer.contract.config import DataConfig, ModelConfig, ParallelConfig, TrainerConfig
+    from longctx_trainer.contract.config import DataConfig, ParallelConfig, TrainerConfig
     from longctx_trainer.contract.metrics import TrainMetrics
     from longctx_trainer.data import Batches
     from longctx_trainer.train import train
 
     tensors = hf_tensors(MODEL, seed=3)
     config = TrainerConfig(
-        model=ModelConfig(layers=2, hidden=32, heads=4, kv_heads=2, ffn=48, vocab=64, rope_theta=10000.0),
+        model=MODEL,
         sequence_length=16,
         global_batch_tokens=32,
         steps=1,

@@ -11,6 +11,7 @@ from longctx_operator.planner import PlanRequest, plan
 from longctx_operator.planner.adaptive import _window, adaptive_saving
 from longctx_trainer.contract.adaptive import LENGTH_SAMPLES, length_sample, ring_bytes, variants
 from longctx_trainer.contract.presets import PRESETS
+from support.jobs import job_manifest
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -92,22 +93,18 @@ def test_length_sample_keeps_the_tail():
 
 def test_longctx_plan_shows_it_without_numpy(tmp_path):
     """The operator image has no numpy: the model is plain Python, and `longctx plan` prints it."""
-    manifest = {
-        "apiVersion": "longctx.io/v1alpha1",
-        "kind": "LongContextJob",
-        "metadata": {"name": "adaptive"},
-        "spec": {
-            "model": {"preset": "llama3-8b"},
-            "sequenceLength": 131072,
-            "parallelism": {"mode": "manual", "data": 1, "context": 8, "tensor": 1, "adaptive": True},
-            "resources": {"nodes": 1, "gpusPerNode": 8, "gpuType": "h200-141gb"},
-            "data": {
-                "kind": "tokens",
-                "path": "/data/corpus.bin",
-                "packing": {"documentMask": True, "documentLengths": [100, 300, 2000]},
-            },
+    manifest = job_manifest(
+        "adaptive",
+        preset="llama3-8b",
+        sequence_length=131072,
+        parallelism={"mode": "manual", "data": 1, "context": 8, "tensor": 1, "adaptive": True},
+        resources=(1, 8, "h200-141gb"),
+        data={
+            "kind": "tokens",
+            "path": "/data/corpus.bin",
+            "packing": {"documentMask": True, "documentLengths": [100, 300, 2000]},
         },
-    }
+    )
     path = tmp_path / "job.yaml"
     path.write_text(json.dumps(manifest))
     script = (

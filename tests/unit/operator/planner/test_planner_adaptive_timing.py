@@ -23,6 +23,7 @@ from longctx_trainer.contract.adaptive import Variant, variants
 from longctx_trainer.contract.config import loss_chunk
 from longctx_trainer.contract.flops import flops_per_token
 from longctx_trainer.contract.hardware import FABRICS, GPUS
+from support.jobs import job_manifest
 from support.plans import plan_request
 
 DOCS = Path(__file__).resolve().parents[4] / "docs" / "planner.md"
@@ -166,19 +167,15 @@ def test_the_memory_fit_is_the_larger_of_the_fixed_and_the_padded_step():
 
 def manifest(tmp_path, lengths) -> str:
     packing = {"documentMask": True} | ({"documentLengths": list(lengths)} if lengths else {})
-    job = {
-        "apiVersion": "longctx.io/v1alpha1",
-        "kind": "LongContextJob",
-        "metadata": {"name": "adaptive"},
-        "spec": {
-            "model": {"preset": "llama3-8b"},
-            "sequenceLength": 262144,
-            "parallelism": {"mode": "manual", "data": 1, "context": 16, "tensor": 1, "adaptive": True},
-            "resources": {"nodes": 2, "gpusPerNode": 8, "gpuType": "h100-80gb"},
-            "network": {"fabric": "tcp"},
-            "data": {"kind": "tokens", "path": "/data/corpus.bin", "packing": packing},
-        },
-    }
+    job = job_manifest(
+        "adaptive",
+        preset="llama3-8b",
+        sequence_length=262144,
+        parallelism={"mode": "manual", "data": 1, "context": 16, "tensor": 1, "adaptive": True},
+        resources=(2, 8, "h100-80gb"),
+        network={"fabric": "tcp"},
+        data={"kind": "tokens", "path": "/data/corpus.bin", "packing": packing},
+    )
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return str(path)
