@@ -88,16 +88,6 @@ def watches(config: OperatorConfig, kube: Kube, reconciler: Reconciler, loop) ->
     return found
 
 
-def api_connections(config: OperatorConfig) -> int:
-    """Connections the API client keeps open: one per thread that calls it. The reconciler's API
-    threads, its admission thread and the other pods' list thread, and a stream per watch, which
-    holds its connection for good: a pool sized for the API threads alone drops a connection after
-    each request beyond it once they all run (a burst of gangs), and the next opens a new one (a
-    TLS handshake each, on the API server too)."""
-    streams = 2 * (len(config.watch_namespaces) or 1) + int(config.read_nodes)  # watches()
-    return api_threads(config) + 2 + streams
-
-
 def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     """The operator's handlers; Kueue's Workloads are watched only when the configuration says it
     can read them."""
@@ -114,7 +104,7 @@ def make_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         configure(settings)
         if memo.config.metrics_port:
             prometheus_client.start_http_server(memo.config.metrics_port)
-        kube = Kube(load_client(api_connections(memo.config)))
+        kube = Kube(load_client(api_threads(memo.config)))
         pod_lists = scoped(memo.config, kube.core.list_pod_for_all_namespaces, kube.core.list_namespaced_pod)
         memo.reconciler = Reconciler(kube, memo.config, OtherPods(pod_lists, time.monotonic))
         memo.reconciler.start()

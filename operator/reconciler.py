@@ -134,7 +134,7 @@ def add_pod_annotations(job: dict, extra: dict[str, str]) -> dict:
 def api_threads(config: OperatorConfig) -> int:
     """Threads for the blocking API calls, the most that run at once (the writes of every job
     decided, the progress reads and Events queue for them): three creates per worker's decision
-    and a few more (the client keeps a connection for each: handlers.api_connections)."""
+    and a few more (the client keeps as many connections open)."""
     return 3 * config.workers + 4
 
 

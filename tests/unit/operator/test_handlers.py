@@ -25,19 +25,6 @@ def test_nodes_are_watched_whenever_they_can_be_read():
     assert kopf_kinds == {"longcontextjobs"}  # pods, Jobs and nodes only through label-selected watches
 
 
-def test_the_client_keeps_a_connection_for_each_thread_and_each_watch():
-    import kubernetes
-
-    from longctx_operator.handlers import api_connections, watches
-    from longctx_operator.kube import Kube
-    from longctx_operator.reconciler import api_threads
-
-    kube = Kube(kubernetes.client.ApiClient())
-    for config in (OperatorConfig(), OperatorConfig(read_nodes=False), OperatorConfig(watch_namespaces=["a", "b"])):
-        streams = len(watches(config, kube, Reconciler(kube, config), loop=None))
-        assert api_connections(config) == api_threads(config) + 2 + streams  # + the admission threads
-
-
 def test_jobs_and_pods_are_watched_by_the_job_name_label_on_the_api_server():
     import kubernetes
 
