@@ -169,8 +169,8 @@ class JobSetController:
         deadline = time.monotonic() + timeout
         while urls:
             try:
-                urllib.request.urlopen(urllib.request.Request(urls[0], data=b"{}"), timeout=2, context=context)
-                urls.pop(0)
+                with urllib.request.urlopen(urllib.request.Request(urls[0], data=b"{}"), timeout=2, context=context):
+                    urls.pop(0)
             except (urllib.error.URLError, OSError) as e:
                 if isinstance(e, urllib.error.HTTPError) and e.code != 404:  # registered: it refuses {} itself
                     urls.pop(0)
