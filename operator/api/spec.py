@@ -253,6 +253,17 @@ class ResourcesSpec(ApiModel):
     the operator's cpuJobMemory."""
 
 
+class RackSpec(ApiModel):
+    """The fabric beyond a rack (or any switch domain the nodes share), for the planner's step time
+    only: nothing is scheduled by it (scheduling.topologyKey keeps a gang in one)."""
+
+    nodes: int = Field(ge=1, le=4096)
+    """Nodes per rack. The planner lays the gang's nodes into racks of this many, in order (as a
+    topology-aware placement by the rack label would)."""
+    oversubscription: float = Field(1.0, ge=1.0, le=64.0)
+    """The rack's uplinks carry 1/oversubscription of its nodes' fabric bandwidth (3 for 3:1)."""
+
+
 class NetworkSpec(ApiModel):
     """Inter-node fabric; each fabric profile sets its resources, annotations and NCCL/NVSHMEM env."""
 
@@ -281,6 +292,9 @@ class NetworkSpec(ApiModel):
     """EFA interfaces per node (vpc.amazonaws.com/efa), e.g. 32 on p5.48xlarge; required for efa."""
     coordinator_port: int = Field(8476, ge=1024, le=65535)
     """Port of the JAX distributed coordinator on rank 0."""
+    rack: RackSpec | None = None
+    """Racks and their uplinks' oversubscription; unset: every node reaches every other at the
+    fabric's bandwidth."""
 
 
 class Toleration(ApiModel):
