@@ -101,6 +101,8 @@ _PLAN_FLAGS = {
     "spec.resources.gpusPerNode": "--gpus-per-node",
     "spec.resources.gpuType": "--gpu-type",
     "spec.network.fabric": "--fabric",
+    "spec.network.rack.nodes": "--rack-nodes",
+    "spec.network.rack.oversubscription": "--rack-oversubscription",
     "spec.precision": "--precision",
     "spec.parallelism.attention": "--attention",
     "spec.parallelism.ulysses": "--ulysses",
@@ -143,6 +145,8 @@ def _spec_from_flags(args) -> dict:
         ("resources", "gpusPerNode"): args.gpus_per_node,
         ("resources", "gpuType"): args.gpu_type,
         ("network", "fabric"): args.fabric,
+        ("network", "rack", "nodes"): args.rack_nodes,
+        ("network", "rack", "oversubscription"): args.rack_oversubscription,
         ("precision",): args.precision,
         ("parallelism", "attention"): args.attention,
         ("parallelism", "ulysses"): args.ulysses,
@@ -431,6 +435,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", help=argparse.SUPPRESS)  # deprecated: --gpu-type
     p.add_argument("--gpus", type=int, help=argparse.SUPPRESS)  # deprecated: total GPUs; --nodes
     p.add_argument("--fabric", help="network fabric (default: the API's, tcp), e.g. infiniband")
+    p.add_argument("--rack-nodes", type=int, help="spec.network.rack.nodes: nodes per rack (default: no racks)")
+    p.add_argument(
+        "--rack-oversubscription",
+        type=float,
+        help="spec.network.rack.oversubscription: 3 for 3:1 rack uplinks (default 1; needs --rack-nodes)",
+    )
     p.add_argument("--precision", help="bf16 (the API's default), fp32 or fp8 (shown against bf16)")
     p.add_argument(
         "--attention",

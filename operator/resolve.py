@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from longctx_operator.planner import Plan, PlanError, PlanRequest, plan
+from longctx_operator.planner import Plan, PlanError, PlanRequest, Rack, plan
 
 from .api.quantity import parse_quantity
 from .api.spec import LongContextJobSpec
@@ -34,6 +34,7 @@ def plan_request(spec: LongContextJobSpec) -> PlanRequest:
         host_memory_bytes=parse_quantity(spec.resources.memory) if spec.resources.memory else None,
         adaptive=p.adaptive,
         document_lengths=tuple(spec.data.packing.document_lengths or ()),
+        rack=Rack(spec.network.rack.nodes, spec.network.rack.oversubscription) if spec.network.rack else None,
     )
 
 

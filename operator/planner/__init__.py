@@ -9,7 +9,7 @@ from .layouts import Layout, Rejection
 from .memory import MemoryBreakdown
 from .plan import Candidate, Plan, PlanError, PlanRequest, plan
 from .report import against_bf16_json, format_against_bf16, format_table, to_json
-from .timing import StepTime
+from .timing import Rack, StepTime
 
 __all__ = [
     "FABRICS",
@@ -22,6 +22,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "PlanRequest",
+    "Rack",
     "Rejection",
     "against_bf16_json",
     "format_against_bf16",

@@ -25,7 +25,7 @@ from .adaptive import VariantMix, expected_step, variant_mix
 from .chunking import MIN_CHUNK_TOKENS, chunk_candidates, covering_chunk_tokens
 from .layouts import Layout, Rejection, divisors, enumerate_layouts, structural_rejections
 from .memory import MemoryBreakdown, MemoryInputs, memory_breakdown
-from .timing import StepInputs, StepTime, step_time
+from .timing import Rack, StepInputs, StepTime, step_time
 
 # Offloaded tensors may take this fraction of a pod's memory limit; the rest is for the Python
 # process, the runtime's own host buffers, data loading and the page cache of checkpoints.
@@ -71,6 +71,7 @@ class PlanRequest:
     host_memory_bytes: float | None = None  # per pod (resources.memory); None: not checked
     adaptive: bool = False  # parallelism.adaptive: with document_lengths, ring steps are timed by adaptive.py
     document_lengths: tuple[int, ...] = ()  # data.packing.documentLengths: a sample; () = none given
+    rack: Rack | None = None  # network.rack: None = no rack level
 
     @property
     def devices(self) -> int:
@@ -179,6 +180,10 @@ def validate_request(req: PlanRequest) -> None:
         raise PlanError(f"memory margin must be in (0, 1], got {req.memory_margin}", "memoryMargin")
     if req.host_memory_bytes is not None and req.host_memory_bytes <= 0:
         raise PlanError(f"must be positive, got {req.host_memory_bytes}", "spec.resources.memory")
+    if req.rack is not None and req.rack.nodes < 1:
+        raise PlanError(f"must be at least 1, got {req.rack.nodes}", "spec.network.rack.nodes")
+    if req.rack is not None and req.rack.oversubscription < 1:
+        raise PlanError(f"must be at least 1, got {req.rack.oversubscription}", "spec.network.rack.oversubscription")
     if req.chunk_tokens is not None:
         if req.chunk_tokens < 1:
             raise PlanError(f"must be at least 1, got {req.chunk_tokens}", "spec.offload.chunkTokens")
@@ -271,6 +276,7 @@ def _attempt_policy(req: PlanRequest, layout: Layout, chunk: int | None, *, save
         host_saved_bytes=memory.host_offloaded,
         ulysses=req.ulysses or 1,
         save_attention=save_attention,
+        rack=req.rack,
     )
     step = fixed = step_time(inputs)
     mix = _adaptive_mix(req, layout, offload)

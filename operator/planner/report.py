@@ -14,6 +14,7 @@ from ..layout import ResolvedLayout
 from .adaptive import AdaptiveSaving
 from .layouts import Layout
 from .plan import HOST_MEMORY_MARGIN, Candidate, Plan, host_bytes_per_pod
+from .timing import Rack
 
 _MEMORY_ROWS = (
     ("params", "params (compute copy)"),
@@ -141,6 +142,12 @@ def faster_layouts(plan: Plan) -> list[Candidate]:
     return [c for c in _other_fitting(plan) if c.step_seconds < plan.step_seconds]
 
 
+def _rack_text(rack: Rack | None) -> str:
+    if rack is None:
+        return ""
+    return f"; racks of {rack.nodes} node{'s' if rack.nodes != 1 else ''}, uplinks {rack.oversubscription:g}:1"
+
+
 def format_table(plan: Plan) -> str:
     req, c, m = plan.request, plan.chosen, plan.request.model
     mem = c.memory
@@ -153,7 +160,7 @@ def format_table(plan: Plan) -> str:
         f"{f'recompute (remat policy {c.remat_policy})' if req.recompute else 'no recompute'}",
         f"Hardware: {req.nodes} nodes x {req.gpus_per_node} {req.gpu} = {req.devices} GPUs "
         f"({GPUS[req.gpu].host_link} to the host); fabric {req.fabric}: "
-        f"{FABRICS[req.fabric].description}",
+        f"{FABRICS[req.fabric].description}{_rack_text(req.rack)}",
         "",
         f"Chosen layout: {c.layout}  ({plan.explanation})",
         f"Attention: {_attention(c.attention)}"

@@ -11,6 +11,7 @@ the variants a corpus's batches take.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from longctx_trainer.contract.adaptive import Variant
@@ -49,6 +50,15 @@ class StepTime:
 
 
 @dataclass(frozen=True)
+class Rack:
+    """`spec.network.rack`: racks of `nodes` nodes whose uplinks carry 1/`oversubscription` of
+    their nodes' fabric bandwidth."""
+
+    nodes: int
+    oversubscription: float = 1.0
+
+
+@dataclass(frozen=True)
 class StepInputs:
     model: ModelConfig
     gpu: Gpu
@@ -66,6 +76,7 @@ class StepInputs:
     ulysses: int = 1  # the Ulysses group size of attention hybrid
     save_attention: bool = False  # remat policy save_attention: attention's forward runs once
     variant: Variant | None = None  # adaptive context parallelism: this step's ring and local slots per device
+    rack: Rack | None = None  # None: no rack level, every node pair at the fabric's bandwidth
 
     @property
     def ring_tokens(self) -> int:
@@ -128,24 +139,57 @@ def imbalance(load_balance: LoadBalance, context: int) -> float:
     return 1.0 if load_balance != "none" else 2 * context / (context + 1)
 
 
-def link_bandwidth(inp: StepInputs, group_span: int) -> float:
-    """NVLink when a group of consecutive devices stays inside a node, else the fabric."""
-    if group_span <= inp.gpus_per_node:
+def _crosses(devices: int, span: int, domain: int) -> bool:
+    """Whether any of the groups of `span` consecutive devices, laid one after another from device
+    0 over `devices`, holds devices of two domains of `domain` consecutive devices."""
+    return any(g * span // domain != ((g + 1) * span - 1) // domain for g in range(devices // span))
+
+
+def all_to_all_bandwidth(inp: StepInputs, group_span: int) -> float:
+    """Per device, for an all-to-all within every group of `group_span` consecutive devices (every
+    device sends to every other at once): NVLink when no group leaves a node, else the fabric, and
+    the fabric over the oversubscription when a group spans racks (the rack's GPUs all send
+    through its uplinks)."""
+    devices, fabric = inp.layout.devices, inp.fabric.achievable_bandwidth
+    if inp.rack is not None and _crosses(devices, group_span, inp.gpus_per_node * inp.rack.nodes):
+        return fabric / inp.rack.oversubscription
+    return fabric if _crosses(devices, group_span, inp.gpus_per_node) else inp.gpu.achievable_nvlink
+
+
+def rack_uplink_flows(members: int, span: int, rings: int, rack_devices: int) -> int:
+    """The most flows leaving any one rack at once: every hop of `rings` consecutive rings (ring
+    r's member m is device (r * members + m) * span) whose ends are in different racks carries
+    `span` flows, one per device of its member (a tensor rank's or a Ulysses group's own ring)."""
+    leaving: Counter[int] = Counter()
+    for r in range(rings):
+        for m in range(members):
+            here, there = (r * members + m) * span, (r * members + (m + 1) % members) * span
+            if here // rack_devices != there // rack_devices:
+                leaving[here // rack_devices] += span
+    return max(leaving.values(), default=0)
+
+
+def ring_bandwidth(inp: StepInputs, members: int, span: int, rings: int) -> float:
+    """Per device, for `rings` consecutive rings of `members` members `span` devices apart (the
+    planner's layout, in the trainer's topology order: contract/topology.py). A ring step waits
+    for its slowest hop: NVLink when no hop leaves a node, else the fabric; hops between racks
+    share the rack's uplinks (its nodes' fabric bandwidth over the oversubscription), so they run
+    slower only when more flows leave a rack than its uplinks carry at the fabric's speed."""
+    if not consecutive_ring_hops(members, span, inp.gpus_per_node, rings):
         return inp.gpu.achievable_nvlink
-    return inp.fabric.achievable_bandwidth
+    fabric = inp.fabric.achievable_bandwidth
+    if inp.rack is None:
+        return fabric
+    rack_devices = inp.gpus_per_node * inp.rack.nodes
+    if not (flows := rack_uplink_flows(members, span, rings, rack_devices)):
+        return fabric
+    return min(fabric, rack_devices * fabric / inp.rack.oversubscription / flows)
 
 
-def ring_cross_node_hops(inp: StepInputs) -> int:
-    """Hops of the busiest ring (ring, or hybrid's ring of Ulysses groups) that leave a node, in
-    the trainer's topology order (contract/topology.py): every data group's ring counts, so a ring
-    that fits in a node but straddles two (context 3 on 8 GPUs per node) crosses the fabric."""
+def context_ring_bandwidth(inp: StepInputs) -> float:
+    """The K/V ring's (ring, or hybrid's ring of Ulysses groups), over every data group."""
     span = inp.layout.tensor * (inp.ulysses if inp.attention == "hybrid" else 1)
-    return consecutive_ring_hops(inp.ring_members, span, inp.gpus_per_node, inp.layout.data)
-
-
-def ring_bandwidth(inp: StepInputs) -> float:
-    """A ring step waits for its slowest hop: NVLink when no hop leaves a node, else the fabric."""
-    return inp.fabric.achievable_bandwidth if ring_cross_node_hops(inp) else inp.gpu.achievable_nvlink
+    return ring_bandwidth(inp, inp.ring_members, span, inp.layout.data)
 
 
 def compute_seconds(inp: StepInputs) -> float:
@@ -189,7 +233,7 @@ def ring_exposed_seconds(inp: StepInputs) -> float:
     lay, members = inp.layout, inp.ring_members
     if members == 1 or inp.ring_tokens == 0:
         return 0.0
-    bandwidth = ring_bandwidth(inp)
+    bandwidth = context_ring_bandwidth(inp)
     kv_block = 2 * kv_dim(inp.model) * inp.kv_repeat // lay.tensor * inp.ring_tokens * inp.local_sequences
     forward_comm = kv_block * dtype_bytes(inp.precision) / bandwidth
     backward_comm = kv_block * (dtype_bytes(inp.precision) + FP32) / bandwidth
@@ -209,7 +253,7 @@ def token_ring_exposed_seconds(inp: StepInputs) -> float:
     lay, m = inp.layout, inp.model
     if lay.context == 1:
         return 0.0
-    bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
+    bandwidth = ring_bandwidth(inp, lay.context, lay.tensor, lay.data)
     tokens = inp.shard_tokens * inp.local_sequences
     q_width, heads, dtype = m.heads * m.head_dim // lay.tensor, m.heads // lay.tensor, dtype_bytes(inp.precision)
     forward_comm = max(q_width * dtype, (q_width + heads) * FP32) * tokens / bandwidth
@@ -238,7 +282,7 @@ def zero_seconds(inp: StepInputs) -> float:
         return 0.0
     weights = inp.model.param_count() * dtype_bytes(inp.precision) / lay.tensor
     moved = 3 * weights * (group - 1) / group
-    return moved / link_bandwidth(inp, lay.devices)
+    return moved / ring_bandwidth(inp, group, lay.tensor, 1)
 
 
 def all_gather_seconds(inp: StepInputs) -> float:
@@ -246,7 +290,7 @@ def all_gather_seconds(inp: StepInputs) -> float:
     lay = inp.layout
     if inp.attention != "all_gather" or lay.context == 1:
         return 0.0
-    bandwidth = link_bandwidth(inp, lay.context * lay.tensor)
+    bandwidth = ring_bandwidth(inp, lay.context, lay.tensor, lay.data)
     received = (
         2
         * kv_dim(inp.model)
@@ -270,7 +314,7 @@ def ulysses_seconds(inp: StepInputs) -> float:
     width = (2 * m.hidden + 2 * kv_dim(m) * inp.kv_repeat) // lay.tensor
     shard = width * inp.shard_tokens * inp.local_sequences * dtype_bytes(inp.precision)
     sent = shard * (degree - 1) / degree
-    return m.layers * (inp.attention_forward_passes + 1) * sent / link_bandwidth(inp, degree * lay.tensor)
+    return m.layers * (inp.attention_forward_passes + 1) * sent / all_to_all_bandwidth(inp, degree * lay.tensor)
 
 
 def offload_exposed_seconds(inp: StepInputs, compute: float) -> float:
