@@ -12,6 +12,7 @@ the variants a corpus's batches take.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from longctx_trainer.contract.adaptive import Variant
@@ -157,15 +158,32 @@ def all_to_all_bandwidth(inp: StepInputs, group_span: int) -> float:
 
 
 def rack_uplink_flows(members: int, span: int, rings: int, rack_devices: int) -> int:
-    """The most flows leaving any one rack at once: every hop of `rings` consecutive rings (ring
-    r's member m is device (r * members + m) * span) whose ends are in different racks carries
-    `span` flows, one per device of its member (a tensor rank's or a Ulysses group's own ring)."""
+    """The most flows leaving any one rack at once, over `rings` consecutive rings of `members`
+    members `span` devices apart (ring r's member m holds devices (r * members + m) * span onwards):
+    each device sends to the same device of the next member (a tensor rank's or a Ulysses group's
+    own ring), the last member's back to the first's; a send counts where its ends are in different
+    racks of `rack_devices`. Only the devices that can cross are visited: with members closer than
+    a rack, the last `span` of each rack and the last member's."""
+    if members < 2:
+        return 0
     leaving: Counter[int] = Counter()
     for r in range(rings):
-        for m in range(members):
-            here, there = (r * members + m) * span, (r * members + (m + 1) % members) * span
-            if here // rack_devices != there // rack_devices:
-                leaving[here // rack_devices] += span
+        first = r * members * span
+        last = first + (members - 1) * span  # the last member's first device
+        if span >= rack_devices:
+            forward: Iterable[int] = range(first, last)
+        else:
+            forward = (
+                d
+                for k in range(first // rack_devices, (last - 1) // rack_devices + 1)
+                for d in range(max(first, (k + 1) * rack_devices - span), min(last, (k + 1) * rack_devices))
+            )
+        for d in forward:
+            if d // rack_devices != (d + span) // rack_devices:
+                leaving[d // rack_devices] += 1
+        for d in range(last, last + span):  # the wrap to the first member
+            if d // rack_devices != (d - last + first) // rack_devices:
+                leaving[d // rack_devices] += 1
     return max(leaving.values(), default=0)
 
 

@@ -228,8 +228,16 @@ def ring_hops(levels: Sequence[str], rings: Sequence[Sequence[Placement]]) -> di
 def consecutive_ring_hops(members: int, span: int, devices_per_node: int, rings: int = 1) -> int:
     """The most hops that cross nodes in any of `rings` topology-ordered rings laid one after
     another over nodes of `devices_per_node` devices (the planner's layout: devices fill nodes in
-    order, ring r's member m is device (r * members + m) * span)."""
-    nodes = [
-        [Placement((str((r * members + m) * span // devices_per_node),)) for m in range(members)] for r in range(rings)
-    ]
-    return ring_hops((NODE,), nodes)[NODE]
+    order, ring r's member m is device (r * members + m) * span): what `ring_hops` counts at NODE
+    over those placements, in closed form (the planner asks for every layout of thousands of GPUs).
+    A ring's members visit the nodes in order, so its hops that cross are its nodes (the last one's
+    hop wraps to the first), or none when it stays on one."""
+    if members < 2:
+        return 0
+    most = 0
+    for r in range(rings):
+        first = r * members * span
+        last = first + (members - 1) * span
+        nodes = members if span >= devices_per_node else last // devices_per_node - first // devices_per_node + 1
+        most = max(most, nodes if nodes > 1 else 0)
+    return most

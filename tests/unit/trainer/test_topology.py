@@ -6,6 +6,7 @@ eight nodes in two racks; their completion indices alternate between the racks, 
 an index-ordered ring (every hop crosses racks).
 """
 
+import itertools
 import json
 from functools import partial
 
@@ -115,6 +116,14 @@ def test_consecutive_ring_hops_of_the_planner_layout():
     assert consecutive_ring_hops(members=4, span=8, devices_per_node=8) == 4
     # Eight rings of 3 on nodes of 8: the third (GPUs 6, 7, 8) crosses twice.
     assert consecutive_ring_hops(members=3, span=1, devices_per_node=8, rings=8) == 2
+
+
+def test_consecutive_ring_hops_is_ring_hops_over_the_laid_out_placements():
+    """The closed form against the trainer's own count over the planner's layout, every small case."""
+    for members, span, per_node, rings in itertools.product(range(1, 9), range(1, 10), (1, 2, 4, 8), range(1, 5)):
+        laid = [[Placement((str((r * members + m) * span // per_node),)) for m in range(members)] for r in range(rings)]
+        want = ring_hops((NODE,), laid)[NODE]
+        assert consecutive_ring_hops(members, span, per_node, rings) == want, (members, span, per_node, rings)
 
 
 def test_placement_from_the_pod_environment():

@@ -2,6 +2,8 @@
 racks share the rack's uplinks, all-to-alls that span racks run at the fabric over the
 oversubscription, and `longctx plan` says which racks it assumed."""
 
+import itertools
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,6 +54,27 @@ def test_flows_that_leave_a_rack_by_hand():
     # Rings of 3 over racks of 8: ring 2 (devices 6, 7, 8) leaves rack 1 by its wrap 8 -> 6, and
     # ring 5 (15, 16, 17) by its hop 15 -> 16: two flows leave rack 1.
     assert rack_uplink_flows(members=3, span=1, rings=8, rack_devices=8) == 2
+
+
+def _flows_device_by_device(members: int, span: int, rings: int, rack_devices: int) -> int:
+    """rack_uplink_flows' definition, every device visited: the reference for its shortcuts."""
+    leaving: Counter[int] = Counter()
+    for r in range(rings):
+        for m in range(members):
+            for offset in range(span):
+                here = (r * members + m) * span + offset
+                there = (r * members + (m + 1) % members) * span + offset
+                if members > 1 and here // rack_devices != there // rack_devices:
+                    leaving[here // rack_devices] += 1
+    return max(leaving.values(), default=0)
+
+
+def test_the_flows_are_the_device_by_device_count():
+    """Every small case, members closer than a rack and farther; a mutant of the shortcut (the
+    last span devices of each rack, the wrap) fails one of them."""
+    for members, span, rings, rack in itertools.product(range(1, 7), range(1, 11), range(1, 5), (4, 8, 12, 16)):
+        want = _flows_device_by_device(members, span, rings, rack)
+        assert rack_uplink_flows(members, span, rings, rack) == want, (members, span, rings, rack)
 
 
 def test_a_ring_across_racks_slows_only_when_its_flows_exceed_the_uplinks():
