@@ -3,8 +3,9 @@ new generation after a failure, a preempted pod replaced, a Kueue readmission, a
 resumed) loads its training step's executable instead of compiling it again: compiling is the
 longest stage of a recovery after the pods' start (docs/operator.md, the recovery tables).
 
-JAX writes entries only from process 0 and every process reads them, so the cache must be one
-directory that all processes share: the checkpoint directory is one (`shared_storage.py` checks
+JAX writes entries only from process 0 and every process looks them up (on XLA:CPU only process 0
+finds them: JAX's key holds the CPU topology's fingerprint, which differs per process; see
+docs/trainer.md), so the cache must be one directory that all processes share: the checkpoint directory is one (`shared_storage.py` checks
 it). An object-store checkpoint path gets no cache here (JAX would need its own file-system
 layer for it); `JAX_COMPILATION_CACHE_DIR` in the pod's env, the user's choice, always wins.
 """
