@@ -407,10 +407,20 @@ STAGE_LABELS = {
 
 
 UNRUN_NODE = "busy-nowhere"
-"""The node the unrelated pods are bound to: no such node exists, so neither the scheduler nor KWOK
-works on them (KWOK runs a few pods a second on this machine: thousands of extra pods kept the
-gangs' pods from Running for minutes, 2026-11-26), while the API server still stores them, sends
-their events and lists them (what the operator's cost could grow with)."""
+"""The node the unrelated pods are bound to: a Node object that KWOK does not manage (no annotation)
+and the scheduler may not use (unschedulable), so neither works on them (KWOK runs a few pods a
+second on this machine: thousands of extra pods kept the gangs' pods from Running for minutes,
+2026-11-26), while the API server still stores them, sends their events and lists them (what the
+operator's cost could grow with). The Node must exist: the pod garbage collector deletes pods bound
+to a missing node 40 s after it sees them (it had taken 3,000 to 6,000 of the 20,000 by the batch,
+docs/operator.md, 2026-11-28). The node never reports Ready, so the pods tolerate every taint: the
+node lifecycle controller's NoExecute taints would evict them after DefaultTolerationSeconds."""
+UNRUN_NODE_MANIFEST = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": UNRUN_NODE},
+    "spec": {"unschedulable": True},
+}
 
 
 class Churn:
@@ -429,6 +439,7 @@ class Churn:
         self.core = kubernetes.client.CoreV1Api(api)
         self.namespace = f"busy-{os.getpid()}"
         cluster("create", "namespace", self.namespace)
+        cluster.apply(UNRUN_NODE_MANIFEST)
         self.count, self.rate, self.made = count, rate, 0
         self.alive: list[str] = []
         self.stopped = threading.Event()
@@ -444,6 +455,7 @@ class Churn:
             "spec": {
                 "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}],
                 "nodeName": UNRUN_NODE,
+                "tolerations": [{"operator": "Exists"}],
             },
         }
         self.alive.append(name)
@@ -469,6 +481,11 @@ class Churn:
                     _preload_content=False,
                 )
                 self._create()
+
+    def kept(self) -> int:
+        """Pods in the namespace now (the list's count: one request of one pod)."""
+        listed = self.core.list_namespaced_pod(self.namespace, limit=1)
+        return len(listed.items) + (listed.metadata.remaining_item_count or 0)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -561,6 +578,7 @@ def busy(cluster: Kubectl, args, scratch: Path, audit: Path) -> dict[str, dict]:
         for system in ("longctx", "jobset"):
             results[system] = run_system(system, cluster, args, scratch, audit, label="-busy")
             report({system: results[system]}, args, args.busy_nodes)
+            print(f"busy: {churn.kept()} of {args.busy_pods} unrelated pods there after {system}'s batch", flush=True)
     finally:
         churn.stop()
     return results
