@@ -5,9 +5,10 @@ longest stage of a recovery after the pods' start (docs/operator.md, the recover
 
 JAX writes entries only from process 0 and every process looks them up (on XLA:CPU only process 0
 finds them: JAX's key holds the CPU topology's fingerprint, which differs per process; see
-docs/trainer.md), so the cache must be one directory that all processes share: the checkpoint directory is one (`shared_storage.py` checks
-it). An object-store checkpoint path gets no cache here (JAX would need its own file-system
-layer for it); `JAX_COMPILATION_CACHE_DIR` in the pod's env, the user's choice, always wins.
+docs/trainer.md), so the cache must be one directory that all processes share: the checkpoint
+directory is one (`shared_storage.py` checks it). An object-store checkpoint path gets no cache
+here (JAX would need its own file-system layer for it); `JAX_COMPILATION_CACHE_DIR` in the pod's
+env, the user's choice, always wins.
 """
 
 from __future__ import annotations
