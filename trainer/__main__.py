@@ -27,7 +27,7 @@ from .contract.termination import Preempted, exit_preempted
 from .contract.topology import Topology, placement_labels
 from .data import Batches
 from .distributed import ProcessEnv, initialize
-from .faults import freeze_in_rendezvous
+from .faults import exit_at_step, freeze_in_rendezvous
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
 from .preemption import Preemption
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     try:  # a bad config, env or layout ends with its message, not a traceback
         config = load_config(args.config)
         process_env = ProcessEnv.from_environ()
+        fault = exit_at_step(process_env.process_id)  # a test's fault, off unless asked
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
     try:
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
             fp8_peak_flops_per_device=fp8_peak,
             fns=fns,
             preemption=preemption,
+            after_step=fault,
         )
     except Preempted as stop:  # the checkpoint is written; `finally` closes the manager first
         exit_preempted(stop.step)
