@@ -20,6 +20,7 @@ from jax.experimental import multihost_utils
 
 from . import compile_cache
 from .checkpoint import Checkpoints
+from .contract import podenv
 from .contract.config import TrainerConfig, load_config
 from .contract.events import emitter, print_event
 from .contract.metrics import TrainMetrics
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics = TrainMetrics.serving(config, process_env.process_id)
     except OSError as error:  # e.g. the port is taken
         raise SystemExit(f"longctx_trainer: {error}") from None
+    metrics.observe_in_place_restarts(os.environ.get(podenv.RESTART_EPOCH))
     metrics.enter("rendezvous")
     freeze_in_rendezvous(metrics, process_env.process_id)  # a test's fault, off unless asked
     node_labels, no_placement = placement_labels(os.environ)  # before the rendezvous: ranks wait at once
