@@ -10,7 +10,9 @@ not collide. Rank 0's JSON progress lines become a live progress line; every wor
 appended to a log file. Workers run in the run directory, so a relative checkpoint path (an output)
 lands there; relative inputs (data, initFrom) are read from the manifest's own folder, like any
 file a manifest names. One run at a time holds a run directory (a lock, also held by its workers).
-Ctrl-C, SIGTERM, SIGHUP (a closed terminal) or a failed worker stops them all.
+Ctrl-C, SIGTERM, SIGHUP (a closed terminal) or a failed worker stops them all. With in-place
+restart on, the launchers restart their trainers among themselves first (trainer/inplace.py); the
+run fails only when they fall back, as a pod would.
 """
 
 from __future__ import annotations
@@ -158,8 +160,11 @@ def downward_value(field_path: str, index: int) -> str:
     return ""
 
 
-def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> list[LocalWorker]:
-    """The rendered pods as local processes (pure apart from writing the trainer config)."""
+def local_workers(
+    job: LongContextJob, run_dir: Path, coordinator_port: int, restart_port: int | None = None
+) -> list[LocalWorker]:
+    """The rendered pods as local processes (pure apart from writing the trainer config); rank 0's
+    in-place restart coordinator, where the job has one, listens on `restart_port`."""
     layout, _ = resolve_layout(job.spec)
     rendered = render_workload(job, layout, 1)
     config_map, workload = rendered.config_map, rendered.job
@@ -177,6 +182,7 @@ def local_workers(job: LongContextJob, run_dir: Path, coordinator_port: int) -> 
         podenv.CONFIG: str(config_path),
         podenv.PLACEMENT_FILE: "",  # no operator writes a placement: no rank waits for one
         podenv.PLACEMENT_TABLE: "",
+        podenv.RESTART_ADDRESS: f"127.0.0.1:{restart_port}",
     }
     local |= {torchrun: local[torch] for torchrun, torch in podenv.TORCHRUN.items() if torch in local}
     workers = []
@@ -260,6 +266,7 @@ class LocalRun:
         self.claims: list[int] = []
         self.metrics_ports = range(job.spec.metrics.port, job.spec.metrics.port)
         self.coordinator_port = 0
+        self.restart_port = 0
         self.step = 0
         """The last step rank 0 reported."""
         self.checkpoint: int | None = None
@@ -274,12 +281,14 @@ class LocalRun:
         self.metrics_ports = range(first, first + processes)
         self.coordinator_port, claims = claim_ports(1)
         self.claims += claims
+        self.restart_port, claims = claim_ports(1)
+        self.claims += claims
 
     def start(self) -> None:
         spec = self.job.spec
         metrics = spec.metrics.model_copy(update={"port": self.metrics_ports.start})
         job = self.job.model_copy(update={"spec": spec.model_copy(update={"metrics": metrics})})
-        for worker in local_workers(job, self.run_dir, self.coordinator_port):
+        for worker in local_workers(job, self.run_dir, self.coordinator_port, self.restart_port):
             log = self.run_dir / f"worker-{worker.index}.log"
             self.logs.append(log)
             with log.open("a") as output:  # a resumed run keeps the earlier parts' output

@@ -4,7 +4,9 @@ The watchdog (watchdog.py) reads each rank's phase, step and step time every int
 folds one round of reads into what is known of each rank (when its step or phase last moved);
 `stall` says whether the gang is hung: none of its ranks has advanced for the training bound
 (max(k x the expected step time, a floor)), or it has not reached its first step within the
-startup bound (rendezvous and compiling; max(the spec's startup bound, k x the step time)). The
+startup bound (rendezvous and compiling; max(the spec's startup bound, k x the step time)),
+counted from the generation's first read or, after the ranks' trainers restarted in place, from
+the last rank seen back in a startup phase. The
 verdict names the ranks that stopped: those whose endpoint no longer answers (a stopped process
 serves nothing), else those behind the others (a lower step, an earlier phase), else all of them.
 Times are seconds on one monotonic clock.
@@ -57,6 +59,9 @@ class RankTrack:
     """Its last compute probe's time."""
     data_seconds: float | None = None
     """Its data path's last time for a batch."""
+    restarted: float | None = None
+    """When it was last seen back in a startup phase after training (its trainer restarted in
+    place, inside the same pod: trainer/inplace.py); None if never."""
 
 
 def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> dict[int, RankTrack]:
@@ -83,6 +88,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
             out[read.rank] = replace(old, answering=False)
             continue
         moved = read.phase != old.phase or read.step != old.step
+        back = old.phase is not None and old.phase not in STARTUP_PHASES and read.phase in STARTUP_PHASES
         out[read.rank] = replace(
             old,
             pod=read.pod,
@@ -94,6 +100,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
             data_seconds=read.data_seconds if read.data_seconds is not None else old.data_seconds,
             answering=True,
             moved=now if moved else old.moved,
+            restarted=now if back else old.restarted,
         )
     return out
 
@@ -167,7 +174,9 @@ def stall(tracks: dict[int, RankTrack], now: float, bounds: StallBounds) -> Stal
     if started:
         since, bound = max(t.moved for t in tracks.values()), bounds.training(tracks)
     else:
-        since, bound = min(t.first_seen for t in tracks.values()), bounds.startup(tracks)
+        # from the generation's first read, or from the last in-place restart of its trainers
+        restarts = [t.restarted for t in tracks.values() if t.restarted is not None]
+        since, bound = max([min(t.first_seen for t in tracks.values()), *restarts]), bounds.startup(tracks)
     if now - since < bound:
         return None
     return Stall(_stopped(tracks), now - since, bound, startup=not started)

@@ -20,6 +20,7 @@ from jax.experimental import multihost_utils
 
 from . import compile_cache
 from .checkpoint import Checkpoints
+from .contract import podenv
 from .contract.config import TrainerConfig, load_config
 from .contract.events import emitter, print_event
 from .contract.metrics import TrainMetrics
@@ -27,7 +28,7 @@ from .contract.termination import Preempted, exit_preempted
 from .contract.topology import Topology, placement_labels
 from .data import Batches
 from .distributed import ProcessEnv, initialize
-from .faults import freeze_in_rendezvous
+from .faults import exit_at_step, freeze_in_rendezvous
 from .ops.block import attention_kernel
 from .peak import fp8_peak_flops, peak_flops
 from .preemption import Preemption
@@ -78,12 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     try:  # a bad config, env or layout ends with its message, not a traceback
         config = load_config(args.config)
         process_env = ProcessEnv.from_environ()
+        fault = exit_at_step(process_env.process_id)  # a test's fault, off unless asked
     except (OSError, ValueError) as error:
         raise SystemExit(f"longctx_trainer: {error}") from None
     try:
         metrics = TrainMetrics.serving(config, process_env.process_id)
     except OSError as error:  # e.g. the port is taken
         raise SystemExit(f"longctx_trainer: {error}") from None
+    metrics.observe_in_place_restarts(os.environ.get(podenv.RESTART_EPOCH))
     metrics.enter("rendezvous")
     freeze_in_rendezvous(metrics, process_env.process_id)  # a test's fault, off unless asked
     node_labels, no_placement = placement_labels(os.environ)  # before the rendezvous: ranks wait at once
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
             fp8_peak_flops_per_device=fp8_peak,
             fns=fns,
             preemption=preemption,
+            after_step=fault,
         )
     except Preempted as stop:  # the checkpoint is written; `finally` closes the manager first
         exit_preempted(stop.step)

@@ -185,13 +185,15 @@ def train(
     fp8_peak_flops_per_device: float | None = None,
     fns: StepFunctions | None = None,
     preemption: Preemption | None = None,
+    after_step: Callable[[int], None] | None = None,
 ) -> dict:
     """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state.
 
     MFU is reported against the dense bf16 peak (`peak_flops_per_device`; the usual convention,
     under which FP8 shows as a higher MFU) and, when given, against the FP8 peak as well. With
     `preemption` (and checkpoints), a SIGTERM makes every rank save the step they agree on and
-    raise `Preempted`."""
+    raise `Preempted`. `after_step(step)` is called after each step and its checkpoint (a test's
+    fault, trainer/faults.py)."""
     fns = fns or StepFunctions(config, mesh)
     batches = Batches(config, mesh)
     start = checkpoints.latest_step() if checkpoints is not None else None
@@ -250,5 +252,7 @@ def train(
         if preempted:
             emit(preempted_event(done))
             raise Preempted(done)
+        if after_step is not None:
+            after_step(done)
     emit(done_event(config.steps))
     return state

@@ -200,6 +200,13 @@ def _metrics_ports_clear(s: LongContextJobSpec) -> bool:
     return not port <= s.network.coordinator_port < port + s.processes_per_node()
 
 
+def _restart_port_clear(s: LongContextJobSpec) -> bool:
+    port = s.network.restart_port
+    return not s.restart_policy.in_place or (
+        port != s.network.coordinator_port and not s.metrics.port <= port < s.metrics.port + s.processes_per_node()
+    )
+
+
 def _extended_resource(name: str | None) -> bool:
     """Kubernetes' IsExtendedResourceName beyond the pattern: outside kubernetes.io, no quota prefix."""
     return name is None or not ("kubernetes.io/" in name or name.startswith("requests."))
@@ -705,6 +712,24 @@ RULES: tuple[Rule, ...] = (
         "per pod - 1 (one per trainer process)",
         _metrics_ports_clear,
         ".metrics.port",
+    ),
+    Rule(
+        "spec",
+        "!self.restartPolicy.inPlace || !has(self.trainer) || !has(self.trainer.command)",
+        "restartPolicy.inPlace needs the bundled trainer's launcher, which restarts the trainer processes: "
+        "leave trainer.command unset",
+        lambda s: not s.restart_policy.in_place or s.trainer is None or s.trainer.command is None,
+        ".restartPolicy.inPlace",
+    ),
+    Rule(
+        "spec",
+        "!self.restartPolicy.inPlace || (self.network.restartPort != self.network.coordinatorPort && "
+        "(self.network.restartPort < self.metrics.port || "
+        f"self.network.restartPort >= self.metrics.port + {_CEL_PROCESSES}))",
+        "network.restartPort must be neither network.coordinatorPort nor a metrics port (metrics.port to "
+        "metrics.port + processes per pod - 1) where restartPolicy.inPlace is on",
+        _restart_port_clear,
+        ".network.restartPort",
     ),
     Rule(
         "spec.scheduling",

@@ -292,6 +292,8 @@ class NetworkSpec(ApiModel):
     """EFA interfaces per node (vpc.amazonaws.com/efa), e.g. 32 on p5.48xlarge; required for efa."""
     coordinator_port: int = Field(8476, ge=1024, le=65535)
     """Port of the JAX distributed coordinator on rank 0."""
+    restart_port: int = Field(8477, ge=1024, le=65535)
+    """Port of the in-place restart coordinator on rank 0's launcher (restartPolicy.inPlace only)."""
     rack: RackSpec | None = None
     """Racks and their uplinks' oversubscription; unset: every node reaches every other at the
     fabric's bandwidth."""
@@ -372,6 +374,13 @@ class RestartPolicySpec(ApiModel):
     control plane's node-monitor grace period (about 40 s)."""
     on_straggler: bool = False
     """Also restart the gang (counted as a stall restart) when a rank is a straggler."""
+    in_place: bool = False
+    """When a rank's trainer fails, first restart every rank's trainer processes inside the running
+    pods (the bundled launcher's agreement, from the last checkpoint); the gang is restarted as
+    without it when they do not agree or maxInPlaceRestarts are spent. Needs the bundled trainer."""
+    max_in_place_restarts: int = Field(3, ge=0, le=1000)
+    """In-place restarts per generation (counted by rank 0's launcher, so a gang restart starts
+    the count again; not counted in maxRestarts or the status)."""
 
 
 class HangDetectionSpec(ApiModel):

@@ -141,6 +141,17 @@ def worker_env(
     return env
 
 
+def in_place_env(rank0: str, spec: LongContextJobSpec) -> list[dict]:
+    """Where in-place restart is on: rank 0's launcher's restart coordinator (rank 0's name, as the
+    JAX coordinator's, and network.restartPort) and the budget (trainer/inplace.py)."""
+    if not spec.restart_policy.in_place:
+        return []
+    return [
+        _var(podenv.RESTART_ADDRESS, names.coordinator_address(rank0, spec.network.restart_port)),
+        _var(podenv.IN_PLACE_RESTARTS, str(spec.restart_policy.max_in_place_restarts)),
+    ]
+
+
 def jax_env(
     rank0: str,
     spec: LongContextJobSpec,
@@ -161,6 +172,7 @@ def jax_env(
     if ppn > 1:
         env.append(_var(podenv.DEVICES_PER_PROCESS, str(spec.resources.gpus_per_node // ppn)))
     env += [_var(podenv.GENERATION, str(generation)), _var(podenv.XLA_FLAGS, xla_flags(spec, layout))]
+    env += in_place_env(rank0, spec)
     env += topology_env(spec, config)
     if spec.on_cpu:
         env.append(_var(podenv.PLATFORMS, "cpu"))

@@ -22,6 +22,7 @@ LAST_CHECKPOINT = "longctx_train_last_checkpoint_step"
 LAST_CHECKPOINT_TIME = "longctx_train_last_checkpoint_timestamp_seconds"
 RESUMED_FROM = "longctx_train_resumed_from_step"
 RING_CROSS_HOPS = "longctx_train_ring_cross_hops"
+IN_PLACE_RESTARTS = "longctx_train_in_place_restarts"
 MFU_CONVENTION = "causal"
 """The FLOPs-per-token convention of the progress MFU (causal attention counted once)."""
 MFU_PEAK = "bf16"
@@ -72,6 +73,9 @@ class TrainMetrics:
         self.last_checkpoint_time = make(Gauge, LAST_CHECKPOINT_TIME, "Unix time of the latest checkpoint.")
         self.resumed_from_step = make(
             Gauge, RESUMED_FROM, "Checkpoint step this process resumed from (0: from scratch)."
+        )
+        self.in_place_restarts = make(
+            Gauge, IN_PLACE_RESTARTS, "In-place restarts of the gang's trainers before this process started."
         )
         self.build_info = make(
             Gauge,
@@ -174,6 +178,11 @@ class TrainMetrics:
     def observe_data(self, seconds: float) -> None:
         """This process's data path took `seconds` for a batch (the median of its last few)."""
         self.data_seconds.labels(**self._labels).set(seconds)
+
+    def observe_in_place_restarts(self, epoch: str | None) -> None:
+        """The launcher's epoch (podenv.RESTART_EPOCH: its in-place restarts so far), where it gave one."""
+        if epoch is not None and epoch.isascii() and epoch.isdigit():
+            self.in_place_restarts.labels(**self._labels).set(int(epoch))
 
     def observe_resume(self, step: int) -> None:
         self._step = step

@@ -32,6 +32,19 @@ FAULT_FREEZE_IN_RENDEZVOUS = "LONGCTX_FAULT_FREEZE_IN_RENDEZVOUS"
 """Fault injection, for tests (a job may set it): the JAX process id of the rank that stops itself
 (SIGSTOP) in the rendezvous, before it joins, once its health metrics have been read (the JAX
 trainer, trainer/faults.py): a rank that never joins, as the operator sees one."""
+FAULT_EXIT_AT_STEP = "LONGCTX_FAULT_EXIT_AT_STEP"
+"""Fault injection, for tests (a job may set it): `<process id>:<step>`, the JAX process that exits
+(FAULT_EXIT_CODE, at once, as a crashed one would) after finishing that step, in the first epoch of
+its pod's launcher only (RESTART_EPOCH unset or 0), so an in-place restart runs on (trainer/faults.py)."""
+
+# In-place restart (trainer/inplace.py), rendered only where spec.restartPolicy.inPlace is on: rank
+# 0's launcher serves the gang's restart coordinator at RESTART_ADDRESS (rank 0's host and
+# spec.network.restartPort), every launcher connects to it; IN_PLACE_RESTARTS is the gang's budget
+# of in-place restarts per generation. RESTART_EPOCH is the launcher's to its trainer processes:
+# how many in-place restarts came before them (0: the pod's first).
+RESTART_ADDRESS = "LONGCTX_RESTART_ADDRESS"
+IN_PLACE_RESTARTS = "LONGCTX_IN_PLACE_RESTARTS"
+RESTART_EPOCH = "LONGCTX_RESTART_EPOCH"
 
 # Where the process runs (contract/topology.py): its node's name (downward API spec.nodeName), the
 # node label keys of the topology levels, outermost first (comma list), each level's value for
@@ -109,7 +122,7 @@ RESERVED = frozenset(
 how much of their memory it takes; a wrong value hangs or corrupts the whole gang."""
 RESERVED_PREFIX = "LONGCTX_"
 """Every LONGCTX_* name is the operator's, except those in USER_SETTABLE."""
-USER_SETTABLE = frozenset({PEAK_FLOPS, FAULT_FREEZE_IN_RENDEZVOUS})
+USER_SETTABLE = frozenset({PEAK_FLOPS, FAULT_FREEZE_IN_RENDEZVOUS, FAULT_EXIT_AT_STEP})
 
 
 def reserved(name: str) -> bool:

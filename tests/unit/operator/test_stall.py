@@ -80,3 +80,17 @@ def test_a_rank_behind_in_phase_is_named_when_all_answer():
 def test_a_gang_that_never_served_health_metrics_is_never_judged():
     tracks, _ = replay([reads([None, None])] * 3)
     assert stall(tracks, 10**6, BOUNDS) is None
+
+
+def test_an_in_place_restart_starts_the_startup_bound_again():
+    """The gang trains past the startup bound (600 s), then its trainers restart in place inside the
+    same pods: their endpoints go silent, then serve rendezvous and compiling. The startup bound
+    counts from their return, not from the generation's first read."""
+    training = [reads(["training"] * 2, [s] * 2) for s in range(70)]  # t = 0..690
+    restarting = [reads([None, None])] + [reads(["rendezvous", "compiling"])] * 3  # t = 700..730
+    tracks, now = replay(training + restarting)
+    assert stall(tracks, now, BOUNDS) is None
+    stuck = [reads(["rendezvous", "compiling"])] * 60  # t = 740..1330: 600 s since the return at 710
+    tracks, now = replay(training + restarting + stuck)
+    verdict = stall(tracks, now, BOUNDS)
+    assert verdict is not None and verdict.startup and verdict.bound == 600

@@ -142,3 +142,13 @@ def test_a_taken_metrics_port_is_named():
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=f"^metrics port {port}: Address already in use$"):
             TrainMetrics("demo", rank=0).serve(port)
+
+
+def test_in_place_restarts_are_the_launchers_epoch_where_it_gave_one():
+    from longctx_trainer.contract.metrics import IN_PLACE_RESTARTS
+
+    labels = {"job_name": "job", "rank": "1"}
+    for epoch, value in ((None, None), ("x", None), ("-1", None), ("0", 0.0), ("2", 2.0)):
+        metrics = TrainMetrics("job", 1)
+        metrics.observe_in_place_restarts(epoch)
+        assert metrics.registry.get_sample_value(IN_PLACE_RESTARTS, labels) == value, epoch

@@ -516,3 +516,20 @@ def test_render_cli_prints_yaml_kubectl_accepts(capsys):
     assert [d["kind"] for d in docs] == ["Service", "ConfigMap", "Job"]
     assert all(d["metadata"]["namespace"] == "ns1" for d in docs)
     assert docs[2]["metadata"]["name"].endswith("-g2")
+
+
+def test_in_place_restart_renders_rank0s_restart_coordinator_and_opens_nothing_else():
+    """Off: no variable (the launcher restarts nothing). On: rank 0's name, as the JAX coordinator's,
+    with network.restartPort, and the budget; the gang's NetworkPolicy already admits the gang on
+    any port and adds no rule for it."""
+    _, _, off = render()
+    assert "LONGCTX_RESTART_ADDRESS" not in env(off) and "LONGCTX_IN_PLACE_RESTARTS" not in env(off)
+    _, _, on = render({"spec.restartPolicy": {"inPlace": True, "maxInPlaceRestarts": 5}})
+    values = env(on)
+    coordinator_host = values["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0]
+    assert values["LONGCTX_RESTART_ADDRESS"] == f"{coordinator_host}:8477"
+    assert values["LONGCTX_IN_PLACE_RESTARTS"] == "5"
+    config = OperatorConfig.model_validate({"gangNetworkPolicy": {"enabled": True}})
+    job = parse_job(apply_case(BASE, {"set": {"spec.restartPolicy": {"inPlace": True}}}))
+    policy = render_workload(job, LAYOUT, 1, config).network_policy
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"longctx.io/job-name": "job"}}}]}]
