@@ -7,8 +7,9 @@ Prometheus's own configuration. The fault test deletes a pod mid-run (a preempti
 saves one step and the same Job resumes from it) and then kills a trainer process (a failure: the
 operator restarts the whole gang, which resumes from the last checkpoint). The cluster runs Kueue's
 manager: a higher-priority job preempts a running gang through Kueue, whose ranks save one step and
-whose same Job resumes from it. Every restart loads its compiled step from the compilation cache
-beside the checkpoints. Every claim is read from the containers' own output (`kubectl logs`), not
+whose same Job resumes from it. With in-place restart a crashed trainer restarts the gang's trainers
+inside the same pods. Every restart loads its compiled step from the compilation cache beside the
+checkpoints. Every claim is read from the containers' own output (`kubectl logs`), not
 only from the job's status."""
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from longctx_operator.localrun import parse_event
 from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name
 from longctx_operator.observe import pod_rank
 from longctx_operator.placement import topology_levels
+from longctx_trainer.contract import podenv
 from longctx_trainer.contract.topology import tabled_placement
+from longctx_trainer.faults import FAULT_EXIT_CODE
 from support.cluster import Kubectl
 from support.prometheus import Prometheus
 
@@ -407,6 +410,42 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         last_rank0, _ = check_joined(job, 2)
         assert resumed_at(last_rank0) >= k and last_rank0[-1] == {"event": "done", "step": job.steps}
         assert from_cache(first[0]) is False and from_cache(last_rank0)
+    finally:
+        job.delete()
+
+
+def test_a_crashed_rank_restarts_in_place_and_the_gang_resumes_in_the_same_pods(real_cluster):
+    """`restartPolicy.inPlace`: rank 1's trainer exits (a crash, `LONGCTX_FAULT_EXIT_AT_STEP`) after
+    step 7, past the checkpoint of step 5. Both pods' launchers restart their trainers inside the
+    same containers: no new generation, no restart counted, no container restarted, and with
+    `maxRestarts: 0` a gang restart would have failed the job. Both trainers join again, rank 0
+    resumes at step 6 and the job Succeeds."""
+    checkpoint = {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints", "intervalSteps": 5}
+    job = Job(
+        real_cluster,
+        {
+            "steps": 12,
+            "sequenceLength": 512,
+            "globalBatchTokens": 1024,
+            "checkpoint": checkpoint,
+            "restartPolicy": {"inPlace": True, "maxRestarts": 0},
+            "env": [{"name": podenv.FAULT_EXIT_AT_STEP, "value": "1:7"}],
+        },
+    )
+    try:
+        final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
+        assert phase(final) == "Succeeded", job.describe(final)
+        assert final["status"]["restarts"] == 0 and final["status"]["workloadGeneration"] == 1, final["status"]
+        pods = job.pods(1)
+        assert all(c["restartCount"] == 0 for p in pods for c in p["status"]["containerStatuses"]), pods
+        texts = [job.log_text(p) for p in pods]
+        said = f"in-place restart 1: rank 1 failed with exit code {FAULT_EXIT_CODE}"
+        assert all(said in text for text in texts), [t[-3000:] for t in texts]
+        assert all(sum(e["event"] == "joined" for e in events(text)) == 2 for text in texts)
+        rank0 = events(texts[0])
+        after = rank0[[i for i, e in enumerate(rank0) if e["event"] == "joined"][1] :]
+        assert resumed_at(after) == 5 and after[-1] == {"event": "done", "step": job.steps}, after
+        assert from_cache(after)
     finally:
         job.delete()
 
