@@ -8,9 +8,12 @@ down by tests/support/recovery.py:
   rendezvous, restore, compile, first step (generation 2's);
 - preempt: rank 1's pod is deleted (graceful: SIGTERM, as a drain or a preemption), every rank
   saves the step they agree on and the same Job replaces the pods: save, stop, schedule, start,
-  rendezvous, restore, compile, first step (the replaced pods').
+  rendezvous, restore, compile, first step (the replaced pods');
+- inplace: with `restartPolicy.inPlace`, rank 1's trainer crashes past a checkpoint
+  (LONGCTX_FAULT_EXIT_AT_STEP) and the launchers restart the trainers inside the same pods: agree,
+  stop, rendezvous, restore, compile, first step (the trainers' second epoch).
 
-    python benchmarks/recovery.py [--faults kill,preempt] [--steps 60] [--trace]
+    python benchmarks/recovery.py [--faults kill,preempt,inplace] [--steps 60] [--trace]
 
 Starts its own cluster (hack/cluster/up --real-nodes 2, hack/cluster/install-operator: the images
 built here, a cache hit after the first build) and tears it down. Run it only under the e2e lock
@@ -35,8 +38,10 @@ sys.path.insert(0, str(REPO / "tests"))  # the real-node tests' cluster and job 
 from e2e.conftest import CLUSTER, RealCluster  # noqa: E402
 from e2e.test_real_nodes import NAME, Job, phase, saving_on_preemption  # noqa: E402
 
+from longctx_trainer.contract.podenv import FAULT_EXIT_AT_STEP  # noqa: E402
+from longctx_trainer.faults import FAULT_EXIT_CODE  # noqa: E402
 from support.cluster import Kubectl  # noqa: E402
-from support.recovery import breakdown, preemption_breakdown, table  # noqa: E402
+from support.recovery import breakdown, in_place_breakdown, preemption_breakdown, table  # noqa: E402
 
 CHECKPOINT_INTERVAL = 5
 WATCHED = (
@@ -181,15 +186,50 @@ def measure_preemption(cluster: RealCluster, steps: int, trace: list[str]) -> di
         job.delete()
 
 
+def measure_in_place(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
+    crash_after = CHECKPOINT_INTERVAL + 2
+    job = Job(
+        cluster,
+        {
+            "steps": steps,
+            "sequenceLength": 512,
+            "globalBatchTokens": 1024,
+            "checkpoint": {
+                "path": "/checkpoints",
+                "persistentVolumeClaim": "checkpoints",
+                "intervalSteps": CHECKPOINT_INTERVAL,
+            },
+            "restartPolicy": {"inPlace": True, "maxRestarts": 0},
+            "env": [{"name": FAULT_EXIT_AT_STEP, "value": f"1:{crash_after}"}],
+        },
+    )
+    try:
+        watching = Trace(cluster, job.namespace)
+        job.wait(
+            lambda current: (
+                (progress(current).get("resumedFromStep") or 0) > 0
+                and progress(current).get("step", 0) > progress(current)["resumedFromStep"]
+            ),
+            "the first step after the in-place restart",
+        )
+        trace.extend(watching.stop())
+        finish(job)
+        pods = job.pods(1)
+        return in_place_breakdown(f"exiting {FAULT_EXIT_CODE} after step {crash_after}", logs_of(cluster, job, pods))
+    finally:
+        job.delete()
+
+
 FAULTS = {
     "kill": ("kill of rank 1's trainer -> generation 2's first step", measure_kill),
     "preempt": ("graceful delete of rank 1's pod -> the replaced pods' first step", measure_preemption),
+    "inplace": ("crash of rank 1's trainer, restarted in place -> the first step after it", measure_in_place),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--faults", default="kill,preempt", help=f"comma list of {', '.join(FAULTS)}")
+    parser.add_argument("--faults", default="kill,preempt,inplace", help=f"comma list of {', '.join(FAULTS)}")
     parser.add_argument("--steps", type=int, default=60, help="steps of each job (it must outlast the restart)")
     parser.add_argument("--trace", action="store_true", help="also print the pods' and Jobs' watch events")
     args = parser.parse_args()

@@ -8,11 +8,15 @@ failure to status.lastRestart.time: the operator's decision), delete (to the nex
 created: the old gang deleted, the backoff). A preemption in place (`preemption_breakdown`: a pod
 deleted gracefully, the same Job replaces the pods): save (to rank 0's "preempted" line: the ranks
 finished their step, agreed on it and saved it), stop (to rank 0's old trainer container's end).
-Then, for both: schedule (to the last new pod scheduled), start (to the last trainer container
-started), rendezvous (to the last rank's "joined" line), restore (to rank 0's "resume" line: step
-functions built, checkpoint read), compile (to rank 0's "compiled" line: tracing and compiling
-the step, or loading it from the compilation cache) and first step (to rank 0's first "step"
-line).
+An in-place restart (`in_place_breakdown`: a trainer crashed, the launchers restarted the trainers
+inside the same pods): agree (from the crashed trainer's own line to the last launcher's "stopping"
+line: the failure reported and the restart ordered), stop (to the last "starting ... again" line:
+every launcher's trainers ended), then rendezvous, restore, compile and first step as below, in
+the trainers' second epoch. Then, for a failure and a preemption: schedule (to the last new pod
+scheduled), start (to the last trainer container started), and for all three rendezvous (to the
+last rank's "joined" line), restore (to rank 0's "resume" line: step functions built, checkpoint
+read), compile (to rank 0's "compiled" line: tracing and compiling the step, or loading it from
+the compilation cache) and first step (to rank 0's first "step" line).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from datetime import UTC, datetime
 START_STAGES = ("schedule", "start", "rendezvous", "restore", "compile", "first step")
 STAGES = ("detect", "delete", *START_STAGES)
 PREEMPTION_STAGES = ("save", "stop", *START_STAGES)
+IN_PLACE_STAGES = ("agree", "stop", *START_STAGES[2:])
 
 
 def _time(text: str) -> datetime:
@@ -106,3 +111,27 @@ def table(seconds: dict[str, float]) -> str:
     """The breakdown as a Markdown table, with the total."""
     rows = [f"| {stage} | {value:.0f} s |" for stage, value in seconds.items()]
     return "\n".join(["| stage | time |", "|---|---|", *rows, f"| **total** | **{sum(seconds.values()):.0f} s** |"])
+
+
+def _first_line(text: str, needle: str) -> datetime:
+    """kubectl's timestamp of the first line of `text` that holds `needle`."""
+    return next(_time(line.partition(" ")[0]) for line in text.splitlines() if needle in line)
+
+
+def in_place_breakdown(crashed: str, logs: list[str], epoch: int = 1) -> dict[str, float]:
+    """Seconds of each stage in IN_PLACE_STAGES for in-place restart `epoch`. `crashed`: the
+    crashed trainer's last line (its own words, e.g. the fault's); `logs`: every pod's trainer
+    container log with kubectl's timestamps, rank 0 first (launcher and trainers share it)."""
+    began = min(_first_line(text, crashed) for text in logs if crashed in text)
+    stopping = max(_first_line(text, f"in-place restart {epoch}: rank ") for text in logs)
+    starting = max(_first_line(text, f"in-place restart {epoch}: starting") for text in logs)
+    later = [[(when, e) for when, e in log_events(text) if when >= starting] for text in logs]
+    marks = [
+        stopping,
+        starting,
+        max(_first(e, "joined") for e in later),
+        _first(later[0], "resume"),
+        _first(later[0], "compiled"),
+        _first(later[0], "step"),
+    ]
+    return _stages(began, IN_PLACE_STAGES, marks)

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from support.recovery import breakdown, log_events, preemption_breakdown, table
+from support.recovery import breakdown, in_place_breakdown, log_events, preemption_breakdown, table
 
 POD = {
     "status": {
@@ -66,4 +66,41 @@ def test_a_preemption_in_place_saves_then_stops_before_the_new_pods_start():
         "restore": 3.2,
         "compile": 4.0,
         "first step": 6.0,
+    }
+
+
+def test_an_in_place_restart_agrees_stops_and_starts_the_trainers_again_in_the_same_logs():
+    crash = "exiting 3 after step 7"
+    rank0 = "\n".join(
+        [
+            '2026-11-26T23:00:01.000000000Z {"event": "joined", "rank": 0}',
+            '2026-11-26T23:00:09.000000000Z {"event": "step", "step": 7}',
+            "2026-11-26T23:00:10.500000000Z longctx_trainer.launch: in-place restart 1: rank 1 failed with exit "
+            "code 3; stopping this pod's 1 trainer process(es)",
+            "2026-11-26T23:00:11.000000000Z longctx_trainer.launch: in-place restart 1: starting this pod's "
+            "trainer process(es) again",
+            '2026-11-26T23:00:15.000000000Z {"event": "joined", "rank": 0}',
+            '2026-11-26T23:00:16.000000000Z {"event": "resume", "step": 5}',
+            '2026-11-26T23:00:18.000000000Z {"event": "compiled", "seconds": 2.0, "from_cache": true}',
+            '2026-11-26T23:00:30.000000000Z {"event": "step", "step": 6}',
+        ]
+    )
+    rank1 = "\n".join(
+        [
+            '2026-11-26T23:00:01.500000000Z {"event": "joined", "rank": 1}',
+            f"2026-11-26T23:00:10.000000000Z longctx_trainer: LONGCTX_FAULT_EXIT_AT_STEP: {crash}",
+            "2026-11-26T23:00:10.250000000Z longctx_trainer.launch: in-place restart 1: rank 1 failed with exit "
+            "code 3; stopping this pod's 1 trainer process(es)",
+            "2026-11-26T23:00:12.000000000Z longctx_trainer.launch: in-place restart 1: starting this pod's "
+            "trainer process(es) again",
+            '2026-11-26T23:00:14.000000000Z {"event": "joined", "rank": 1}',
+        ]
+    )
+    assert in_place_breakdown(crash, [rank0, rank1]) == {
+        "agree": 0.5,  # the crash to the last launcher's "stopping"
+        "stop": 1.5,  # to the last "starting ... again"
+        "rendezvous": 3.0,  # the last second-epoch "joined", not the first epoch's
+        "restore": 1.0,
+        "compile": 2.0,
+        "first step": 12.0,
     }
