@@ -6,8 +6,10 @@ its kubelets, containerds and control plane do not slow the tiers after it): see
 it runs wherever containers can (root, containerd, runc, cgroups), which includes this project's
 CI machines.
 
-`kind_kubeconfig` (session): $LONGCTX_E2E_KUBECONFIG when `hack/e2e-kind test` already brought the
-cluster up; otherwise `hack/e2e-kind up` here (deleted again at the end unless LONGCTX_E2E_KEEP=1).
+`kind_kubeconfig` (module, like `real_cluster`): $LONGCTX_E2E_KUBECONFIG when `hack/e2e-kind test`
+already brought the cluster up; otherwise `hack/e2e-kind up` here (deleted again when the kind tests
+end unless LONGCTX_E2E_KEEP=1). `hack/test` runs it offline (LONGCTX_E2E_OFFLINE=1: podman, and kind
+and its node image built here).
 Where kind or a container engine with a reachable daemon is missing, the tests are skipped with
 the reason `hack/e2e-kind check` gives, for what cannot run here (the suite's other skip is
 tests/e2e/test_images.py's, where buildah cannot run).
@@ -29,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "e2e-kind"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kind_kubeconfig() -> Iterator[Path]:
     if os.environ.get("LONGCTX_E2E_KUBECONFIG"):
         yield Path(os.environ["LONGCTX_E2E_KUBECONFIG"])
