@@ -13,8 +13,10 @@ event loop (it reads every node), over the jobs' own pods and the others' occupa
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from . import reasons
 from .api.spec import LongContextJobSpec
@@ -48,9 +50,28 @@ class Admission:
     for other gangs since then leave it enough."""
 
 
-def _quantity(value) -> int:
-    """Extended resources such as nvidia.com/gpu are whole numbers."""
-    return int(str(value)) if value is not None else 0
+_SERVED_QUANTITY = re.compile(
+    r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"  # the number
+    r"(?:([eE][+-]?[0-9]+)|(Ki|[MGTPE]i|[numkMGTPE]))?"  # an exponent, or a suffix
+)
+_MULTIPLIERS = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), None: Decimal(1)}
+_MULTIPLIERS |= {suffix: Decimal(10) ** (3 * (i + 1)) for i, suffix in enumerate("kMGTPE")}
+_MULTIPLIERS |= {f"{suffix}i": Decimal(2) ** (10 * (i + 1)) for i, suffix in enumerate("KMGTPE")}
+
+
+_MOST = Decimal(2**63 - 1)  # the API server's quantities fit in an int64
+
+
+def quantity(value) -> int:
+    """A GPU count as the API server serves it (None: 0). Extended resources such as nvidia.com/gpu
+    are whole numbers, but in any form a quantity may take: "8", "1k", "2e3", "8000m". A form this
+    cannot read (the API server serves none) counts as no GPUs rather than stopping admission."""
+    match = _SERVED_QUANTITY.fullmatch(str(value)) if value is not None else None
+    if match is None:
+        return 0
+    number, exponent, suffix = match.groups()
+    amount = Decimal(number + exponent) if exponent else Decimal(number) * _MULTIPLIERS[suffix]
+    return int(min(max(amount, 0), _MOST))
 
 
 def pod_gpus(pod: dict) -> int:
@@ -58,7 +79,7 @@ def pod_gpus(pod: dict) -> int:
     total = 0
     for c in pod.get("spec", {}).get("containers") or []:
         res = c.get("resources") or {}
-        total += _quantity((res.get("requests") or {}).get(GPU, (res.get("limits") or {}).get(GPU)))
+        total += quantity((res.get("requests") or {}).get(GPU, (res.get("limits") or {}).get(GPU)))
     return total
 
 
@@ -169,7 +190,7 @@ class NodeMatches:
 
 def node_gpus(node: dict) -> int:
     """The node's allocatable GPUs."""
-    return _quantity((node.get("status", {}).get("allocatable") or {}).get(GPU))
+    return quantity((node.get("status", {}).get("allocatable") or {}).get(GPU))
 
 
 def free_gpus(nodes: list[dict], pods: list[dict], held: dict[str, int] | None = None) -> dict[str, int]:

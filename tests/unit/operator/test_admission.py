@@ -12,6 +12,7 @@ from longctx_operator.admission import (
     node_matches,
     pod_gpus,
     pod_may_use,
+    quantity,
     scheduling_for,
     tolerates,
 )
@@ -56,6 +57,27 @@ def test_pod_gpus_sums_containers_and_prefers_requests():
         }
     }
     assert pod_gpus(both) == 4
+
+
+@pytest.mark.parametrize(
+    ("served", "gpus"),
+    [
+        ("8", 8),
+        ("1k", 1000),  # a whole number the API server accepts for an extended resource, served so
+        ("2e3", 2000),
+        ("1E3", 1000),
+        ("8000m", 8),
+        ("1Ki", 1024),
+        ("+4", 4),
+        (None, 0),
+        ("-1", 0),
+        ("1e99999", 2**63 - 1),  # bounded as the API server's int64 is
+        ("eight", 0),  # nothing the API server serves; never an exception that stops admission
+        ("1ki", 0),
+    ],
+)
+def test_a_gpu_quantity_is_read_in_every_form_the_api_server_serves(served, gpus):
+    assert quantity(served) == gpus
 
 
 def test_free_gpus_ignores_finished_pods():
