@@ -1,5 +1,7 @@
-"""Builtin admission's list of the other pods: CPU to decode and count it, json.loads against the
-operator's typed decoding (occupancy.decode_page), on the same pages.
+"""Builtin admission's JSON list of the other pods: CPU to decode and count it, json.loads against
+the operator's typed decoding (occupancy.decode_page), on the same pages. The operator lists only
+the pods not bound to a node this way now; the bound ones come as protobuf (bound_gpus.py,
+docs/operator.md), so this measures a list of that many waiting pods, or the decoding before.
 
     python benchmarks/pod_list_decode.py [--pods 20000] [--page 500] [--reps 3]
 
@@ -17,7 +19,7 @@ import argparse
 import json
 import time
 
-from longctx_operator.occupancy import LIST_PAGE, decode_page, occupancy
+from longctx_operator.occupancy import WAITING_PAGE, decode_page, occupancy
 
 
 def served_pod(i: int) -> dict:
@@ -103,7 +105,7 @@ def cpu_seconds(decode, pages: list[bytes], reps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=int, default=20_000)
-    parser.add_argument("--page", type=int, default=LIST_PAGE)
+    parser.add_argument("--page", type=int, default=WAITING_PAGE)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     pods = [served_pod(i) for i in range(args.pods)]

@@ -8,6 +8,12 @@ node and the few waiting GPU pods. The cost is one paginated list per MAX_AGE_SE
 wait for admission, nothing otherwise, whatever the pod churn. A pod labelled with the job-name
 label by someone else is in the operator's own watch, so every pod is counted once.
 
+One list is two: the pods not bound to a node yet, as JSON decoded into the dicts admission
+matches (few: a cluster's pods are bound within seconds), then the bound ones, as protobuf in large
+pages, counted per node without building a dict (bound_gpus.py): the API server serves that at a
+fraction of JSON's cost, and most of a busy cluster's pods are bound. A pod bound between the two
+lists is counted twice (in the waiting GPU pods and on its node), never missed.
+
 The view may be up to MAX_AGE_SECONDS old: a gang may be admitted onto GPUs another pod took
 meanwhile (its pods then wait for the scheduler and the job's startup timeout ends it), or wait one
 more count for GPUs freed meanwhile. A list takes seconds on a loaded API server (1 s for a few
@@ -28,13 +34,17 @@ from typing import Any, TypedDict
 import msgspec
 
 from .admission import pod_gpus
+from .bound_gpus import PROTOBUF, count_page
 from .cache import trim_pod
 from .names import JOB_NAME_LABEL
 from .observe import ended
 
 MAX_AGE_SECONDS = 5.0  # admission.BACKOFF_FIRST_SECONDS: a refused gang's next count lists again
-LIST_PAGE = 500
 NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+WAITING = f"spec.nodeName=,{NOT_FINISHED}"
+BOUND = f"spec.nodeName!=,{NOT_FINISHED}"
+WAITING_PAGE = 500
+BOUND_PAGE = 5000  # every page walks the API server's watch cache from its continue key (docs/operator.md)
 
 
 class _Resources(TypedDict, total=False):
@@ -161,7 +171,11 @@ class OtherPods:
     def _refresh(self) -> Occupancy:
         started = self.clock()
         try:
-            found = occupancy(pod for list_call in self.lists for pod in self._list(list_call))
+            waiting = occupancy(pod for list_call in self.lists for pod in self._waiting(list_call)).waiting
+            used: dict[str, int] = {}
+            for list_call in self.lists:
+                self._count_bound(list_call, used)
+            found = Occupancy(used, waiting)
             with self._lock:
                 self._last, self._at = found, self.clock()
                 self._took = self._at - started
@@ -171,18 +185,33 @@ class OtherPods:
                 self._listing = None
 
     @staticmethod
-    def _list(list_call: Callable):
+    def _waiting(list_call: Callable):
         token = None
         while True:
             page = decode_page(
                 list_call(
                     label_selector=f"!{JOB_NAME_LABEL}",
-                    field_selector=NOT_FINISHED,
-                    limit=LIST_PAGE,
+                    field_selector=WAITING,
+                    limit=WAITING_PAGE,
                     _continue=token,
                     _preload_content=False,
                 ).data
             )
             yield from page.get("items") or []
             if not (token := page["metadata"].get("continue")):
+                return
+
+    @staticmethod
+    def _count_bound(list_call: Callable, used: dict[str, int]) -> None:
+        token = None
+        while True:
+            response = list_call(
+                label_selector=f"!{JOB_NAME_LABEL}",
+                field_selector=BOUND,
+                limit=BOUND_PAGE,
+                _continue=token,
+                _preload_content=False,
+                _headers={"Accept": PROTOBUF},
+            )
+            if not (token := count_page(response.data, used)):
                 return

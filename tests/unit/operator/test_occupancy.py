@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
+from longctx_operator.bound_gpus import MAGIC, MESSAGES, PROTOBUF
 from longctx_operator.names import JOB_NAME_LABEL
-from longctx_operator.occupancy import MAX_AGE_SECONDS, NOT_FINISHED, OtherPods, RefreshStep, occupancy, refresh_step
+from longctx_operator.occupancy import BOUND, MAX_AGE_SECONDS, WAITING, OtherPods, RefreshStep, occupancy, refresh_step
 
 
 def pod(name, gpus, node=None, phase="Running"):
@@ -39,17 +40,40 @@ def test_bound_gpus_per_node_and_waiting_gpu_pods_only():
 
 
 class Pages:
-    """A list method answering in pages of one pod, recording its selectors."""
+    """A list method answering in pages of one pod, recording its selectors: the pods not bound to a
+    node as JSON, the bound ones as protobuf (as the API server encodes them: bound_gpus.py), each
+    as asked for."""
 
     def __init__(self, pods):
         self.pods, self.calls = pods, []
 
-    def __call__(self, label_selector, field_selector, limit, _continue, _preload_content):
+    def __call__(self, label_selector, field_selector, limit, _continue, _preload_content, _headers=None):
         self.calls.append((label_selector, field_selector, _continue))
+        bound = {WAITING: False, BOUND: True}[field_selector]
+        pods = [p for p in self.pods if bool(p["spec"].get("nodeName")) == bound]
         index = int(_continue or 0)
-        page = {"metadata": {"continue": str(index + 1) if index + 1 < len(self.pods) else None}}
-        page["items"] = self.pods[index : index + 1]
+        token = str(index + 1) if index + 1 < len(pods) else None
+        if (_headers or {}).get("Accept") == PROTOBUF:
+            assert bound
+            return type("Response", (), {"data": protobuf_page(pods[index : index + 1], token)})()
+        page = {"metadata": {"continue": token}, "items": pods[index : index + 1]}
         return type("Response", (), {"data": json.dumps(page).encode()})()
+
+
+def protobuf_page(pods, token) -> bytes:
+    """A PodList page as the API server serves it in protobuf, of the fields bound_gpus reads."""
+    page = MESSAGES["PodList"]()
+    setattr(page.metadata, "continue", token or "")
+    for served in pods:
+        item = page.items.add()
+        item.spec.nodeName = served["spec"]["nodeName"]
+        for container in served["spec"]["containers"]:
+            resources = item.spec.containers.add().resources
+            for kind in ("requests", "limits"):
+                for name, value in (container.get("resources") or {}).get(kind, {}).items():
+                    getattr(resources, kind)[name].string = value
+    envelope = MESSAGES["Unknown"](raw=page.SerializeToString())
+    return MAGIC + envelope.SerializeToString()
 
 
 def served(name, gpus, node=None):
@@ -98,14 +122,15 @@ def test_other_pods_are_listed_by_selector_in_pages_and_again_only_once_stale():
     pages = Pages([pod("a", 8, "n1"), pod("b", 8, "n2")])
     others = OtherPods([pages], lambda: now[0])
     assert others.current().used == {"n1": 8, "n2": 8}
-    assert pages.calls == [(f"!{JOB_NAME_LABEL}", NOT_FINISHED, None), (f"!{JOB_NAME_LABEL}", NOT_FINISHED, "1")]
+    others_ = f"!{JOB_NAME_LABEL}"
+    assert pages.calls == [(others_, WAITING, None), (others_, BOUND, None), (others_, BOUND, "1")]
     pages.pods = [pod("a", 8, "n1")]
     now[0] += MAX_AGE_SECONDS
     assert others.current().used == {"n1": 8, "n2": 8}  # not stale yet: no request
-    assert len(pages.calls) == 2
+    assert len(pages.calls) == 3
     now[0] += 0.1
     assert others.current().used == {"n1": 8}
-    assert len(pages.calls) == 3
+    assert len(pages.calls) == 5
 
 
 def test_a_list_slower_than_the_max_age_is_not_stale_when_it_ends():
@@ -122,7 +147,7 @@ def test_a_list_slower_than_the_max_age_is_not_stale_when_it_ends():
     others = OtherPods([pages], lambda: now[0])
     assert others.current().used == {"n1": 8, "n2": 8}
     assert others.current().used == {"n1": 8, "n2": 8}
-    assert len(pages.calls) == 2  # one list of two pages
+    assert len(pages.calls) == 3  # one list: the waiting pods' page, the bound pods' two
 
 
 @pytest.mark.parametrize(
@@ -152,9 +177,11 @@ def test_a_count_near_the_age_limit_lists_again_in_the_background_and_counts_wit
     release, started = threading.Event(), threading.Event()
 
     class Blocked(Pages):
+        block = False
+
         def __call__(self, *args, **kwargs):
-            if len(self.calls) == 0:
-                now[0] += 2.0  # the first list takes 2 s
+            if not self.block:
+                now[0] += 1.0  # the first list takes 2 s, a second for each of its two requests
             else:
                 started.set()
                 release.wait(10)
@@ -163,7 +190,7 @@ def test_a_count_near_the_age_limit_lists_again_in_the_background_and_counts_wit
     pages = Blocked([pod("a", 8, "n1")])
     others = OtherPods([pages], lambda: now[0])
     assert others.current().used == {"n1": 8}
-    pages.pods = [pod("b", 8, "n2")]
+    pages.pods, pages.block = [pod("b", 8, "n2")], True
     now[0] += MAX_AGE_SECONDS - 1.0
     try:
         assert others.current().used == {"n1": 8}  # the last list, not waiting for the next
