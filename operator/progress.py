@@ -61,6 +61,11 @@ def _count(value: float | None) -> int | None:
     return int(value) if value is not None else None
 
 
+def _tenths(value: float | None) -> float | None:
+    """A rate as `kubectl get` shows it (its Tokens/s column prints every digit it is given)."""
+    return round(value, 1) if value is not None else None
+
+
 def _unix_time(value: float | None) -> str | None:
     """A Unix time as RFC 3339, or None outside years 2000..2200 (no trainer checkpoints then)."""
     value = _within(value, 946684800.0, 7258118400.0)
@@ -77,7 +82,7 @@ def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
         return None
     return ProgressStatus(
         step=_count(v.get(STEP)),
-        tokens_per_second=_within(v.get(TOKENS_PER_SECOND), 0.0, MAX_TOKENS_PER_SECOND),
+        tokens_per_second=_tenths(_within(v.get(TOKENS_PER_SECOND), 0.0, MAX_TOKENS_PER_SECOND)),
         mfu=_within(v.get(MFU), 0.0, 1.0),
         loss=_within(v.get(LOSS), -MAX_ABS_LOSS, MAX_ABS_LOSS),
         last_checkpoint_step=_count(v.get(LAST_CHECKPOINT)),

@@ -36,6 +36,13 @@ def test_progress_of_rank_zero():
     assert p.updated_at == "2026-01-01T00:00:00Z"
 
 
+def test_tokens_per_second_is_kept_to_a_tenth():
+    p = parse_progress(
+        b'longctx_train_step{rank="0"} 3\nlongctx_train_tokens_per_second{rank="0"} 1920.9673484319665\n', "t"
+    )
+    assert p.tokens_per_second == 1921.0
+
+
 def test_other_ranks_are_ignored():
     assert parse_progress(exposition(rank=1), "t") is None
 
