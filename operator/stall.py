@@ -35,6 +35,8 @@ class RankRead:
     """Its last compute probe (longctx_trainer.probe), when its trainer runs one."""
     data_seconds: float | None = None
     """Its data path's time for a batch, when its trainer exports it."""
+    link_seconds: float | None = None
+    """Its link probe's time (longctx_trainer.probe.LinkProbe), when its trainer runs one."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class RankTrack:
     """Its last compute probe's time."""
     data_seconds: float | None = None
     """Its data path's last time for a batch."""
+    link_seconds: float | None = None
+    """Its last link probe's time."""
     restarted: float | None = None
     """When it was last seen back in a startup phase after training (its trainer restarted in
     place, inside the same pod: trainer/inplace.py); None if never."""
@@ -82,6 +86,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
                 now,
                 probe_seconds=read.probe_seconds,
                 data_seconds=read.data_seconds,
+                link_seconds=read.link_seconds,
             )
             continue
         if read.phase is None:
@@ -98,6 +103,7 @@ def track(tracks: dict[int, RankTrack], reads: list[RankRead], now: float) -> di
             step_seconds=read.step_seconds if read.step_seconds is not None else old.step_seconds,
             probe_seconds=read.probe_seconds if read.probe_seconds is not None else old.probe_seconds,
             data_seconds=read.data_seconds if read.data_seconds is not None else old.data_seconds,
+            link_seconds=read.link_seconds if read.link_seconds is not None else old.link_seconds,
             answering=True,
             moved=now if moved else old.moved,
             restarted=now if back else old.restarted,

@@ -6,11 +6,15 @@ slow for the whole window, with their pod and node.
 The step times of a synchronous gang are equalised by its collectives (every rank waits for the
 slowest), so the ranks are compared by what each does alone, where every answering rank exports
 it: its last compute probe's time (longctx_trainer.probe: fixed work, no collective; a rank with a
-slow device stands out by the threshold's percentage) and its data path's time for a batch (a rank
+slow device stands out by the threshold's percentage), its data path's time for a batch (a rank
 with slow input stands out when it spends more than the threshold's percentage of the gang's step
-time above the median). A rank slow by either is slow. Otherwise (a trainer that exports neither,
-a rank before its first probe) the ranks are compared by their last step time, which still names a
-rank slow before its first collective.
+time above the median) and its link probe's time (longctx_trainer.probe.LinkProbe: pairwise
+exchanges with other nodes; a rank whose node's network link is slow stands out by the threshold's
+percentage). A rank slow by any is slow; it is named by the measure it is furthest above, but
+never by the link probe where the compute probe finds it slow (a starved host slows its exchanges
+too). Otherwise (a
+trainer that exports none, a rank before its first probe) the ranks are compared by their last
+step time, which still names a rank slow before its first collective.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ PROBE = "probe"
 """Ranks compared by their compute probe's time."""
 DATA = "data"
 """Ranks compared by their data path's time for a batch, against the gang's step time."""
+LINK = "link"
+"""Ranks compared by their link probe's time."""
 STEP = "step"
 """Ranks compared by their step time."""
 
@@ -46,7 +52,7 @@ class Straggler:
     """Its time of the measure."""
     median_seconds: float
     measure: str = STEP
-    """What was compared: PROBE, DATA or STEP."""
+    """What was compared: PROBE, DATA, LINK or STEP."""
     step_seconds: float | None = None
     """The gang's median step time (DATA: the time the extra data time is a share of)."""
 
@@ -59,7 +65,9 @@ class Straggler:
                 f"the gang's median {self.median_seconds:.3g}s, {100 * extra / self.step_seconds:.0f}% of a "
                 f"{self.step_seconds:.3g}s step"
             )
-        what = "for the compute probe" if self.measure == PROBE else "a step"
+        what = {PROBE: "for the compute probe", LINK: "for the link probe (its exchanges with other nodes)"}.get(
+            self.measure, "a step"
+        )
         return (
             f"rank {self.rank} ({where}) takes {self.seconds:.3g}s {what}, "
             f"{100 * (self.seconds / self.median_seconds - 1):.0f}% above "
@@ -85,7 +93,7 @@ class Measure:
 
 
 def measures(tracks: dict[int, RankTrack], bounds: StragglerBounds) -> list[Measure]:
-    """What the ranks are compared by (PROBE and DATA where every answering rank exports them,
+    """What the ranks are compared by (PROBE, DATA and LINK where every answering rank exports them,
     else STEP), each with at least two timed ranks."""
     answering = [t for t in tracks.values() if t.answering]
 
@@ -105,6 +113,9 @@ def measures(tracks: dict[int, RankTrack], bounds: StragglerBounds) -> list[Meas
         step = median(steps.values())
         middle = median(data.values())
         out.append(Measure(DATA, data, middle, middle + step * bounds.slower_percent / 100, step))
+    links = timed(lambda t: t.link_seconds)
+    if len(links) == len(answering) >= 2:
+        out.append(relative(LINK, links))
     if out:
         return out
     return [relative(STEP, steps)] if len(steps) >= 2 else []
@@ -127,13 +138,16 @@ def mark_slow(tracks: dict[int, RankTrack], now: float, bounds: StragglerBounds)
 
 def stragglers(tracks: dict[int, RankTrack], now: float, bounds: StragglerBounds) -> tuple[Straggler, ...]:
     """The ranks slow for at least the window at `now`, lowest rank first, each by the measure it
-    is furthest above its limit by."""
+    is furthest above its limit by; never by the link probe where the compute probe finds it slow."""
     out = []
     compared = measures(tracks, bounds)
     for rank in sorted({rank for m in compared for rank in m.seconds}):
         t = tracks[rank]
         if t.slow_since is None or now - t.slow_since < bounds.window_seconds:
             continue
-        m = max((m for m in compared if rank in m.seconds), key=lambda m: m.excess(m.seconds[rank]))
+        timed = [m for m in compared if rank in m.seconds]
+        if any(m.name == PROBE and m.seconds[rank] > m.limit for m in timed):
+            timed = [m for m in timed if m.name != LINK]  # its own slowness slowed its exchanges too
+        m = max(timed, key=lambda m: m.excess(m.seconds[rank]))
         out.append(Straggler(t.rank, t.pod, t.node, m.seconds[rank], m.median_seconds, m.name, m.step_seconds))
     return tuple(out)

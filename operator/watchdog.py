@@ -20,7 +20,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from longctx_trainer.contract.exposition import MetricsUnreadable, health_values
-from longctx_trainer.contract.health import DATA_SECONDS, HEARTBEAT_STEP, PHASE, PROBE_SECONDS, STEP_SECONDS
+from longctx_trainer.contract.health import (
+    DATA_SECONDS,
+    HEARTBEAT_STEP,
+    LINK_SECONDS,
+    PHASE,
+    PROBE_SECONDS,
+    STEP_SECONDS,
+)
 
 from .api.spec import LongContextJobSpec
 from .cache import Key
@@ -69,7 +76,7 @@ def targets(pods: list[dict], processes_per_pod: int, port: int) -> list[tuple[i
 
 def rank_read(rank: int, pod: str, node: str | None, body: bytes | None) -> RankRead:
     """One rank's read from its exposition `body` (None: the endpoint did not answer). Values the
-    exporter could not mean (a negative or non-finite step, step, probe or data time) are dropped."""
+    exporter could not mean (a negative or non-finite step, step, probe, data or link time) are dropped."""
     values = health_values(body) if body is not None else {}
     step = values.get(HEARTBEAT_STEP)
 
@@ -86,6 +93,7 @@ def rank_read(rank: int, pod: str, node: str | None, body: bytes | None) -> Rank
         seconds(STEP_SECONDS),
         seconds(PROBE_SECONDS),
         seconds(DATA_SECONDS),
+        seconds(LINK_SECONDS),
     )
 
 

@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             fns=fns,
             preemption=preemption,
             after_step=fault,
+            processes_per_node=process_env.processes_per_node,
         )
     except Preempted as stop:  # the checkpoint is written; `finally` closes the manager first
         exit_preempted(stop.step)

@@ -25,6 +25,9 @@ class ProcessEnv:
     num_processes: int
     process_id: int
     local_device_ids: tuple[int, ...] | None
+    processes_per_node: int = 1
+    """Processes in this process's pod (the launcher's LONGCTX_PROCESSES_PER_POD): process i is on
+    node i // processes_per_node."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> ProcessEnv:
@@ -37,7 +40,12 @@ class ProcessEnv:
             raise ValueError(f"JAX_PROCESS_ID={process_id} is not in [0, JAX_NUM_PROCESSES={num_processes})")
         if num_processes > 1 and not coordinator:
             raise ValueError("JAX_COORDINATOR_ADDRESS (host:port) is required when JAX_NUM_PROCESSES > 1")
-        return cls(coordinator, num_processes, process_id, local_ids)
+        per_node = environ.get(podenv.PROCESSES_PER_POD, "1")
+        if not per_node.isdigit() or int(per_node) < 1 or num_processes % int(per_node):
+            raise ValueError(
+                f"{podenv.PROCESSES_PER_POD}={per_node} does not divide JAX_NUM_PROCESSES={num_processes} into nodes"
+            )
+        return cls(coordinator, num_processes, process_id, local_ids, int(per_node))
 
 
 def initialize(env: ProcessEnv, communication: str = "nccl") -> None:

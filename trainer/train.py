@@ -38,7 +38,7 @@ from .contract.termination import Preempted
 from .data import Batches
 from .mesh import TOKENS
 from .preemption import Preemption
-from .probe import ComputeProbe
+from .probe import ComputeProbe, LinkProbe
 from .weights import load_params
 
 Emit = Callable[[dict], None]
@@ -186,6 +186,7 @@ def train(
     fns: StepFunctions | None = None,
     preemption: Preemption | None = None,
     after_step: Callable[[int], None] | None = None,
+    processes_per_node: int = 1,
 ) -> dict:
     """Train from the latest checkpoint (or from scratch) to `config.steps`; returns the state.
 
@@ -193,7 +194,8 @@ def train(
     under which FP8 shows as a higher MFU) and, when given, against the FP8 peak as well. With
     `preemption` (and checkpoints), a SIGTERM makes every rank save the step they agree on and
     raise `Preempted`. `after_step(step)` is called after each step and its checkpoint (a test's
-    fault, trainer/faults.py)."""
+    fault, trainer/faults.py). `processes_per_node` groups the processes into nodes for the link
+    probe (probe.LinkProbe), which runs beside the compute probe."""
     fns = fns or StepFunctions(config, mesh)
     batches = Batches(config, mesh)
     start = checkpoints.latest_step() if checkpoints is not None else None
@@ -218,6 +220,7 @@ def train(
     emit({"event": "compiled", "seconds": time.perf_counter() - begin, "from_cache": hits() > 0})
     every = config.metrics.probe_every_steps
     probe = ComputeProbe(mesh.local_devices) if every else None
+    link = LinkProbe(processes_per_node) if every else None
     data_times = RecentTimes()
     metrics.enter("training")
     for step in range(start, config.steps):
@@ -239,6 +242,8 @@ def train(
         if probe is not None and done % every == 0:
             jax.block_until_ready(state)  # this step's work is done: only the probe is timed
             metrics.observe_probe(probe.measure())
+            if (link_seconds := link.measure()) is not None:  # three nodes or more
+                metrics.observe_link(link_seconds)
         if logs_step(done, config.log_every, config.steps):
             emit(step_event(done, loss, tokens_per_second, mfu[(MFU_CONVENTION, MFU_PEAK)], seconds))
         # every rank asks at every step (the agreement needs it); the last step just finishes

@@ -10,7 +10,17 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from .config import TrainerConfig
-from .health import DATA_SECONDS, HEARTBEAT, HEARTBEAT_STEP, PHASE, PHASES, PROBE_SECONDS, STEP_SECONDS, Phase
+from .health import (
+    DATA_SECONDS,
+    HEARTBEAT,
+    HEARTBEAT_STEP,
+    LINK_SECONDS,
+    PHASE,
+    PHASES,
+    PROBE_SECONDS,
+    STEP_SECONDS,
+    Phase,
+)
 from .podenv import LOCAL_PROCESS_ID
 
 # The names the operator reads for status.progress (contract/exposition.py).
@@ -98,6 +108,9 @@ class TrainMetrics:
         self.data_seconds = make(
             Gauge, DATA_SECONDS, "Wall time of this process's data path for a batch (median of its last few)."
         )
+        self.link_seconds = make(
+            Gauge, LINK_SECONDS, "Wall time of this process's fastest round of the link probe, with another node."
+        )
         self.ring_cross_hops = make(
             Gauge,
             RING_CROSS_HOPS,
@@ -174,6 +187,10 @@ class TrainMetrics:
     def observe_probe(self, seconds: float) -> None:
         """This process's devices took `seconds` for the compute probe (longctx_trainer.probe)."""
         self.probe_seconds.labels(**self._labels).set(seconds)
+
+    def observe_link(self, seconds: float) -> None:
+        """This process's link probe took `seconds` (the median of its last few; longctx_trainer.probe)."""
+        self.link_seconds.labels(**self._labels).set(seconds)
 
     def observe_data(self, seconds: float) -> None:
         """This process's data path took `seconds` for a batch (the median of its last few)."""

@@ -1,4 +1,4 @@
-"""operator/straggler.py: straggler attribution from recorded per-rank step, probe and data times."""
+"""operator/straggler.py: straggler attribution from recorded per-rank step, probe, data and link times."""
 
 from longctx_operator.stall import RankRead, track
 from longctx_operator.straggler import StragglerBounds, mark_slow, stragglers
@@ -6,17 +6,18 @@ from longctx_operator.straggler import StragglerBounds, mark_slow, stragglers
 BOUNDS = StragglerBounds(slower_percent=50, window_seconds=60)
 
 
-def replay(step_seconds_per_round, every=10.0, probes=None, data=None):
-    """Rounds of reads `every` seconds apart; `probes`, `data`: every round's probe and data times
-    by rank (None: none)."""
+def replay(step_seconds_per_round, every=10.0, probes=None, data=None, links=None):
+    """Rounds of reads `every` seconds apart; `probes`, `data`, `links`: every round's probe, data
+    and link probe times by rank (None: none)."""
     tracks, now = {}, 0.0
     for i, times in enumerate(step_seconds_per_round):
         now = i * every
         probe = probes or [None] * len(times)
         fetch = data or [None] * len(times)
+        link = links or [None] * len(times)
         round_ = [
-            RankRead(r, f"job-g1-{r}", f"node-{r}", "training", i, s, p, d)
-            for r, (s, p, d) in enumerate(zip(times, probe, fetch, strict=True))
+            RankRead(r, f"job-g1-{r}", f"node-{r}", "training", i, s, p, d, k)
+            for r, (s, p, d, k) in enumerate(zip(times, probe, fetch, link, strict=True))
         ]
         tracks = mark_slow(track(tracks, round_, now), now, BOUNDS)
     return tracks, now
@@ -84,3 +85,26 @@ def test_a_rank_slow_by_both_is_named_by_the_measure_it_is_furthest_above():
     assert slow.measure == "probe"  # 6 times its allowance above the median, against 1.2 times the data's
     [slow] = stragglers(*replay(even, probes=[0.05, 0.05, 0.08], data=[0.01, 0.01, 2.0]), BOUNDS)
     assert slow.measure == "data"
+
+
+def test_a_slow_link_is_named_by_the_link_probe_when_steps_and_compute_probes_are_even():
+    even = [[2.0, 2.0, 2.0, 2.0]] * 7  # every collective waits for node 2's link
+    probes = [0.05, 0.05, 0.05, 0.05]
+    [slow] = stragglers(*replay(even, probes=probes, links=[0.01, 0.011, 0.04, 0.01]), BOUNDS)
+    assert (slow.rank, slow.measure) == (2, "link")
+    assert slow.describe() == (
+        "rank 2 (pod job-g1-2 on node node-2) takes 0.04s for the link probe (its exchanges with other nodes), "
+        "281% above the gang's median 0.0105s"
+    )
+    assert stragglers(*replay(even, probes=probes, links=[0.01, 0.01, 0.0145, 0.01]), BOUNDS) == ()  # 45 %
+    # a rank without a link probe (a gang of two nodes, a trainer of your own): not compared by it
+    assert stragglers(*replay(even, probes=probes, links=[0.01, 0.01, 0.04, None]), BOUNDS) == ()
+
+
+def test_a_rank_slow_by_its_compute_probe_is_never_named_by_its_link_probe():
+    """A starved host slows its exchanges too: the compute probe names it, whatever the excess."""
+    even = [[2.0, 2.0, 2.0]] * 7
+    [slow] = stragglers(*replay(even, probes=[0.05, 0.05, 0.08], links=[0.01, 0.01, 0.1]), BOUNDS)
+    assert slow.measure == "probe"
+    [slow] = stragglers(*replay(even, probes=[0.05, 0.05, 0.06], links=[0.01, 0.01, 0.1]), BOUNDS)
+    assert slow.measure == "link"  # its probe is within the threshold: its link is what is slow

@@ -15,9 +15,10 @@ def test_env_of_a_multi_process_worker():
             "JAX_NUM_PROCESSES": "4",
             "JAX_PROCESS_ID": "3",
             "JAX_LOCAL_DEVICE_IDS": "2, 3",
+            "LONGCTX_PROCESSES_PER_POD": "2",
         }
     )
-    assert env == ProcessEnv("job-0.job:1234", 4, 3, (2, 3))
+    assert env == ProcessEnv("job-0.job:1234", 4, 3, (2, 3), processes_per_node=2)
 
 
 def test_single_process_needs_no_env():
@@ -29,6 +30,17 @@ def test_single_process_needs_no_env():
     [
         ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}, "JAX_COORDINATOR_ADDRESS"),
         ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "2", "JAX_COORDINATOR_ADDRESS": "a:1"}, "JAX_PROCESS_ID=2"),
+        (
+            {
+                "JAX_NUM_PROCESSES": "4",
+                "JAX_PROCESS_ID": "0",
+                "JAX_COORDINATOR_ADDRESS": "a:1",
+                "LONGCTX_PROCESSES_PER_POD": "3",
+            },
+            "LONGCTX_PROCESSES_PER_POD=3 does not divide",
+        ),
+        ({"LONGCTX_PROCESSES_PER_POD": "0"}, "LONGCTX_PROCESSES_PER_POD=0"),
+        ({"LONGCTX_PROCESSES_PER_POD": "two"}, "LONGCTX_PROCESSES_PER_POD=two"),
     ],
 )
 def test_inconsistent_env_is_refused(environ, message):
