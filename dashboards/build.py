@@ -139,6 +139,22 @@ TRAINING = (
         ),
     ),
     PanelSpec(
+        "Link probe / gang median, per rank",
+        "Each rank's link probe time over its gang's median (longctx_train_link_probe_seconds: the "
+        "fastest of its pairwise exchanges with other nodes, so a rank whose node's network link is "
+        "slow stands out where the step times and compute probes do not; gangs of three nodes or "
+        "more). The operator compares these when every rank serves one (the Straggler condition, the "
+        "LongctxSlowLink alert at 1.5).",
+        "none",
+        (
+            Query(
+                f"longctx_train_link_probe_seconds{{{JOB}}} / on (namespace, job_name) group_left () "
+                f"quantile by (namespace, job_name) (0.5, longctx_train_link_probe_seconds{{{JOB}}})",
+                "{{job_name}} rank {{rank}}",
+            ),
+        ),
+    ),
+    PanelSpec(
         "Seconds since each rank's heartbeat",
         "How long each rank has not changed phase or finished a step (hang detection reads the same "
         "heartbeat; a stopped process stops being scraped, so its line ends).",
