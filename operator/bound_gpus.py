@@ -7,10 +7,11 @@ and the operator must decode every pod (docs/operator.md, "The list's wait"). He
 a node are read as protobuf with a schema of only those fields: the `protobuf` package's C parser
 skips everything else, and no dict is built for any pod.
 
-The schema holds Kubernetes' own field numbers (k8s.io/api core/v1 and k8s.io/apimachinery
-generated.proto, unchanged since v1.0): PodList.items = 2, Pod.spec = 2, PodSpec.containers = 2,
-PodSpec.nodeName = 10, Container.resources = 8, ResourceRequirements.limits = 1 and requests = 2,
-Quantity.string = 1, ListMeta.continue = 3; a protobuf response is the 4 bytes `k8s\\0` and a
+The schema holds Kubernetes' own field numbers (read from k8s.io/api and k8s.io/apimachinery
+v0.36.3's generated.proto; a protobuf field keeps its number for good): PodList.items = 2,
+Pod.spec = 2, PodSpec.containers = 2, PodSpec.nodeName = 10, Container.resources = 8,
+ResourceRequirements.limits = 1 and requests = 2, Quantity.string = 1, ListMeta.continue = 3; a
+protobuf response is the 4 bytes `k8s\\0` and a
 runtime.Unknown whose raw (2) is the PodList. tests/integration/test_bound_gpus.py checks the
 count against the JSON list on a real API server.
 """
