@@ -11,9 +11,8 @@ The schema holds Kubernetes' own field numbers (read from k8s.io/api and k8s.io/
 v0.36.3's generated.proto; a protobuf field keeps its number for good): PodList.items = 2,
 Pod.spec = 2, PodSpec.containers = 2, PodSpec.nodeName = 10, Container.resources = 8,
 ResourceRequirements.limits = 1 and requests = 2, Quantity.string = 1, ListMeta.continue = 3; a
-protobuf response is the 4 bytes `k8s\\0` and a
-runtime.Unknown whose raw (2) is the PodList. tests/integration/test_bound_gpus.py checks the
-count against the JSON list on a real API server.
+protobuf response is the 4 bytes `k8s\\0` and a runtime.Unknown whose raw (2) is the PodList.
+tests/integration/test_bound_gpus.py checks the count against the JSON list on a real API server.
 """
 
 from __future__ import annotations
