@@ -349,9 +349,9 @@ def checkpointing(steps: int, interval: int, **spec: dict) -> dict:
 def saving_on_preemption(steps: int, **spec: dict) -> dict:
     """Spec changes for a job of `steps` small steps whose only checkpoints are a preemption's and
     the last step's (interval checkpoints off), with 60 s to save on SIGTERM."""
-    checkpoint = {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints"}
-    checkpoint |= {"intervalSteps": 1000, "preemptionGraceSeconds": 60}
-    return {"steps": steps, "sequenceLength": 512, "globalBatchTokens": 1024, "checkpoint": checkpoint, **spec}
+    changes = checkpointing(steps, 1000, **spec)
+    changes["checkpoint"]["preemptionGraceSeconds"] = 60
+    return changes
 
 
 IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"  # the Job controller's, per index
