@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the real-node tests' cluster and job helpers
 from e2e.conftest import CLUSTER, RealCluster  # noqa: E402
-from e2e.test_real_nodes import NAME, Job, phase, saving_on_preemption  # noqa: E402
+from e2e.test_real_nodes import NAME, Job, checkpointing, phase, saving_on_preemption  # noqa: E402
 
 from longctx_trainer.contract.podenv import FAULT_EXIT_AT_STEP  # noqa: E402
 from longctx_trainer.faults import FAULT_EXIT_CODE  # noqa: E402
@@ -118,20 +118,7 @@ def finish(job: Job) -> dict:
 
 
 def measure_kill(cluster: RealCluster, steps: int, trace: list[str]) -> dict[str, float]:
-    job = Job(
-        cluster,
-        {
-            "steps": steps,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": {
-                "path": "/checkpoints",
-                "persistentVolumeClaim": "checkpoints",
-                "intervalSteps": CHECKPOINT_INTERVAL,
-            },
-            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1},
-        },
-    )
+    job = Job(cluster, checkpointing(steps, CHECKPOINT_INTERVAL, restartPolicy={"maxRestarts": 1, "backoffSeconds": 1}))
     try:
         job.wait(lambda current: progress(current).get("lastCheckpointStep"), "generation 1 to pass a checkpoint")
         victim = job.pods(1)[1]["metadata"]["name"]
@@ -190,18 +177,12 @@ def measure_in_place(cluster: RealCluster, steps: int, trace: list[str]) -> dict
     crash_after = CHECKPOINT_INTERVAL + 2
     job = Job(
         cluster,
-        {
-            "steps": steps,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": {
-                "path": "/checkpoints",
-                "persistentVolumeClaim": "checkpoints",
-                "intervalSteps": CHECKPOINT_INTERVAL,
-            },
-            "restartPolicy": {"inPlace": True, "maxRestarts": 0},
-            "env": [{"name": FAULT_EXIT_AT_STEP, "value": f"1:{crash_after}"}],
-        },
+        checkpointing(
+            steps,
+            CHECKPOINT_INTERVAL,
+            restartPolicy={"inPlace": True, "maxRestarts": 0},
+            env=[{"name": FAULT_EXIT_AT_STEP, "value": f"1:{crash_after}"}],
+        ),
     )
     try:
         watching = Trace(cluster, job.namespace)

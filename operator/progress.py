@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from longctx_trainer.contract.exposition import (
+    IN_PLACE_RESTARTS,
     LAST_CHECKPOINT,
     LAST_CHECKPOINT_TIME,
     LOSS,
@@ -34,6 +35,7 @@ from longctx_trainer.contract.exposition import (
 from .api.spec import LongContextJobSpec
 from .api.status import ProgressStatus
 from .config import OperatorConfig
+from .inplace_restarts import in_place_budget, in_place_restarts, shown_in_place_restarts
 from .jobtasks import RunningJobTasks
 from .names import METRICS_URL_ANNOTATION
 from .observe import pod_rank, serving, timestamp
@@ -72,15 +74,25 @@ def _unix_time(value: float | None) -> str | None:
     return timestamp(datetime.fromtimestamp(value, UTC)) if value is not None else None
 
 
-def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
-    """The progress in rank 0's exposition `body`, or None when it has no training metrics yet
-    (before the first step). Values the exporter (the job author's image) could not mean are
-    dropped: non-finite ones, a negative step, MFU outside 0..1, tokens/s or loss beyond any real
-    run. Raises MetricsUnreadable for a malformed sample of a progress metric."""
+@dataclass(frozen=True)
+class Reading:
+    """One read of rank 0's exposition."""
+
+    progress: ProgressStatus | None
+    """None when it has no training metrics yet (before the first step)."""
+    in_place_restarts: float | None
+    """The `longctx_train_in_place_restarts` sample as served, unchecked (inplace_restarts.py checks it)."""
+
+
+def read_rank0(body: bytes, updated_at: str) -> Reading:
+    """The progress in rank 0's exposition `body` and its in-place restarts. Values the exporter (the
+    job author's image) could not mean are dropped: non-finite ones, a negative step, MFU outside
+    0..1, tokens/s or loss beyond any real run. Raises MetricsUnreadable for a malformed sample of a
+    progress metric."""
     v = rank0_values(body)
     if not any(name in v for name in (STEP, TOKENS_PER_SECOND, LOSS)):
-        return None
-    return ProgressStatus(
+        return Reading(None, None)
+    progress = ProgressStatus(
         step=_count(v.get(STEP)),
         tokens_per_second=_tenths(_within(v.get(TOKENS_PER_SECOND), 0.0, MAX_TOKENS_PER_SECOND)),
         mfu=_within(v.get(MFU), 0.0, 1.0),
@@ -90,10 +102,16 @@ def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
         resumed_from_step=_count(v.get(RESUMED_FROM)),
         last_checkpoint_time=_unix_time(v.get(LAST_CHECKPOINT_TIME)),
     )
+    return Reading(progress, v.get(IN_PLACE_RESTARTS))
 
 
-def _parse_response(response: Response, updated_at: str) -> ProgressStatus | None:
-    return parse_progress(response.payload(), updated_at)
+def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
+    """read_rank0's progress."""
+    return read_rank0(body, updated_at).progress
+
+
+def _parse_response(response: Response, updated_at: str) -> Reading:
+    return read_rank0(response.payload(), updated_at)
 
 
 @dataclass(frozen=True)
@@ -261,11 +279,24 @@ class ProgressPoller(RunningJobTasks):
             return
         response = await fetch_metrics(url)
         loop = asyncio.get_running_loop()
-        progress = await loop.run_in_executor(self._threads, _parse_response, response, timestamp(datetime.now(UTC)))
-        if progress is not None and (obj := self._running(key)) is not None:  # still Running after the read
-            progress = self._with_completion(key, obj, progress)
+        reading = await loop.run_in_executor(self._threads, _parse_response, response, timestamp(datetime.now(UTC)))
+        if reading.progress is not None and (obj := self._running(key)) is not None:  # still Running after the read
+            progress = self._with_completion(key, obj, reading.progress)
+            status = obj.get("status") or {}
+            in_place = in_place_restarts(
+                shown_in_place_restarts(status),
+                reading.in_place_restarts,
+                in_place_budget(obj.get("spec") or {}),
+                status.get("workloadGeneration") or 0,
+            )
+            progress = progress.model_copy(update={"in_place_restarts": in_place.count})
             updated = await self.call(self.kube.patch_status, *key, progress_patch(progress))
             self.cache.put_job(updated, deleted=False)
+            for event in in_place.events:  # after the patch: the status says it first
+                try:
+                    await self.call(self.kube.post_event, updated, event.type, event.reason, event.message)
+                except Exception as e:  # noqa: BLE001 - an Event lost; the status has the count
+                    log.warning("%s/%s: event %s not posted: %s", *key, event.reason, e)
 
     def next_read_delay(self, failures: int) -> float:
         """Seconds from one read's start to the next: the interval, doubling while reads fail, up

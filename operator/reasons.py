@@ -39,6 +39,7 @@ Reason = Literal[
     "StragglerDetected",
     "NoStraggler",
     "NodeNotReady",
+    "RestartedInPlace",
 ]
 
 # LayoutPlanned
@@ -88,3 +89,6 @@ SUSPENDED: Reason = "Suspended"
 RESUMED: Reason = "Resumed"
 # Events only: a finding of api/advice.py
 CHECKPOINT_NOT_PERSISTENT: Reason = "CheckpointNotPersistent"
+# Events only: the progress read of rank 0 (inplace_restarts.py)
+RESTARTED_IN_PLACE: Reason = "RestartedInPlace"
+"""Rank 0's trainer reports more in-place restarts (restartPolicy.inPlace) than the status showed."""

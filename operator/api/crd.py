@@ -86,6 +86,13 @@ PRINTER_COLUMNS = [
         "description": "Why the gang last stopped and started again",
         "priority": 1,
     },
+    {
+        "name": "In Place",
+        "type": "integer",
+        "jsonPath": ".status.progress.inPlaceRestarts",
+        "description": "In-place restarts of the current generation (restartPolicy.inPlace)",
+        "priority": 1,
+    },
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
 ]
 

@@ -1,4 +1,4 @@
-"""Markdown reference of the LongContextJob spec, generated from the same schema as the CRD."""
+"""Markdown reference of the LongContextJob spec and status, generated from the same schema as the CRD."""
 
 from __future__ import annotations
 
@@ -60,6 +60,18 @@ def reference_markdown() -> str:
         "|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(spec, "spec", set(spec["required"]))]
+    status = openapi_schema()["properties"]["status"]
+    lines += [
+        "",
+        "## Status",
+        "",
+        "Written by the operator (the status subresource); `kubectl explain longcontextjobs.status` shows",
+        "the same descriptions.",
+        "",
+        "| field | type | default | bounds | description |",
+        "|---|---|---|---|---|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(status, "status", set(status.get("required", [])))]
     lines += [
         "",
         "## Cross-field rules",

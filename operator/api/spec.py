@@ -380,7 +380,7 @@ class RestartPolicySpec(ApiModel):
     without it when they do not agree or maxInPlaceRestarts are spent. Needs the bundled trainer."""
     max_in_place_restarts: int = Field(3, ge=0, le=1000)
     """In-place restarts per generation (counted by rank 0's launcher, so a gang restart starts
-    the count again; not counted in maxRestarts or the status)."""
+    the count again; not counted in maxRestarts; shown in status.progress.inPlaceRestarts)."""
 
 
 class HangDetectionSpec(ApiModel):

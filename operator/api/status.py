@@ -94,6 +94,11 @@ class ProgressStatus(ApiModel):
     """The checkpoint step the running ranks resumed from (0: from scratch)."""
     last_checkpoint_time: str | None = None
     """When the latest checkpoint was written (RFC 3339); its age is the work a failure would lose."""
+    in_place_restarts: int | None = Field(None, ge=0)
+    """In-place restarts of the current generation (restartPolicy.inPlace: the trainers restarted
+    inside the same pods, not counted in restarts), as rank 0's trainer reports them; at most
+    restartPolicy.maxInPlaceRestarts. Absent for a trainer that does not report them (inPlace off);
+    a new generation's trainers start again at 0. An Event RestartedInPlace marks each rise."""
 
 
 class RestartStatus(ApiModel):

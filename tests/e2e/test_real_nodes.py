@@ -339,12 +339,19 @@ def resumed_at(rank0: list[dict]) -> int:
     return resume["step"]
 
 
+def checkpointing(steps: int, interval: int, **spec: dict) -> dict:
+    """Spec changes for a job of `steps` small steps (512 tokens, 1,024 a batch) with a checkpoint
+    every `interval` steps on the job's `checkpoints` claim, and `spec`'s other changes."""
+    checkpoint = {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints", "intervalSteps": interval}
+    return {"steps": steps, "sequenceLength": 512, "globalBatchTokens": 1024, "checkpoint": checkpoint, **spec}
+
+
 def saving_on_preemption(steps: int, **spec: dict) -> dict:
     """Spec changes for a job of `steps` small steps whose only checkpoints are a preemption's and
     the last step's (interval checkpoints off), with 60 s to save on SIGTERM."""
-    checkpoint = {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints"}
-    checkpoint |= {"intervalSteps": 1000, "preemptionGraceSeconds": 60}
-    return {"steps": steps, "sequenceLength": 512, "globalBatchTokens": 1024, "checkpoint": checkpoint, **spec}
+    changes = checkpointing(steps, 1000, **spec)
+    changes["checkpoint"]["preemptionGraceSeconds"] = 60
+    return changes
 
 
 IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"  # the Job controller's, per index
@@ -414,28 +421,45 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         job.delete()
 
 
+IN_PLACE_STEPS = 100
+"""Steps of the in-place test's job: the gang runs about a minute after the restart, so the
+operator's progress read (every 10 s, backing off to up to a minute while the restart makes reads
+fail) sees rank 0's restarted trainer before the job ends."""
+
+
+def wide_column(cluster, job: Job, header: str) -> str:
+    """The job's cell under `header` in `kubectl get lcj -o wide` (the CRD's printer columns)."""
+    head, row = cluster.kubectl("get", "longcontextjob", NAME, "-n", job.namespace, "-o", "wide").splitlines()[:2]
+    at = head.index(header)
+    return row[at:].split(None, 1)[0] if row[at:].strip() else ""
+
+
 def test_a_crashed_rank_restarts_in_place_and_the_gang_resumes_in_the_same_pods(real_cluster):
     """`restartPolicy.inPlace`: rank 1's trainer exits (a crash, `LONGCTX_FAULT_EXIT_AT_STEP`) after
     step 7, past the checkpoint of step 5. Both pods' launchers restart their trainers inside the
     same containers: no new generation, no restart counted, no container restarted, and with
     `maxRestarts: 0` a gang restart would have failed the job. Both trainers join again, rank 0
-    resumes at step 6 and the job Succeeds."""
-    checkpoint = {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints", "intervalSteps": 5}
+    resumes at step 6 and the job Succeeds. The status counts the one in-place restart
+    (status.progress.inPlaceRestarts, the IN PLACE column) and one RestartedInPlace Event says so."""
     job = Job(
         real_cluster,
-        {
-            "steps": 12,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": checkpoint,
-            "restartPolicy": {"inPlace": True, "maxRestarts": 0},
-            "env": [{"name": podenv.FAULT_EXIT_AT_STEP, "value": "1:7"}],
-        },
+        checkpointing(
+            IN_PLACE_STEPS,
+            5,
+            restartPolicy={"inPlace": True, "maxRestarts": 0},
+            env=[{"name": podenv.FAULT_EXIT_AT_STEP, "value": "1:7"}],
+        ),
     )
     try:
         final = job.wait(lambda current: phase(current) in ("Succeeded", "Failed"), "the job to finish")
         assert phase(final) == "Succeeded", job.describe(final)
         assert final["status"]["restarts"] == 0 and final["status"]["workloadGeneration"] == 1, final["status"]
+        assert final["status"]["progress"].get("inPlaceRestarts") == 1, job.describe(final)
+        assert wide_column(real_cluster, job, "IN PLACE") == "1"
+        deadline = time.monotonic() + 60  # the Event is posted after the status patch, listed a little later
+        while not (posted := job.warnings("RestartedInPlace")) and time.monotonic() < deadline:
+            time.sleep(2)
+        assert len(posted) == 1 and "1 in-place restart in generation 1" in posted[0], job.describe(final)
         pods = job.pods(1)
         assert all(c["restartCount"] == 0 for p in pods for c in p["status"]["containerStatuses"]), pods
         texts = [job.log_text(p) for p in pods]

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 import pytest
 from e2e.conftest import CLUSTER
-from e2e.test_real_nodes import NAME, Job, check_joined, events, phase, resumed_at
+from e2e.test_real_nodes import NAME, Job, check_joined, checkpointing, events, phase, resumed_at
 
 from longctx_operator.observe import pod_rank
 from longctx_trainer.contract.health import PHASES
@@ -44,18 +44,12 @@ EVICTION_SECONDS = 300
 def test_a_stopped_rank_is_named_stalled_and_the_gang_resumes(real_cluster):
     job = Job(
         real_cluster,
-        {
-            "steps": 60,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": {
-                "path": "/checkpoints",
-                "persistentVolumeClaim": "checkpoints",
-                "intervalSteps": CHECKPOINT_INTERVAL,
-            },
-            "restartPolicy": {"maxRestarts": 0, "maxStallRestarts": 1, "backoffSeconds": 1},
-            "hangDetection": {"floorSeconds": FLOOR_SECONDS, "stepFactor": 10},
-        },
+        checkpointing(
+            60,
+            CHECKPOINT_INTERVAL,
+            restartPolicy={"maxRestarts": 0, "maxStallRestarts": 1, "backoffSeconds": 1},
+            hangDetection={"floorSeconds": FLOOR_SECONDS, "stepFactor": 10},
+        ),
     )
     try:
         job.wait(
@@ -163,13 +157,9 @@ def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_time
     """Last in the module: the dead node stays dead."""
     job = Job(
         real_cluster,
-        {
-            "steps": 80,
-            "sequenceLength": 512,
-            "globalBatchTokens": 1024,
-            "checkpoint": {"path": "/checkpoints", "persistentVolumeClaim": "checkpoints", "intervalSteps": 10},
-            "restartPolicy": {"maxRestarts": 1, "backoffSeconds": 1, "nodeLostSeconds": NODE_LOST_SECONDS},
-        },
+        checkpointing(
+            80, 10, restartPolicy={"maxRestarts": 1, "backoffSeconds": 1, "nodeLostSeconds": NODE_LOST_SECONDS}
+        ),
     )
     try:
         job.wait(

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from .health import HEALTH_METRICS, PHASE, PHASES
 from .metrics import (
+    IN_PLACE_RESTARTS,
     LAST_CHECKPOINT,
     LAST_CHECKPOINT_TIME,
     LOSS,
@@ -31,7 +32,16 @@ from .metrics import (
     TOKENS_PER_SECOND,
 )
 
-PROGRESS_METRICS = (STEP, TOKENS_PER_SECOND, LOSS, MFU, LAST_CHECKPOINT, LAST_CHECKPOINT_TIME, RESUMED_FROM)
+PROGRESS_METRICS = (
+    STEP,
+    TOKENS_PER_SECOND,
+    LOSS,
+    MFU,
+    LAST_CHECKPOINT,
+    LAST_CHECKPOINT_TIME,
+    RESUMED_FROM,
+    IN_PLACE_RESTARTS,
+)
 
 MAX_BODY_BYTES = 1 * 2**20
 """A trainer's exposition is a few kilobytes; anything past this is not read."""

@@ -47,6 +47,19 @@ def test_status_explains_the_layout_and_compares_estimated_with_measured_tokens_
     assert lines["Pods"].strip() == "-l longctx.io/job-name=llama,longctx.io/generation=2 (container trainer)"
 
 
+def test_status_counts_the_in_place_restarts_of_the_generation_where_the_status_shows_them():
+    shown = job(progress=PROGRESS | {"inPlaceRestarts": 1}, workloadGeneration=1)
+    shown["spec"]["restartPolicy"] |= {"inPlace": True, "maxInPlaceRestarts": 2}
+    lines = dict(line.split(":", 1) for line in jobview.format_status(shown).splitlines())
+    assert lines["Generation"].strip() == (
+        "1 (Job none (deleted)), 0 gang restarts of at most 3, 1 in-place restarts in this generation of at most 2"
+    )
+    plain = dict(
+        line.split(":", 1) for line in jobview.format_status(job(progress=PROGRESS, workloadGeneration=1)).splitlines()
+    )
+    assert "in-place" not in plain["Generation"]
+
+
 def test_status_says_which_load_balance_auto_chose_or_that_it_was_pinned():
     chosen = jobview.format_status(job(layout=LAYOUT | {"loadBalance": "documents"}))
     assert "load balance: documents, chosen by auto (documents with data.packing.documentMask)" in chosen

@@ -82,6 +82,7 @@ def test_printer_columns_and_names():
         "Checkpoint",
         "Checkpoint Age",
         "Last Restart",
+        "In Place",
         "Message",
     ]
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
