@@ -168,6 +168,7 @@ def test_a_higher_priority_job_preempts_the_whole_gang_whose_same_job_resumes_la
     assert h.children(kubectl, "low")["jobs"] == ["low-g1"]
     assert done["status"]["lastRestart"]["reason"] == reasons.EVICTED_BY_KUEUE
     assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.ADMITTED_BY_KUEUE)
+    h.wait_event(kubectl, wait_until, "low", "Normal", reasons.COMPLETED)
     assert h.events(kubectl, "low").count(("Warning", reasons.EVICTED_BY_KUEUE)) == 1
     assert cond.RESTARTING not in h.conditions(done)
     assert h.wait_phase(kubectl, wait_until, "high", "Succeeded")["status"]["workloadGeneration"] == 1
@@ -191,9 +192,8 @@ def test_a_gang_that_cannot_start_is_requeued_by_kueue_alone(kubectl, kueue, que
     assert s["workloadGeneration"] == 1 and h.children(kubectl, "stuck")["jobs"] == ["stuck-g1"]
     (workload,) = kubectl.json("get", "workloads.kueue.x-k8s.io")["items"]
     assert workload["status"]["requeueState"]["count"] >= 1
-    events = h.event_objects(kubectl, "stuck")
-    assert reasons.STARTUP_TIMEOUT not in [e["reason"] for e in events]
-    evicted = next(e for e in events if (e["type"], e["reason"]) == ("Warning", reasons.EVICTED_BY_KUEUE))
+    evicted = h.wait_event(kubectl, wait_until, "stuck", "Warning", reasons.EVICTED_BY_KUEUE)
+    assert reasons.STARTUP_TIMEOUT not in [e["reason"] for e in h.event_objects(kubectl, "stuck")]
     assert "evicted it: PodsReadyTimeout" in evicted["message"]
 
 

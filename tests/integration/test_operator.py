@@ -55,6 +55,7 @@ def test_create_admitted_running_succeeded(operator, kubectl, wait_until):
         cond.RENDEZVOUS: ("False", reasons.COMPLETED),
         cond.SUCCEEDED: ("True", reasons.COMPLETED),
     }
+    h.wait_event(kubectl, wait_until, "happy", "Normal", reasons.COMPLETED)
     assert h.events(kubectl, "happy") == [
         ("Normal", reasons.PLANNED),
         ("Warning", reasons.CHECKPOINT_NOT_PERSISTENT),
@@ -84,6 +85,7 @@ def test_one_failed_rank_restarts_the_whole_gang(operator, kubectl, wait_until):
     done = h.wait_phase(kubectl, wait_until, "flaky", "Succeeded")
     assert (done["status"]["restarts"], done["status"]["workloadGeneration"]) == (1, 2)
     assert h.children(kubectl, "flaky")["jobs"] == ["flaky-g2"]
+    h.wait_event(kubectl, wait_until, "flaky", "Normal", reasons.COMPLETED)
     events = h.event_objects(kubectl, "flaky")
     seen = [e["reason"] for e in events]
     assert seen.index(reasons.RANK_FAILED) < seen.index(reasons.RECOVERED) < seen.index(reasons.COMPLETED)
@@ -102,7 +104,7 @@ def test_failing_every_time_fails_after_max_restarts(operator, kubectl, wait_unt
     assert "maxRestarts is 1" in status["message"]
     assert h.conditions(failed)[cond.FAILED] == ("True", reasons.RANK_FAILED)
     wait_until(lambda: not h.children(kubectl, "doomed")["jobs"], timeout=30, what="failed workload deleted")
-    assert ("Warning", reasons.RANK_FAILED) in h.events(kubectl, "doomed")
+    h.wait_event(kubectl, wait_until, "doomed", "Warning", reasons.RANK_FAILED)
 
 
 def test_startup_timeout_is_a_failure_with_its_own_reason(operator, kubectl, wait_until):
@@ -186,7 +188,7 @@ def test_a_colleagues_job_named_like_a_generation_fails_the_job_and_is_never_del
     assert (status["reason"], status["restarts"]) == (reasons.NAME_TAKEN, 0)
     assert "Job squat-g1 already exists and is not owned by LongContextJob squat" in status["message"]
     assert h.conditions(failed)[cond.WORKLOAD_CREATED] == ("False", reasons.NAME_TAKEN)
-    assert ("Warning", reasons.NAME_TAKEN) in h.events(kubectl, "squat")
+    h.wait_event(kubectl, wait_until, "squat", "Warning", reasons.NAME_TAKEN)
     jobs = {j["metadata"]["name"]: j for j in kubectl.json("get", "jobs")["items"]}
     assert set(jobs) == {"squat-g1"} and jobs["squat-g1"]["metadata"]["uid"] == theirs
     assert not jobs["squat-g1"]["metadata"].get("deletionTimestamp")
@@ -401,7 +403,7 @@ def test_pod_annotations_outside_the_allow_list_hold_the_job_with_a_reason(opera
         c["message"] for c in held["status"]["conditions"] if c["type"] == cond.POD_ANNOTATIONS_ACCEPTED
     )
     assert not h.children(kubectl, "sneaky")["jobs"]
-    assert ("Warning", reasons.POD_ANNOTATIONS_REJECTED) in h.events(kubectl, "sneaky")
+    h.wait_event(kubectl, wait_until, "sneaky", "Warning", reasons.POD_ANNOTATIONS_REJECTED)
     kubectl.run("annotate", "lcj", "sneaky", "--overwrite", f"longctx.io/pod-annotations={json.dumps(FAST)}")
     h.wait_phase(kubectl, wait_until, "sneaky", "Succeeded")
 
@@ -424,7 +426,7 @@ def test_a_toleration_outside_the_allow_list_holds_the_job_with_a_reason(operato
     assert "spec.scheduling.tolerations[0].key node-role.kubernetes.io/control-plane" in held["status"]["message"]
     assert h.conditions(held)[cond.ADMITTED] == ("False", reasons.SETTING_NOT_ALLOWED)
     assert not h.children(kubectl, "greedy")["jobs"]
-    assert ("Warning", reasons.SETTING_NOT_ALLOWED) in h.events(kubectl, "greedy")
+    h.wait_event(kubectl, wait_until, "greedy", "Warning", reasons.SETTING_NOT_ALLOWED)
     remove = '[{"op": "remove", "path": "/spec/scheduling/tolerations"}]'
     kubectl.run("patch", "lcj", "greedy", "--type=json", "-p", remove)
     h.wait_phase(kubectl, wait_until, "greedy", "Succeeded")
@@ -447,7 +449,7 @@ def test_a_network_outside_the_allow_list_holds_the_job_until_the_spec_changes(o
     assert (held["status"]["phase"], held["status"]["reason"]) == ("Pending", reasons.NETWORK_NOT_ALLOWED)
     assert held["status"]["message"].startswith('spec.network.networks[0]: "ib-0" is not allowed in namespace')
     assert not h.children(kubectl, "far-net")["jobs"]
-    assert ("Warning", reasons.NETWORK_NOT_ALLOWED) in h.events(kubectl, "far-net")
+    h.wait_event(kubectl, wait_until, "far-net", "Warning", reasons.NETWORK_NOT_ALLOWED)
     kubectl.run("patch", "lcj", "far-net", "--type=merge", "-p", '{"spec":{"network":{"networks":null}}}')
     h.wait_phase(kubectl, wait_until, "far-net", "Succeeded")
     policy = kubectl.json("get", "networkpolicy", "far-net")

@@ -37,7 +37,7 @@ def test_an_admission_mode_outside_the_allow_list_is_held_with_its_reason(
         assert (status["phase"], status["reason"]) == ("Pending", reasons.ADMISSION_NOT_ALLOWED)
         assert "scheduling.admission none is not allowed" in status["message"] and "builtin" in status["message"]
         assert h.children(kubectl, "skipper") == {"services": [], "configmaps": [], "jobs": [], "pods": []}
-        assert ("Warning", reasons.ADMISSION_NOT_ALLOWED) in h.events(kubectl, "skipper")
+        h.wait_event(kubectl, wait_until, "skipper", "Warning", reasons.ADMISSION_NOT_ALLOWED)
         kubectl.run("patch", "lcj", "skipper", "--type=merge", "-p", '{"spec":{"scheduling":{"admission":"builtin"}}}')
         done = h.wait_phase(kubectl, wait_until, "skipper", "Succeeded", timeout=90)
         assert h.conditions(done)[cond.ADMITTED] == ("True", reasons.GANG_FITS)

@@ -59,8 +59,7 @@ def test_a_lost_node_restarts_the_gang_on_the_spare_node(operator, kubectl, admi
     )
     # Restarting for the lost node, or already recovered (the phase's reason moves on with admission)
     assert h.conditions(restarted)[cond.RESTARTING] in (("True", reasons.NODE_NOT_READY), ("False", reasons.RECOVERED))
-    events = h.event_objects(kubectl, "lost")
-    lost = next(e for e in events if e["reason"] == reasons.NODE_NOT_READY and e["type"] == "Warning")
+    lost = h.wait_event(kubectl, wait_until, "lost", "Warning", reasons.NODE_NOT_READY)
     assert f"rank 1 (pod {rank1['metadata']['name']})" in lost["message"] and node in lost["message"]
     second = wait_until(
         lambda: (

@@ -175,6 +175,16 @@ def event_objects(kubectl, name: str) -> list[dict]:
     return sorted(items, key=lambda e: int(e["metadata"]["resourceVersion"]))
 
 
+def wait_event(kubectl, wait_until, name: str, kind: str, reason: str, timeout: float = 30) -> dict:
+    """The job's first Event of this type and reason, waited for: kopf posts Events from a queue of
+    its own, so one can arrive after the status patch that the test saw."""
+
+    def found():
+        return next((e for e in event_objects(kubectl, name) if (e["type"], e["reason"]) == (kind, reason)), None)
+
+    return wait_until(found, timeout=timeout, what=f"a {kind} Event {reason} of {name}")
+
+
 def events(kubectl, name: str) -> list[tuple[str, str]]:
     """(type, reason) of the job's Events in the order they were created."""
     return [(e["type"], e["reason"]) for e in event_objects(kubectl, name)]
