@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from . import reasons
+from .api.quantity import MULTIPLIERS
 from .api.spec import LongContextJobSpec
 from .config import OperatorConfig
 from .observe import ended
@@ -52,11 +53,10 @@ class Admission:
 
 _SERVED_QUANTITY = re.compile(
     r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"  # the number
-    r"(?:([eE][+-]?[0-9]+)|(Ki|[MGTPE]i|[numkMGTPE]))?"  # an exponent, or a suffix
+    r"(?:([eE][+-]?[0-9]+)|("  # an exponent, or a suffix (the two-letter ones first)
+    + "|".join(sorted(filter(None, MULTIPLIERS), key=len, reverse=True))
+    + "))?"
 )
-_MULTIPLIERS = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), None: Decimal(1)}
-_MULTIPLIERS |= {suffix: Decimal(10) ** (3 * (i + 1)) for i, suffix in enumerate("kMGTPE")}
-_MULTIPLIERS |= {f"{suffix}i": Decimal(2) ** (10 * (i + 1)) for i, suffix in enumerate("KMGTPE")}
 
 
 _MOST = Decimal(2**63 - 1)  # the API server's quantities fit in an int64
@@ -70,7 +70,7 @@ def quantity(value) -> int:
     if match is None:
         return 0
     number, exponent, suffix = match.groups()
-    amount = Decimal(number + exponent) if exponent else Decimal(number) * _MULTIPLIERS[suffix]
+    amount = Decimal(number + exponent) if exponent else Decimal(number) * MULTIPLIERS[suffix or ""]
     return int(min(max(amount, 0), _MOST))
 
 

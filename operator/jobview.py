@@ -15,7 +15,7 @@ from longctx_trainer.contract.config import AUTO, DEFAULT_ATTENTION
 from . import conditions, names
 from .api.spec import API_ATTENTION
 from .api.status import PENDING, TERMINAL, Phase
-from .inplace_restarts import in_place_budget
+from .inplace_restarts import in_place_budget, shown_in_place_restarts
 from .names import TRAINER_CONTAINER
 
 PHASES: tuple[str, ...] = get_args(Phase)
@@ -118,9 +118,9 @@ def _throughput(layout: dict, progress: dict) -> str | None:
     return ", ".join(parts)
 
 
-def _in_place_text(count, spec: dict) -> str:
+def _in_place_text(status: dict, spec: dict) -> str:
     """The Generation line's in-place restarts (status.progress.inPlaceRestarts), where the status shows them."""
-    if not isinstance(count, int) or isinstance(count, bool):
+    if (count := shown_in_place_restarts(status)) is None:
         return ""
     return f", {count} in-place restarts in this generation of at most {in_place_budget(spec)}"
 
@@ -143,7 +143,7 @@ def format_status(job: dict) -> str:
                 "Generation",
                 f"{generation} (Job {workload}), {restarts} gang restarts"
                 + (f" of at most {limit}" if limit is not None else "")
-                + _in_place_text(progress.get("inPlaceRestarts"), spec),
+                + _in_place_text(status, spec),
             )
         )
         lines.append(("Pods", f"-l {pod_selector(meta.get('name', '?'), generation)} (container {TRAINER_CONTAINER})"))

@@ -105,11 +105,6 @@ def read_rank0(body: bytes, updated_at: str) -> Reading:
     return Reading(progress, v.get(IN_PLACE_RESTARTS))
 
 
-def parse_progress(body: bytes, updated_at: str) -> ProgressStatus | None:
-    """read_rank0's progress."""
-    return read_rank0(body, updated_at).progress
-
-
 def _parse_response(response: Response, updated_at: str) -> Reading:
     return read_rank0(response.payload(), updated_at)
 

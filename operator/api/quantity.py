@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from .spec import QUANTITY_PATTERN
 
-_SUFFIXES = {
-    "": 1,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-}
+MULTIPLIERS: dict[str, Decimal] = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1)}
+"""Every suffix a Kubernetes quantity may carry, and its value: decimal SI and binary."""
+MULTIPLIERS |= {suffix: Decimal(10) ** (3 * (i + 1)) for i, suffix in enumerate("kMGTPE")}
+MULTIPLIERS |= {f"{suffix}i": Decimal(2) ** (10 * (i + 1)) for i, suffix in enumerate("KMGTPE")}
 
 
 def parse_quantity(text: str) -> float:
@@ -28,4 +19,4 @@ def parse_quantity(text: str) -> float:
     if match is None:
         raise ValueError(f"not a resource quantity: {text!r}")
     suffix = match.group(2) or ""
-    return float(text[: len(text) - len(suffix)]) * _SUFFIXES[suffix]
+    return float(Decimal(text[: len(text) - len(suffix)]) * MULTIPLIERS[suffix])

@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from longctx_operator.api.status import ProgressStatus
 from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
-from longctx_operator.progress import ProgressPoller, metrics_source, parse_progress, progress_patch
+from longctx_operator.progress import ProgressPoller, metrics_source, progress_patch, read_rank0
 from longctx_trainer.contract.exposition import MetricsUnreadable
 from longctx_trainer.contract.metrics import TrainMetrics
 from support.hostile_metrics import Handler, serve, slow_answer
@@ -31,30 +31,30 @@ def exposition(rank=0, steps=True) -> bytes:
 
 
 def test_progress_of_rank_zero():
-    p = parse_progress(exposition(), "2026-01-01T00:00:00Z")
+    p = read_rank0(exposition(), "2026-01-01T00:00:00Z").progress
     assert (p.step, p.tokens_per_second, p.loss, p.mfu, p.last_checkpoint_step) == (12, 8192 / 0.25, 3.5, 0.41, 10)
     assert p.updated_at == "2026-01-01T00:00:00Z"
 
 
 def test_tokens_per_second_is_kept_to_a_tenth():
-    p = parse_progress(
+    p = read_rank0(
         b'longctx_train_step{rank="0"} 3\nlongctx_train_tokens_per_second{rank="0"} 1920.9673484319665\n', "t"
-    )
+    ).progress
     assert p.tokens_per_second == 1921.0
 
 
 def test_other_ranks_are_ignored():
-    assert parse_progress(exposition(rank=1), "t") is None
+    assert read_rank0(exposition(rank=1), "t").progress is None
 
 
 def test_nothing_before_the_first_step():
-    assert parse_progress(exposition(steps=False), "t") is None
+    assert read_rank0(exposition(steps=False), "t").progress is None
 
 
 def test_resume_sets_step_and_checkpoint_only():
     m = TrainMetrics("job", 0)
     m.observe_resume(40)
-    p = parse_progress(generate_latest(m.registry), "t")
+    p = read_rank0(generate_latest(m.registry), "t").progress
     assert (p.step, p.last_checkpoint_step, p.tokens_per_second, p.loss) == (40, 40, None, None)
 
 
@@ -78,7 +78,7 @@ def test_non_finite_and_huge_values_never_reach_the_status():
         b"longctx_train_step 1e300\nlongctx_train_loss NaN\nlongctx_train_tokens_per_second +Inf\n"
         b'longctx_train_mfu_ratio{convention="causal"} 0.5\n'
     )
-    p = parse_progress(text, "t")
+    p = read_rank0(text, "t").progress
     assert (p.step, p.loss, p.tokens_per_second, p.mfu) == (None, None, None, 0.5)
 
 
@@ -98,7 +98,7 @@ def test_non_finite_and_huge_values_never_reach_the_status():
 )
 def test_values_no_trainer_could_mean_are_dropped(sample, field):
     """Defect 11 of issue #26: a negative step or an MFU of 1e300 reached status.progress."""
-    p = parse_progress(b"longctx_train_loss 2.5\n" + sample + b"\n", "t")
+    p = read_rank0(b"longctx_train_loss 2.5\n" + sample + b"\n", "t").progress
     assert getattr(p, field) is None
 
 
@@ -108,12 +108,12 @@ def test_mfu_is_the_causal_convention_against_the_bf16_peak():
         b'longctx_train_mfu_ratio{convention="full",peak="bf16"} 0.6\n'
         b'longctx_train_mfu_ratio{convention="causal",peak="bf16"} 0.4\n'
     )
-    assert parse_progress(text, "t").mfu == 0.4
+    assert read_rank0(text, "t").progress.mfu == 0.4
 
 
 def test_a_malformed_progress_sample_is_unreadable():
     with pytest.raises(MetricsUnreadable, match="malformed longctx_train_step"):
-        parse_progress(b"longctx_train_step three\n", "t")
+        read_rank0(b"longctx_train_step three\n", "t")
 
 
 class SlowAndHonest(Handler):
