@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -22,6 +21,7 @@ from . import reasons
 from .api.quantity import MULTIPLIERS
 from .api.spec import LongContextJobSpec
 from .config import OperatorConfig
+from .node_memo import NodeMemo
 from .observe import ended
 from .reasons import Reason
 
@@ -30,7 +30,6 @@ BACKOFF_MAX_SECONDS = 30.0
 
 GPU = "nvidia.com/gpu"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-MAX_SHAPES = 64  # gang shapes NodeMatches remembers (the least recently counted is forgotten)
 
 
 @dataclass(frozen=True)
@@ -59,13 +58,16 @@ _SERVED_QUANTITY = re.compile(
 )
 
 
-_MOST = Decimal(2**63 - 1)  # the API server's quantities fit in an int64
+_MOST_INT = 2**63 - 1  # the API server's quantities fit in an int64
+_MOST = Decimal(_MOST_INT)
 
 
 def quantity(value) -> int:
     """A GPU count as the API server serves it (None: 0). Extended resources such as nvidia.com/gpu
     are whole numbers, but in any form a quantity may take: "8", "1k", "2e3", "8000m". A form this
     cannot read (the API server serves none) counts as no GPUs rather than stopping admission."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # the common form, read fast
+        return min(int(value), _MOST_INT)
     match = _SERVED_QUANTITY.fullmatch(str(value)) if value is not None else None
     if match is None:
         return 0
@@ -133,6 +135,15 @@ def _term_matches(term: dict, node: dict) -> bool:
     )
 
 
+def pod_constraints(pod: dict) -> list:
+    """What of a pod pod_may_use reads: pods alike in it may use the same nodes (a gang's pods, and
+    the gangs of one shape: their pod anti-affinity, which names the gang, is not read)."""
+    spec = pod.get("spec", {})
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    return [spec.get("nodeSelector"), required, spec.get("tolerations")]
+
+
 def pod_may_use(pod: dict, node: dict) -> bool:
     """Whether the scheduler could put `pod` on `node`: its node selector, required node affinity
     and tolerations of the node's NoSchedule/NoExecute taints (resources aside)."""
@@ -166,26 +177,17 @@ def node_matches(node: dict, request: GangRequest) -> bool:
 
 
 class NodeMatches:
-    """Which nodes match each gang shape (node selector and tolerations), remembered per node object.
-    The cache replaces a node's object only when what admission reads of it changes
-    (cache.Cache.put_node), so a count matches only the nodes that changed since the last count of
-    the same shape, instead of every node's labels and taints (most of a count's time at 2,000
-    nodes). Used by the admission thread only; MAX_SHAPES shapes at most."""
+    """Which nodes match each gang shape (node selector and tolerations), remembered per node object
+    (node_memo.py): a count matches only the nodes that changed since the last count of the same
+    shape. Used by the admission thread only."""
 
     def __init__(self):
-        self._shapes: OrderedDict[str, dict[str, tuple[dict, bool]]] = OrderedDict()
+        self._memo: NodeMemo[bool] = NodeMemo()
 
     def matching(self, request: GangRequest, nodes: list[dict]) -> list[dict]:
         shape = json.dumps([request.node_selector, request.tolerations], sort_keys=True)
-        known = self._shapes.pop(shape, {})
-        current: dict[str, tuple[dict, bool]] = {}
-        for node in nodes:
-            seen = known.get(name := node["metadata"]["name"])
-            current[name] = seen if seen is not None and seen[0] is node else (node, node_matches(node, request))
-        self._shapes[shape] = current  # the nodes gone since are forgotten with the old map
-        while len(self._shapes) > MAX_SHAPES:
-            self._shapes.popitem(last=False)
-        return [node for node, matches in current.values() if matches]
+        found, _ = self._memo.values(shape, nodes, lambda node: node_matches(node, request))
+        return [node for node, matches in found if matches]
 
 
 def node_gpus(node: dict) -> int:
@@ -214,10 +216,7 @@ def waiting_gpu_pods(pods: list[dict], candidates: list[dict], free: dict[str, i
     for pod in pods:
         if pod.get("spec", {}).get("nodeName") or ended(pod) or (gpus := pod_gpus(pod)) == 0:
             continue
-        spec = pod.get("spec", {})
-        shape = json.dumps(
-            [gpus, spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")], sort_keys=True
-        )
+        shape = json.dumps([gpus, pod_constraints(pod)], sort_keys=True)
         if shape not in fits:
             fits[shape] = any(free[n["metadata"]["name"]] >= gpus and pod_may_use(pod, n) for n in candidates)
         count += fits[shape]

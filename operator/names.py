@@ -39,7 +39,7 @@ PLACEMENT_FILE = "placement.json"
 """The annotation as a file in the trainer's CONFIG_MOUNT (a downward-API source of that volume)."""
 PLACEMENT_TABLE_FILE = "placement-table.json"
 """The ConfigMap's key, and so the file in CONFIG_MOUNT, of the gang's placement table: the
-placement of each node it may run on (placement.add_placement_table)."""
+placement of each node it may run on (placement.PlacementTables)."""
 POD_ANNOTATIONS_ANNOTATION = "longctx.io/pod-annotations"
 """On a LongContextJob: a JSON object of annotations for its pods (keys the admin allows)."""
 METRICS_URL_ANNOTATION = "longctx.io/metrics-url"

@@ -50,7 +50,7 @@ from .lifecycle.planning import planning_due
 from .names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name, workload_name
 from .observe import MISSING, WorkloadObservation, ended, observe_workload
 from .occupancy import OtherPods
-from .placement import add_placement_table, placement_wanted, placements_due, topology_levels
+from .placement import PlacementTables, placement_wanted, placements_due, topology_levels
 from .planner import PlanError
 from .progress import ProgressPoller
 from .render import render_workload
@@ -191,6 +191,7 @@ class Reconciler:
         # off the event loop, one count at a time.
         self._admission_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="admission")
         self.node_matches = NodeMatches()  # the admission thread's
+        self.placement_tables = PlacementTables()  # the admission thread's
         self.awaiting_nodes: dict[str, set[Key]] = {}
         """Node -> the jobs with a pod bound to it whose placement waits for the node's labels."""
         self.progress = ProgressPoller(self.cache, kube, self._call, config)
@@ -517,7 +518,7 @@ class Reconciler:
         if placement_wanted(job.spec, self.config):  # in the admission thread: it walks every cached node
             tabled = await asyncio.get_running_loop().run_in_executor(
                 self._admission_thread,
-                add_placement_table,
+                self.placement_tables.add,
                 workload.config_map,
                 workload.job["spec"]["template"],
                 dict(self.cache.nodes),

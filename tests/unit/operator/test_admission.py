@@ -278,15 +278,6 @@ def test_node_matches_rematches_only_nodes_whose_object_changed():
     assert matches.matching(other, [b]) == []
 
 
-def test_node_matches_remembers_a_bounded_number_of_shapes():
-    from longctx_operator.admission import MAX_SHAPES, NodeMatches
-
-    matches = NodeMatches()
-    for i in range(MAX_SHAPES + 5):
-        matches.matching(GangRequest(pods=1, gpus_per_pod=8, node_selector={"pool": str(i)}), [node("a")])
-    assert len(matches._shapes) == MAX_SHAPES
-
-
 def test_a_fit_still_stands_while_enough_of_its_free_nodes_are_not_reserved_since():
     from longctx_operator.admission import still_fits
 

@@ -10,8 +10,8 @@ from longctx_operator.api import parse_job
 from longctx_operator.config import OperatorConfig
 from longctx_operator.names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, POD_ANNOTATIONS_ANNOTATION
 from longctx_operator.placement import (
+    PlacementTables,
     PodPlacement,
-    add_placement_table,
     placement_wanted,
     placements_due,
     topology_levels,
@@ -105,10 +105,46 @@ def test_the_table_holds_the_nodes_the_gangs_pods_may_run_on():
         "b0": gpu_node("b0", 8, pool="b", **{RACK: "r0"}),  # another pool
         "a4": gpu_node("a4", 8, product="NVIDIA-A100", pool="a"),  # another GPU
     }
-    tabled = add_placement_table(workload.config_map, template, nodes, (RACK,))
+    tabled = PlacementTables().add(workload.config_map, template, nodes, (RACK,))
     text = workload.config_map["data"][PLACEMENT_TABLE_FILE]
     assert tabled == tabled_nodes(text) == {"a0", "a1"}
     assert [tabled_placement(text, n) for n in ("a0", "a1", "b0")] == [{RACK: "r0"}, {RACK: "r1"}, None]
+
+
+def test_the_gangs_of_one_shape_share_the_walk_and_see_every_node_change(monkeypatch):
+    """A second gang of the same shape (another job: its anti-affinity differs) places only the
+    nodes that changed, and its table shows the change; a new node, a gone one, a relabelled one."""
+    from longctx_operator import placement
+
+    placed: list[str] = []
+    real = placement.table_placement
+    monkeypatch.setattr(
+        placement,
+        "table_placement",
+        lambda pod, gpus, node, levels: placed.append(node["metadata"]["name"]) or real(pod, gpus, node, levels),
+    )
+    tables = PlacementTables()
+
+    def table(name, nodes):
+        job = parse_job(
+            apply_case(job_manifest(name=name), {"set": {"spec.scheduling": {"nodeSelector": {"pool": "a"}}}})
+        )
+        workload = render_workload(job, resolve_layout(job.spec)[0])
+        placed.clear()
+        tabled = tables.add(workload.config_map, workload.job["spec"]["template"], nodes, (RACK,))
+        text = workload.config_map["data"][PLACEMENT_TABLE_FILE]
+        return tabled, {n: tabled_placement(text, n) for n in tabled}
+
+    nodes = {n: gpu_node(n, 8, pool="a", **{RACK: f"r{i}"}) for i, n in enumerate(("a0", "a1", "a2"))}
+    assert table("first", nodes) == ({"a0", "a1", "a2"}, {"a0": {RACK: "r0"}, "a1": {RACK: "r1"}, "a2": {RACK: "r2"}})
+    assert sorted(placed) == ["a0", "a1", "a2"]
+    assert table("second", dict(nodes))[0] == {"a0", "a1", "a2"} and placed == []  # nothing walked again
+    nodes["a1"] = gpu_node("a1", 8, pool="a", **{RACK: "r9"})  # relabelled: a new object, as the cache puts it
+    nodes["a3"] = gpu_node("a3", 8, pool="a", **{RACK: "r3"})
+    del nodes["a0"]
+    tabled, placements = table("third", nodes)
+    assert sorted(placed) == ["a1", "a3"]
+    assert placements == {"a1": {RACK: "r9"}, "a2": {RACK: "r2"}, "a3": {RACK: "r3"}}
 
 
 def test_a_job_may_not_set_the_placement_annotation_even_where_its_prefix_is_allowed():
