@@ -20,7 +20,7 @@ against raw and JobSet, API requests per gang by client and, for the controllers
 API server's audit log, by user agent, between the first create and the last Running, the operator's
 cluster-wide lists included), the controllers' CPU seconds for the batch and peak resident memory
 (VmHWM), and longctx's reconcile latency (first watch event to decision, its
-longctx_operator_reconcile_latency_seconds histogram).
+longctx_operator_reconcile_latency_seconds histogram) and duration (a decision and its writes).
 
 Those are the "quiet" scenario. The "busy" one starts a second cluster of --busy-nodes nodes and
 runs longctx's gangs there twice, first on the idle cluster, then while --busy-pods unrelated pods
@@ -48,6 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # jobset_controller's support.cluster
 import jobset_controller
 
+from longctx_operator import metrics
 from longctx_operator.annotations import pod_annotations
 from longctx_operator.api.validate import parse_job
 from longctx_operator.config import OperatorConfig
@@ -317,17 +318,20 @@ class Controller:
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
 
-    def latency_buckets(self) -> dict[float, float]:
-        """longctx's reconcile-latency histogram: upper bound -> cumulative count."""
+    def histograms(self) -> dict[str, dict[float, float]]:
+        """longctx's reconcile histograms (RECONCILE_HISTOGRAMS): name -> upper bound -> cumulative count."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as r:
             lines = r.read().decode().splitlines()
-        prefix = "longctx_operator_reconcile_latency_seconds_bucket{le="
-        return {
-            float(line[len(prefix) + 1 :].split('"')[0]): float(line.rsplit(" ", 1)[1])
-            for line in lines
-            if line.startswith(prefix)
-        }
+        found: dict[str, dict[float, float]] = {}
+        for name in RECONCILE_HISTOGRAMS:
+            prefix = f"{name}_bucket{{le="
+            found[name] = {
+                float(line[len(prefix) + 1 :].split('"')[0]): float(line.rsplit(" ", 1)[1])
+                for line in lines
+                if line.startswith(prefix)
+            }
+        return found
 
     def stop(self) -> None:
         if self.jobset is not None:
@@ -349,6 +353,12 @@ def delete_gangs(cluster: Kubectl, namespace: str, timeout: float = 300) -> None
             raise TimeoutError(f"pods of {namespace} still there after {timeout}s")
         time.sleep(1)
     cluster("delete", "namespace", namespace, f"--timeout={timeout:.0f}s", timeout=None)
+
+
+RECONCILE_HISTOGRAMS = {
+    metrics.RECONCILE_LATENCY.describe()[0].name: "reconcile latency, event to decision",
+    metrics.RECONCILE_DURATION.describe()[0].name: "reconcile duration, a decision and its writes",
+}
 
 
 def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
@@ -377,7 +387,7 @@ def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path |
         # lists them again, so that list's cost falls in the batch as it would for any later burst.
         time.sleep(MAX_AGE_SECONDS)
         cpu_before = cpu_seconds(controller.process.pid) if controller.process else 0.0
-        latency_before = controller.latency_buckets() if system == "longctx" else None
+        histograms_before = controller.histograms() if system == "longctx" else None
         names = [f"scale-{i:03d}" for i in range(args.jobs)]
         since = time.time()
         stages = timeline.apply({n: gang_objects(system, n, namespace, args.pods) for n in names}, args.timeout)
@@ -387,9 +397,12 @@ def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path |
         if controller.process is not None:
             result["cpu"] = cpu_seconds(controller.process.pid) - cpu_before
             result["rss"] = peak_rss_mib(controller.process.pid)
-        if latency_before is not None:
-            after = controller.latency_buckets()
-            result["latency"] = [bucket_quantile(latency_before, after, q) for q in (0.5, 0.95)]
+        if histograms_before is not None:
+            after = controller.histograms()
+            result["histograms"] = {
+                name: [bucket_quantile(histograms_before[name], after[name], q) for q in (0.5, 0.95)]
+                for name in RECONCILE_HISTOGRAMS
+            }
         if audit is not None:
             result["requests"] = audit_counts(audit, namespace, since, until)
         return result
@@ -504,9 +517,8 @@ def report(results: dict[str, dict], args, nodes: int) -> None:
             )
         if "rss" in result:
             print(f"  controller: peak RSS {result['rss']:.0f} MiB, {result['cpu']:.1f} CPU seconds for the batch")
-        if "latency" in result:
-            p50, p95 = result["latency"]
-            print(f"  reconcile latency (event to decision, bucket bound): p50 <= {p50}s, p95 <= {p95}s")
+        for name, (p50, p95) in result.get("histograms", {}).items():
+            print(f"  {RECONCILE_HISTOGRAMS[name]} (bucket bound): p50 <= {p50}s, p95 <= {p95}s")
         if "requests" in result:
             counts = result["requests"]
             clients: Counter[str] = Counter()
