@@ -22,8 +22,6 @@ from pathlib import Path
 
 import yaml
 
-from support.cluster import KubectlError
-
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
@@ -110,16 +108,7 @@ class JobSetController:
     def start(self) -> None:
         for crd in sorted((self.home / "config").glob("*jobsets.yaml")):
             self.cluster("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-        for attempt in range(20):  # `kubectl wait` fails outright while the new CRD has no conditions
-            try:
-                self.cluster(
-                    "wait", "--for=condition=Established", f"crd/jobsets.{GROUP}", "--timeout=60s", timeout=None
-                )
-                break
-            except KubectlError:
-                if attempt == 19:
-                    raise
-                time.sleep(0.5)
+        self.cluster.wait_established(f"jobsets.{GROUP}")
         certs = self.scratch / "jobset-certs"
         ca = _certificates(certs)
         config = self.scratch / "jobset-config.yaml"

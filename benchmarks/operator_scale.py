@@ -50,6 +50,7 @@ import jobset_controller
 
 from longctx_operator import metrics
 from longctx_operator.annotations import pod_annotations
+from longctx_operator.api.crd import CRD_NAME
 from longctx_operator.api.validate import parse_job
 from longctx_operator.config import OperatorConfig
 from longctx_operator.names import JOB_NAME_LABEL
@@ -563,16 +564,7 @@ def start_cluster(nodes: int, state: Path, args) -> tuple[Kubectl, Path]:
     print(f"cluster with {nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True)
     cluster = Kubectl(state / "kubeconfig")
     cluster("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    for attempt in range(20):  # `kubectl wait` fails outright while the new CRD has no conditions
-        try:
-            cluster(
-                "wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s", timeout=None
-            )
-            break
-        except KubectlError:
-            if attempt == 19:
-                raise
-            time.sleep(0.5)
+    cluster.wait_established(CRD_NAME)
     return cluster, state / "logs" / "audit.log"
 
 

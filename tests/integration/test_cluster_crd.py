@@ -11,19 +11,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from longctx_operator.api.crd import CRD_NAME
+from support import operator_harness as h
 from support.manifests import EXAMPLES, apply_case, malformed_cases
 
 pytestmark = pytest.mark.integration
 
-CRD_NAME = "longcontextjobs.longctx.io"
-
 
 @pytest.fixture(scope="module")
-def crd(admin_kubectl, repo_root):
-    path = repo_root / "crds" / "longctx.io_longcontextjobs.yaml"
-    admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    admin_kubectl.run("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-    return yaml.safe_load(path.read_text())
+def crd(admin_kubectl):
+    h.install_crd(admin_kubectl)
+    return yaml.safe_load(h.CRD.read_text())
 
 
 def words(text: str) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from longctx_operator.api.crd import CRD_NAME
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,7 +161,7 @@ def install(helm: Helm, release: str, namespace: str, tmp_path: Path, values: di
 
 
 def check_running_operator(kubectl, admin_kubectl, release: str) -> None:
-    admin_kubectl.run("wait", "--for=condition=Established", "crd/longcontextjobs.longctx.io", "--timeout=60s")
+    admin_kubectl.wait_established(CRD_NAME)
     deployment = kubectl.json("get", "deployment", release)
     conditions = {c["type"]: c["status"] for c in deployment["status"]["conditions"]}
     assert conditions.get("Available") == "True" and deployment["status"].get("readyReplicas") == 1, deployment[

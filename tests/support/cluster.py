@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,18 @@ class Kubectl:
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def wait_established(self, crd: str, timeout: float = 60) -> None:
+        """Waits until the CRD named `crd` is Established. Not `kubectl wait`: right after a create the
+        CRD has no status.conditions yet, and kubectl 1.36 then fails at once ("accessor error")."""
+        deadline = time.monotonic() + timeout
+        while True:
+            conditions = (self.json("get", "crd", crd).get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {crd} not Established after {timeout:.0f}s")
+            time.sleep(0.2)
 
     def apply(self, *manifests: dict) -> subprocess.CompletedProcess:
         """Applies manifests given as dicts (server-side checks apply: schema, admission)."""

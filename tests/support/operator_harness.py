@@ -264,22 +264,9 @@ def chart_kubeconfig(admin_kubectl, directory: Path) -> Path:
 
 
 def install_crd(admin_kubectl) -> None:
-    """Applies the CRD and waits until it is Established. Not `kubectl wait`: right after a create
-    the CRD has no status.conditions yet, and kubectl 1.36 then fails at once ("accessor error")."""
+    """Applies the CRD and waits until it is Established."""
     admin_kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-
-    def established() -> bool:
-        crd = admin_kubectl.json("get", "crd", CRD_NAME)
-        return any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in (crd.get("status") or {}).get("conditions") or []
-        )
-
-    deadline = time.monotonic() + 60
-    while not established():
-        if time.monotonic() > deadline:
-            raise TimeoutError("CRD longcontextjobs.longctx.io not Established after 60s")
-        time.sleep(0.2)
+    admin_kubectl.wait_established(CRD_NAME)
 
 
 def wait_ready(url: str, timeout: float = 60, server: subprocess.Popen | None = None) -> None:
