@@ -58,9 +58,10 @@ from longctx_operator.occupancy import MAX_AGE_SECONDS
 from longctx_operator.reconciler import add_pod_annotations
 from longctx_operator.render import render_workload
 from longctx_operator.resolve import resolve_layout
-from support.cluster import Kubectl, KubectlError
+from support.cluster import Kubectl
 from support.jobs import job_manifest
 from support.ports import free_port
+from support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "hack" / "cluster"
@@ -249,14 +250,12 @@ class Timeline:
         with ThreadPoolExecutor(APPLY_THREADS) as pool:
             list(pool.map(lambda gang: [create(self.applier, o) for o in gang], objects.values()))
         self.apply_seconds = time.monotonic() - t0
-        while True:
+
+        def all_running() -> bool:
             with self.lock:
-                done = [n for n in objects if "running" in self.times.get(n, {})]
-            if len(done) == len(objects):
-                break
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"only {len(done)} of {len(objects)} gangs Running after {timeout}s")
-            time.sleep(0.1)
+                return all("running" in self.times.get(n, {}) for n in objects)
+
+        poll_until(all_running, timeout - self.apply_seconds, interval=0.1, what=f"all {len(objects)} gangs Running")
         with self.lock:
             return {
                 n: {s: self.times[n][s] - self.times[n]["applied"] for s in self.STAGES if s in self.times[n]}
@@ -348,11 +347,12 @@ def delete_gangs(cluster: Kubectl, namespace: str, timeout: float = 300) -> None
     waits for it to go: the next system's controller (longctx's watches every namespace) must not
     find this one's gangs and serve them again."""
     cluster("delete", "jobs", "--all", "-n", namespace, "--cascade=foreground", "--wait=false", timeout=None)
-    deadline = time.monotonic() + timeout
-    while cluster("get", "pods", "-n", namespace, "-o", "name").strip():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"pods of {namespace} still there after {timeout}s")
-        time.sleep(1)
+    poll_until(
+        lambda: not cluster("get", "pods", "-n", namespace, "-o", "name").strip(),
+        timeout,
+        interval=1,
+        what=f"the pods of {namespace} to go",
+    )
     cluster("delete", "namespace", namespace, f"--timeout={timeout:.0f}s", timeout=None)
 
 
@@ -371,13 +371,7 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
 
 def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path | None, label: str = "") -> dict:
     namespace = f"scale-{system}{label}-{os.getpid()}"
-    cluster("create", "namespace", namespace)
-    while True:
-        try:
-            cluster("get", "serviceaccount", "default", "-n", namespace)
-            break
-        except KubectlError:
-            time.sleep(0.5)
+    cluster.create_namespace(namespace)
     controller = Controller(system, cluster, scratch)
     controller.start()
     try:

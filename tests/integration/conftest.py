@@ -18,33 +18,20 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 
 from support.cluster import CLUSTER_SCRIPTS, Kubectl, component_versions
 from support.operator_harness import suspend_unfinished
+from support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
-
-
-def poll_until(check: Callable[[], T], timeout: float = 60, interval: float = 0.5, what: str = "condition") -> T:
-    """Calls `check` until it returns a truthy value, which is returned; fails the test on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last value: {result!r})")
-        time.sleep(interval)
 
 
 @dataclass(frozen=True)
@@ -112,13 +99,7 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{name}-{uuid.uuid4().hex[:6]}"
     admin = Kubectl(cluster.kubeconfig)
-    admin.run("create", "namespace", name)
-    # The service-account controller fills a new namespace a moment later; pods need it.
-    poll_until(
-        lambda: admin.run("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
-        timeout=30,
-        what=f"the default service account in {name}",
-    )
+    admin.create_namespace(name)
     yield name
     admin.run("delete", "namespace", name, "--wait=false", check=False)
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO / "hack" / "cluster"
@@ -71,14 +72,22 @@ class Kubectl:
     def wait_established(self, crd: str, timeout: float = 60) -> None:
         """Waits until the CRD named `crd` is Established. Not `kubectl wait`: right after a create the
         CRD has no status.conditions yet, and kubectl 1.36 then fails at once ("accessor error")."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def established() -> bool:
             conditions = (self.json("get", "crd", crd).get("status") or {}).get("conditions") or []
-            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {crd} not Established after {timeout:.0f}s")
-            time.sleep(0.2)
+            return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+        poll_until(established, timeout, interval=0.2, what=f"CRD {crd} Established")
+
+    def create_namespace(self, name: str, timeout: float = 60) -> None:
+        """Creates namespace `name` and waits for its default service account, which the
+        service-account controller adds a moment later and pods need."""
+        self.run("create", "namespace", name)
+        poll_until(
+            lambda: self.run("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
+            timeout,
+            what=f"the default service account in {name}",
+        )
 
     def apply(self, *manifests: dict) -> subprocess.CompletedProcess:
         """Applies manifests given as dicts (server-side checks apply: schema, admission)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from longctx_operator.api.crd import CRD_NAME
 from support import jobs, processes
 from support.ports import free_port
+from support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "longctx.io_longcontextjobs.yaml"
@@ -116,11 +117,10 @@ def add_pool_nodes(admin_kubectl, pool: str, count: int, status: dict | None = N
         node["status"].update(status or {})
     admin_kubectl.run("create", "-f", "-", input=json.dumps(nodes))
     names = [node["metadata"]["name"] for node in nodes["items"]]
-    deadline = time.monotonic() + 60
-    while not all(_schedulable(admin_kubectl.json("get", "node", name)) for name in names):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"nodes {names} not Ready and schedulable after 60s")
-        time.sleep(0.5)
+    poll_until(
+        lambda: all(_schedulable(admin_kubectl.json("get", "node", name)) for name in names),
+        what=f"nodes {names} Ready and schedulable",
+    )
     return names
 
 
