@@ -186,7 +186,7 @@ class NodeMatches:
 
     def matching(self, request: GangRequest, nodes: list[dict]) -> list[dict]:
         shape = json.dumps([request.node_selector, request.tolerations], sort_keys=True)
-        found, _ = self._memo.values(shape, nodes, lambda node: node_matches(node, request))
+        found = self._memo.values(shape, nodes, lambda node: node_matches(node, request))
         return [node for node, matches in found if matches]
 
 

@@ -74,18 +74,17 @@ class PlacementTables:
 
     def __init__(self):
         self._memo: NodeMemo[str | None] = NodeMemo()
-        self._tables: dict[str, tuple[str, frozenset[str]]] = {}
 
     def add(self, config_map: dict, pod: dict, nodes: Mapping[str, dict], levels: tuple[str, ...]) -> frozenset[str]:
         """Returns the nodes the table holds: their pods need no annotation."""
         gpus = pod_gpus(pod) > 0
         shape = json.dumps([pod_constraints(pod), gpus, levels], sort_keys=True)
-        found, changed = self._memo.values(shape, nodes.values(), lambda node: table_placement(pod, gpus, node, levels))
-        if changed or shape not in self._tables:
-            candidates = {node["metadata"]["name"]: value for node, value in found if value is not None}
-            self._tables[shape] = encode_table(candidates)
-        self._tables = {s: table for s, table in self._tables.items() if s in self._memo}
-        text, tabled = self._tables[shape]
+        text, tabled = self._memo.summary(
+            shape,
+            nodes.values(),
+            lambda node: table_placement(pod, gpus, node, levels),
+            lambda found: encode_table({node["metadata"]["name"]: value for node, value in found if value is not None}),
+        )
         config_map.setdefault("data", {})[names.PLACEMENT_TABLE_FILE] = text
         return tabled
 
