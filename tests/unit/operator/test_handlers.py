@@ -1,6 +1,9 @@
 """operator/handlers.py: the kopf registry the operator builds (what it watches, which namespaces,
 its login) and the settings it runs kopf with."""
 
+import gc
+
+from longctx_operator import handlers
 from longctx_operator.config import OperatorConfig
 from longctx_operator.reconciler import Reconciler
 
@@ -79,3 +82,14 @@ def test_kopf_builds_no_diff_base_and_no_handler_needs_one():
     assert kopf.AnnotationsDiffBaseStorage().build(body=kopf.Body(pod)) is not None  # what kopf would do
     assert settings.persistence.diffbase_storage.build(body=kopf.Body(pod)) is None
     assert settings.persistence.diffbase_storage.fetch(body=kopf.Body(pod)) is None
+
+
+def test_the_objects_made_at_startup_are_out_of_the_collectors_reach():
+    made_before = [{"startup": i} for i in range(1000)]
+    frozen = gc.get_freeze_count()
+    try:
+        handlers.freeze_startup_objects()
+        assert gc.get_freeze_count() >= frozen + len(made_before)
+        assert not any(o is made_before for o in gc.get_objects(generation=2))
+    finally:
+        gc.unfreeze()
