@@ -121,6 +121,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def control_plane_pids(cluster: Kubectl) -> dict[str, int]:
+    """The running processes of the cluster (hack/lib.sh `start` writes STATE/pids/NAME.pid):
+    kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok."""
+    pids = {path.stem: int(path.read_text()) for path in sorted((cluster.kubeconfig.parent / "pids").glob("*.pid"))}
+    return {name: pid for name, pid in pids.items() if Path(f"/proc/{pid}/stat").exists()}
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -142,11 +149,12 @@ WARMUP = "warmup"
 """The name of each system's warm-up gang, whose objects' requests are not counted."""
 
 
-def audit_counts(path: Path, namespace: str, since: float, until: float) -> Counter[tuple[str, str]]:
+def audit_requests(path: Path, namespace: str, since: float, until: float) -> dict[tuple[str, str], list[float]]:
     """Requests received between since and until, by client and request ("patch
-    longcontextjobs/status"): those for objects in the namespace but the warm-up gang's, and the
-    controllers' cluster-wide ones (the operator's lists of other pods, its node watch)."""
-    counts: Counter[tuple[str, str]] = Counter()
+    longcontextjobs/status"), each as its seconds from received to completed: those for objects in
+    the namespace but the warm-up gang's, and the controllers' cluster-wide ones (the operator's
+    lists of other pods, its node watch)."""
+    requests: dict[tuple[str, str], list[float]] = {}
     with path.open() as log:
         for line in log:
             if '"ResponseComplete"' not in line:
@@ -162,8 +170,16 @@ def audit_counts(path: Path, namespace: str, since: float, until: float) -> Coun
             received = datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
             if since <= received <= until:
                 resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
-                counts[who, f"{event.get('verb')} {resource or event.get('requestURI', '?')}"] += 1
-    return counts
+                completed = datetime.fromisoformat(event["stageTimestamp"]).timestamp()
+                what = f"{event.get('verb')} {resource or event.get('requestURI', '?')}"
+                requests.setdefault((who, what), []).append(completed - received)
+    return requests
+
+
+# Writes whose time in the API server the report prints: the controllers' own, and the Job
+# controller's pod creates beside them (the control plane's own writes under the same load).
+TIMED_WRITES = ("create", "patch", "update", "delete")
+REFERENCE_WRITES = (("kcm/job-controller", "create pods"),)
 
 
 class Timeline:
@@ -382,13 +398,20 @@ def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path |
         # lists them again, so that list's cost falls in the batch as it would for any later burst.
         time.sleep(MAX_AGE_SECONDS)
         cpu_before = cpu_seconds(controller.process.pid) if controller.process else 0.0
+        control_plane = control_plane_pids(cluster)
+        control_plane_before = {name: cpu_seconds(pid) for name, pid in control_plane.items()}
         histograms_before = controller.histograms() if system == "longctx" else None
         names = [f"scale-{i:03d}" for i in range(args.jobs)]
         since = time.time()
         stages = timeline.apply({n: gang_objects(system, n, namespace, args.pods) for n in names}, args.timeout)
         time.sleep(2)  # let the status updates after Running land before counting
         until = time.time()
-        result = {"stages": stages, "apply_seconds": timeline.apply_seconds}
+        result = {
+            "stages": stages,
+            "apply_seconds": timeline.apply_seconds,
+            "batch_seconds": until - since,
+            "control_plane_cpu": {n: cpu_seconds(pid) - control_plane_before[n] for n, pid in control_plane.items()},
+        }
         if controller.process is not None:
             result["cpu"] = cpu_seconds(controller.process.pid) - cpu_before
             result["rss"] = peak_rss_mib(controller.process.pid)
@@ -399,7 +422,7 @@ def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path |
                 for name in RECONCILE_HISTOGRAMS
             }
         if audit is not None:
-            result["requests"] = audit_counts(audit, namespace, since, until)
+            result["requests"] = audit_requests(audit, namespace, since, until)
         return result
     finally:
         controller.stop()
@@ -512,10 +535,17 @@ def report(results: dict[str, dict], args, nodes: int) -> None:
             )
         if "rss" in result:
             print(f"  controller: peak RSS {result['rss']:.0f} MiB, {result['cpu']:.1f} CPU seconds for the batch")
+        if spent := result.get("control_plane_cpu"):
+            each = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(spent.items(), key=lambda i: -i[1]))
+            print(
+                f"  control plane: {sum(spent.values()):.1f} CPU seconds in the batch's "
+                f"{result['batch_seconds']:.1f}s ({each})"
+            )
         for name, (p50, p95) in result.get("histograms", {}).items():
             print(f"  {RECONCILE_HISTOGRAMS[name]} (bucket bound): p50 <= {p50}s, p95 <= {p95}s")
         if "requests" in result:
-            counts = result["requests"]
+            requests = result["requests"]
+            counts = Counter({request: len(seconds) for request, seconds in requests.items()})
             clients: Counter[str] = Counter()
             for (who, _), n in counts.items():
                 clients[who] += n
@@ -525,6 +555,13 @@ def report(results: dict[str, dict], args, nodes: int) -> None:
                 ours = ", ".join(f"{what} {n / args.jobs:.2f}" for (w, what), n in counts.most_common() if w == who)
                 if ours:
                     print(f"    {who} per gang: {ours}")
+            timed = [r for r in requests if r[0] in CONTROLLERS and r[1].split()[0] in TIMED_WRITES]
+            for who, what in sorted(timed) + [r for r in REFERENCE_WRITES if r in requests]:
+                seconds = requests[who, what]
+                print(
+                    f"    {who} {what}: {len(seconds)} in the API server p50 {percentile(seconds, 0.5):.3f}s"
+                    f"  p95 {percentile(seconds, 0.95):.3f}s  max {max(seconds):.3f}s"
+                )
     running = {system: [s["running"] for s in result["stages"].values()] for system, result in results.items()}
     for base in ("raw", "jobset"):
         if "longctx" in running and base in running:
