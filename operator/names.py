@@ -37,7 +37,7 @@ PLACEMENT_ANNOTATION = "longctx.io/placement"
 topology levels, which the trainer reads as PLACEMENT_FILE to order its rings."""
 PLACEMENT_FILE = "placement.json"
 """The annotation as a file in the trainer's CONFIG_MOUNT (a downward-API source of that volume)."""
-PLACEMENT_TABLE_FILE = "placement-table.json"
+PLACEMENT_TABLE_FILE = "placement-table.json.gz"
 """The ConfigMap's key, and so the file in CONFIG_MOUNT, of the gang's placement table: the
 placement of each node it may run on (placement.PlacementTables)."""
 POD_ANNOTATIONS_ANNOTATION = "longctx.io/pod-annotations"

@@ -15,6 +15,7 @@ patches (reconciler._place).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -79,14 +80,26 @@ class PlacementTables:
         """Returns the nodes the table holds: their pods need no annotation."""
         gpus = pod_gpus(pod) > 0
         shape = json.dumps([pod_constraints(pod), gpus, levels], sort_keys=True)
+
+        def summarize(found: list[tuple[dict, str | None]]) -> tuple[str, frozenset[str]]:
+            placements = {node["metadata"]["name"]: value for node, value in found if value is not None}
+            table, tabled = encode_table(placements)
+            return base64.b64encode(table).decode(), tabled
+
         text, tabled = self._memo.summary(
-            shape,
-            nodes.values(),
-            lambda node: table_placement(pod, gpus, node, levels),
-            lambda found: encode_table({node["metadata"]["name"]: value for node, value in found if value is not None}),
+            shape, nodes.values(), lambda node: table_placement(pod, gpus, node, levels), summarize
         )
-        config_map.setdefault("data", {})[names.PLACEMENT_TABLE_FILE] = text
+        config_map.setdefault("binaryData", {})[names.PLACEMENT_TABLE_FILE] = text
         return tabled
+
+
+def config_map_table(config_map: dict) -> bytes:
+    """The placement table in a gang's ConfigMap (PlacementTables.add) as the API server serves it
+    (binaryData is base64); no bytes where it has none, or none that decode."""
+    try:
+        return base64.b64decode((config_map.get("binaryData") or {}).get(names.PLACEMENT_TABLE_FILE, ""), validate=True)
+    except ValueError:  # binascii.Error
+        return b""
 
 
 def placements_due(

@@ -47,10 +47,10 @@ from .kube import Kube, NotOwned
 from .lifecycle.decide import decide
 from .lifecycle.decision import BROKEN_GANG_GRACE_SECONDS, CreateWorkload, Decision, DeleteWorkload
 from .lifecycle.planning import planning_due
-from .names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name, workload_name
+from .names import PLACEMENT_ANNOTATION, config_map_name, workload_name
 from .observe import MISSING, WorkloadObservation, ended, observe_workload
 from .occupancy import OtherPods
-from .placement import PlacementTables, placement_wanted, placements_due, topology_levels
+from .placement import PlacementTables, config_map_table, placement_wanted, placements_due, topology_levels
 from .planner import PlanError
 from .progress import ProgressPoller
 from .render import render_workload
@@ -574,7 +574,7 @@ class Reconciler:
         except ApiException as e:
             log.warning("%s/%s: placement table not read: %s", *key, e.reason)
             return frozenset()
-        return tabled_nodes((config_map.get("data") or {}).get(PLACEMENT_TABLE_FILE, ""))
+        return tabled_nodes(config_map_table(config_map))
 
     def _post_events(self, key: Key, owner: dict, events) -> None:
         """Posts Events in the background, after the job's earlier ones (their order is the story)."""

@@ -28,9 +28,9 @@ import yaml
 from longctx_operator.api import parse_job
 from longctx_operator.config import OperatorConfig
 from longctx_operator.localrun import parse_event
-from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name
+from longctx_operator.names import COMPLETION_INDEX_LABEL, PLACEMENT_ANNOTATION, config_map_name
 from longctx_operator.observe import pod_rank
-from longctx_operator.placement import topology_levels
+from longctx_operator.placement import config_map_table, topology_levels
 from longctx_trainer.contract import podenv
 from longctx_trainer.contract.topology import tabled_placement
 from longctx_trainer.faults import FAULT_EXIT_CODE
@@ -273,10 +273,10 @@ def check_ring_order(job: Job, rank0: list[dict]) -> None:
     pods = sorted(job.pods(1), key=lambda p: int(p["metadata"]["labels"][COMPLETION_INDEX_LABEL]))
     levels = topology_levels(parse_job(QUICKSTART).spec, OperatorConfig())  # the chart's default topologyLabels
     config_map = job.cluster.kubectl("get", "configmap", config_map_name(NAME), "-n", job.namespace, "-o", "json")
-    table = json.loads(config_map)["data"].get(PLACEMENT_TABLE_FILE, '{"domains": [], "nodes": {}}')
+    table = config_map_table(json.loads(config_map))
 
     def value(pod: dict, key: str) -> str:
-        placed = tabled_placement(table, pod["spec"]["nodeName"])
+        placed = tabled_placement(table, pod["spec"]["nodeName"]) if table else None
         if placed is None:
             placed = json.loads((pod["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION, "{}"))
         return placed.get(key, pod["metadata"]["labels"].get(key, ""))

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from longctx_operator.names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, config_map_name
+from longctx_operator.placement import config_map_table
 from longctx_trainer.contract import podenv
 from longctx_trainer.contract.topology import tabled_nodes, tabled_placement
 from support import operator_harness as h
@@ -40,8 +41,8 @@ def placements(kubectl) -> dict[str, str | None]:
     }
 
 
-def table(kubectl, job: str) -> str:
-    return kubectl.json("get", "configmap", config_map_name(job))["data"][PLACEMENT_TABLE_FILE]
+def table(kubectl, job: str) -> bytes:
+    return config_map_table(kubectl.json("get", "configmap", config_map_name(job)))
 
 
 def test_ranks_read_their_placement_from_the_table_and_a_later_node_gets_the_annotation(
@@ -61,7 +62,7 @@ def test_ranks_read_their_placement_from_the_table_and_a_later_node_gets_the_ann
     container = kubectl.pods("longctx.io/job-name=racks")[0]["spec"]["containers"][0]
     env = {v["name"]: v.get("value") for v in container["env"]}
     assert env[podenv.TOPOLOGY_LEVELS] == f"{ZONE},{RACK},{CLIQUE}"
-    assert env[podenv.PLACEMENT_TABLE] == "/etc/longctx/placement-table.json"
+    assert env[podenv.PLACEMENT_TABLE] == f"/etc/longctx/{PLACEMENT_TABLE_FILE}"
     assert env[podenv.PLACEMENT_FILE] == "/etc/longctx/placement.json"
 
     def expected(node: str) -> dict[str, str]:

@@ -12,7 +12,9 @@ volume: updated after start, unlike env); a rank waits for it a bounded time (re
 otherwise orders by the pod-label values, where a level reads empty and is unknown. To spare that
 write (a pod update that every pod watcher, the kubelet and the endpoint controllers act on), the
 operator puts the placements of the nodes a gang may run on into its ConfigMap as a table
-(encode_table, LONGCTX_PLACEMENT_TABLE), written before any pod exists: a rank whose node is in it
+(encode_table, LONGCTX_PLACEMENT_TABLE: gzip-compressed JSON, since the API server took 1.2 s to
+store a 2,000-node table as plain JSON in a busy batch and 0.2 s compressed, docs/operator.md),
+written before any pod exists: a rank whose node is in it
 reads its placement at once, and only a pod on a node the table lacks (one that joined later) gets
 the annotation. Under
 Kueue's topology-aware scheduling (LONGCTX_RANK_ORDER=index) Kueue places ranks in completion-index
@@ -24,8 +26,10 @@ operator renders the env names, and the planner counts its ring's hops with the 
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +47,9 @@ the pod updated, and at the latest at its periodic sync, 60 to 90 s (kubernetes/
 PLACEMENT_MAX_BYTES = 16 * 1024
 """A few label keys (317 characters at most) and values (63): anything longer is not ours."""
 PLACEMENT_TABLE_MAX_BYTES = 512 * 1024
-"""The placement table's size at most (encode_table): with the trainer's config it stays well
-inside a ConfigMap's 1 MiB; the nodes beyond it (by name) get the annotation instead."""
+"""The placement table's JSON size at most, before compression (encode_table): compressed, with
+the trainer's config, it stays well inside a ConfigMap's 1 MiB; the nodes beyond it (by name) get
+the annotation instead. A reader decompresses no more than this."""
 
 
 @dataclass(frozen=True)
@@ -104,12 +109,12 @@ def decode_placement(text: str) -> dict[str, str]:
     return labels
 
 
-def encode_table(placements: Mapping[str, str]) -> tuple[str, frozenset[str]]:
+def encode_table(placements: Mapping[str, str]) -> tuple[bytes, frozenset[str]]:
     """The placement table of a gang's candidate nodes, from node name -> its placement annotation
     value (encode_placement): one JSON object {"domains": [labels, ...], "nodes": {node: index}},
-    each distinct placement written once. Nodes are taken by name while the text stays within
-    PLACEMENT_TABLE_MAX_BYTES; returns the text and the nodes it holds (the others get the
-    annotation)."""
+    each distinct placement written once, gzip-compressed (no timestamp: the same placements give
+    the same bytes). Nodes are taken by name while the JSON stays within PLACEMENT_TABLE_MAX_BYTES;
+    returns the bytes and the nodes it holds (the others get the annotation)."""
     domains: dict[str, int] = {}
     nodes: dict[str, int] = {}
     size = len('{"domains":[],"nodes":{}}')
@@ -122,14 +127,32 @@ def encode_table(placements: Mapping[str, str]) -> tuple[str, frozenset[str]]:
         index = domains.setdefault(value, len(domains))
         nodes[node], size = index, size + grows + entry
     text = f'{{"domains":[{",".join(domains)}],"nodes":{json.dumps(nodes, separators=(",", ":"))}}}'
-    return text, frozenset(nodes)
+    return gzip.compress(text.encode(), mtime=0), frozenset(nodes)
 
 
-def tabled_placement(text: str, node: str) -> dict[str, str] | None:
-    """The labels the placement table (encode_table) holds for `node`; None where it has none;
-    ValueError saying what is wrong with anything but such a table."""
-    table = _bounded_json(text, PLACEMENT_TABLE_MAX_BYTES)
-    domains, nodes = (table.get("domains"), table.get("nodes")) if isinstance(table, dict) else (None, None)
+def _table(data: bytes) -> dict:
+    """The placement table's JSON object from its gzip bytes; ValueError where they are not gzip,
+    hold more than PLACEMENT_TABLE_MAX_BYTES (no more is decompressed) or no JSON object."""
+    decompressor = zlib.decompressobj(wbits=31)  # gzip framing
+    try:
+        text = decompressor.decompress(data, PLACEMENT_TABLE_MAX_BYTES + 1)
+    except zlib.error:
+        raise ValueError("not gzip") from None
+    if len(text) > PLACEMENT_TABLE_MAX_BYTES or decompressor.unconsumed_tail:
+        raise ValueError(f"larger than {PLACEMENT_TABLE_MAX_BYTES} bytes")
+    if not decompressor.eof:
+        raise ValueError("truncated")
+    table = _bounded_json(text.decode(errors="replace"), PLACEMENT_TABLE_MAX_BYTES)
+    if not isinstance(table, dict):
+        raise ValueError("not a placement table")
+    return table
+
+
+def tabled_placement(data: bytes, node: str) -> dict[str, str] | None:
+    """The labels the placement table (encode_table's bytes) holds for `node`; None where it has
+    none; ValueError saying what is wrong with anything but such a table."""
+    table = _table(data)
+    domains, nodes = table.get("domains"), table.get("nodes")
     if not isinstance(domains, list) or not isinstance(nodes, dict):
         raise ValueError("not a placement table")
     index = nodes.get(node)
@@ -143,12 +166,13 @@ def tabled_placement(text: str, node: str) -> dict[str, str] | None:
     return labels
 
 
-def tabled_nodes(text: str) -> frozenset[str]:
-    """The nodes a placement table (encode_table) holds; none where `text` is not such a table. The
-    operator's reader, after a restart: a table it cannot read only means annotating every pod."""
+def tabled_nodes(data: bytes) -> frozenset[str]:
+    """The nodes a placement table (encode_table's bytes) holds; none where `data` is not such a
+    table. The operator's reader, after a restart: a table it cannot read only means annotating
+    every pod."""
     try:
-        nodes = _bounded_json(text, PLACEMENT_TABLE_MAX_BYTES).get("nodes")
-    except (ValueError, AttributeError):
+        nodes = _table(data).get("nodes")
+    except ValueError:
         nodes = None
     return frozenset(nodes) if isinstance(nodes, dict) else frozenset()
 
@@ -188,7 +212,7 @@ def placement_labels(environ: Mapping[str, str], timeout: float = PLACEMENT_WAIT
     table, node = environ.get(podenv.PLACEMENT_TABLE), environ.get(podenv.NODE_NAME)
     if table and node:
         try:
-            labels = tabled_placement(Path(table).read_text(), node)
+            labels = tabled_placement(Path(table).read_bytes(), node)
         except (OSError, ValueError):  # unreadable or not ours: the annotation still tells
             labels = None
         if labels is not None:

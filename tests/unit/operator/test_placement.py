@@ -8,10 +8,11 @@ from longctx_operator.admission import GPU
 from longctx_operator.annotations import pod_annotations
 from longctx_operator.api import parse_job
 from longctx_operator.config import OperatorConfig
-from longctx_operator.names import PLACEMENT_ANNOTATION, PLACEMENT_TABLE_FILE, POD_ANNOTATIONS_ANNOTATION
+from longctx_operator.names import PLACEMENT_ANNOTATION, POD_ANNOTATIONS_ANNOTATION
 from longctx_operator.placement import (
     PlacementTables,
     PodPlacement,
+    config_map_table,
     placement_wanted,
     placements_due,
     topology_levels,
@@ -106,7 +107,7 @@ def test_the_table_holds_the_nodes_the_gangs_pods_may_run_on():
         "a4": gpu_node("a4", 8, product="NVIDIA-A100", pool="a"),  # another GPU
     }
     tabled = PlacementTables().add(workload.config_map, template, nodes, (RACK,))
-    text = workload.config_map["data"][PLACEMENT_TABLE_FILE]
+    text = config_map_table(workload.config_map)
     assert tabled == tabled_nodes(text) == {"a0", "a1"}
     assert [tabled_placement(text, n) for n in ("a0", "a1", "b0")] == [{RACK: "r0"}, {RACK: "r1"}, None]
 
@@ -132,7 +133,7 @@ def test_the_gangs_of_one_shape_share_the_walk_and_see_every_node_change(monkeyp
         workload = render_workload(job, resolve_layout(job.spec)[0])
         placed.clear()
         tabled = tables.add(workload.config_map, workload.job["spec"]["template"], nodes, (RACK,))
-        text = workload.config_map["data"][PLACEMENT_TABLE_FILE]
+        text = config_map_table(workload.config_map)
         return tabled, {n: tabled_placement(text, n) for n in tabled}
 
     nodes = {n: gpu_node(n, 8, pool="a", **{RACK: f"r{i}"}) for i, n in enumerate(("a0", "a1", "a2"))}

@@ -521,7 +521,7 @@ def test_ranks_on_nodes_the_table_holds_get_no_annotation_even_after_a_restart()
     """Node 0 is cached when the workload is created: the ConfigMap's table holds it and its pod is
     never annotated; node 1 arrives later and its pod gets the annotation. A new operator process
     reads the table from the ConfigMap once and annotates nothing more."""
-    from longctx_operator.names import PLACEMENT_TABLE_FILE
+    from longctx_operator.placement import config_map_table
     from longctx_trainer.contract.topology import tabled_placement
 
     config = OperatorConfig(topology_labels=["example.com/rack"])
@@ -546,7 +546,7 @@ def test_ranks_on_nodes_the_table_holds_get_no_annotation_even_after_a_restart()
         await settle(restarted)
 
     run(go())
-    table = kube.objects[("ConfigMap", "team", "fake-trainer")]["data"][PLACEMENT_TABLE_FILE]
+    table = config_map_table(kube.objects[("ConfigMap", "team", "fake-trainer")])
     assert tabled_placement(table, "node-0") == {"example.com/rack": "r0"}
     assert tabled_placement(table, "node-1") is None
     assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-1-x", "fake-g1-1-x"]  # the restart's

@@ -6,6 +6,7 @@ eight nodes in two racks; their completion indices alternate between the racks, 
 an index-ordered ring (every hop crosses racks).
 """
 
+import gzip
 import itertools
 import json
 from functools import partial
@@ -243,10 +244,10 @@ def test_no_placement_file_named_no_wait():
     assert placement_labels({podenv.PLACEMENT_FILE: ""}) == (None, "")
 
 
-def table_environ(tmp_path, table: str, node: str, annotation: str | None = None) -> dict[str, str]:
+def table_environ(tmp_path, table: bytes, node: str, annotation: str | None = None) -> dict[str, str]:
     """A pod's env naming the placement table (holding `table`) and an annotation file."""
-    (tmp_path / "table.json").write_text(table)
-    environ = {podenv.NODE_NAME: node, podenv.PLACEMENT_TABLE: str(tmp_path / "table.json")}
+    (tmp_path / "table.json.gz").write_bytes(table)
+    environ = {podenv.NODE_NAME: node, podenv.PLACEMENT_TABLE: str(tmp_path / "table.json.gz")}
     environ[podenv.PLACEMENT_FILE] = str(tmp_path / "placement.json")
     (tmp_path / "placement.json").write_text(annotation or "")
     return environ
@@ -254,50 +255,70 @@ def table_environ(tmp_path, table: str, node: str, annotation: str | None = None
 
 def test_the_placement_table_holds_each_placement_once_and_gives_each_node_its_own():
     rack = {f"node-{i}": encode_placement({RACK: f"rack-{i // 4}", "other": "x"}, (RACK,)) for i in range(8)}
-    text, tabled = encode_table(rack)
-    assert tabled == tabled_nodes(text) == frozenset(rack)
+    table, tabled = encode_table(rack)
+    assert tabled == tabled_nodes(table) == frozenset(rack)
+    text = gzip.decompress(table).decode()
     assert text.count("rack-0") == text.count("rack-1") == 1
-    placed = [tabled_placement(text, f"node-{i}") for i in (0, 3, 4, 7)]
+    placed = [tabled_placement(table, f"node-{i}") for i in (0, 3, 4, 7)]
     assert placed == [{RACK: "rack-0"}] * 2 + [{RACK: "rack-1"}] * 2
-    assert tabled_placement(text, "node-8") is None
+    assert tabled_placement(table, "node-8") is None
+
+
+def test_the_placement_table_is_compressed_and_the_same_placements_give_the_same_bytes():
+    """Plain, a 2,000-node table took the API server 1.2 s to store in a busy batch (docs/operator.md)."""
+    many = {f"sim-gpu-{i:04d}": encode_placement({RACK: f"rack-{i // 8:04d}"}, (RACK,)) for i in range(2000)}
+    table, _ = encode_table(many)
+    assert len(table) * 8 < len(gzip.decompress(table))
+    assert encode_table(dict(reversed(many.items())))[0] == table
+    assert table[4:8] == bytes(4)  # gzip's MTIME: none, so no clock makes two tables differ
 
 
 def test_the_placement_table_stays_within_its_size_leaving_the_last_nodes_by_name_out():
     many = {f"gpu-node-{i:06d}": encode_placement({RACK: f"rack-{i // 8}"}, (RACK,)) for i in range(40_000)}
-    text, tabled = encode_table(many)
-    assert len(text.encode()) <= PLACEMENT_TABLE_MAX_BYTES < len(text.encode()) + 64
+    table, tabled = encode_table(many)
+    size = len(gzip.decompress(table))
+    assert size <= PLACEMENT_TABLE_MAX_BYTES < size + 64
     assert tabled == frozenset(sorted(many)[: len(tabled)]) and 0 < len(tabled) < len(many)
-    assert tabled_placement(text, max(tabled)) == {RACK: f"rack-{int(max(tabled)[-6:]) // 8}"}
+    assert tabled_placement(table, max(tabled)) == {RACK: f"rack-{int(max(tabled)[-6:]) // 8}"}
+
+
+def gzipped(text: str) -> bytes:
+    return gzip.compress(text.encode())
+
+
+OVERSIZED_TABLE = gzipped('{"nodes": {"n": 0}, "x": "' + "y" * PLACEMENT_TABLE_MAX_BYTES + '"}')
 
 
 @pytest.mark.parametrize(
-    ("text", "why"),
+    ("table", "why"),
     [
-        ("[]", "not a placement table"),
-        ('{"domains": [], "nodes": {"n": 0}}', "node 'n' has no domain"),
-        ('{"domains": [{"a": 1}], "nodes": {"n": 0}}', "a domain is not a JSON object of strings"),
-        ("{", "not JSON"),
+        (gzipped("[]"), "not a placement table"),
+        (gzipped('{"domains": [], "nodes": {"n": 0}}'), "node 'n' has no domain"),
+        (gzipped('{"domains": [{"a": 1}], "nodes": {"n": 0}}'), "a domain is not a JSON object of strings"),
+        (gzipped("{"), "not JSON"),
+        (b'{"domains": [], "nodes": {}}', "not gzip"),
+        (gzipped('{"domains": [], "nodes": {}}')[:-9], "truncated"),
+        (OVERSIZED_TABLE, f"larger than {PLACEMENT_TABLE_MAX_BYTES} bytes"),
     ],
 )
-def test_a_table_that_is_not_the_operators_is_refused(text, why):
+def test_a_table_that_is_not_the_operators_is_refused(table, why):
     with pytest.raises(ValueError, match=why):
-        tabled_placement(text, "n")
+        tabled_placement(table, "n")
 
 
-OVERSIZED_TABLE = '{"nodes": {"n": 0}, "x": "' + "y" * PLACEMENT_TABLE_MAX_BYTES + '"}'
-
-
-@pytest.mark.parametrize("text", ["", "[1]", "{", '{"nodes": [1]}', OVERSIZED_TABLE])
-def test_what_is_not_a_table_holds_no_nodes(text):
-    assert tabled_nodes(text) == frozenset()
+@pytest.mark.parametrize(
+    "table", [b"", gzipped(""), gzipped("[1]"), gzipped("{"), gzipped('{"nodes": [1]}'), OVERSIZED_TABLE]
+)
+def test_what_is_not_a_table_holds_no_nodes(table):
+    assert tabled_nodes(table) == frozenset()
 
 
 def test_a_rank_on_a_tabled_node_reads_its_placement_at_once(tmp_path):
-    text, _ = encode_table({"n0": encode_placement({RACK: "rack-0"}, (RACK,))})
-    assert placement_labels(table_environ(tmp_path, text, "n0"), timeout=30) == ({RACK: "rack-0"}, "")
+    table, _ = encode_table({"n0": encode_placement({RACK: "rack-0"}, (RACK,))})
+    assert placement_labels(table_environ(tmp_path, table, "n0"), timeout=30) == ({RACK: "rack-0"}, "")
 
 
-@pytest.mark.parametrize("table", ["not json", '{"domains": [], "nodes": {}}'])
+@pytest.mark.parametrize("table", [b"not gzip", gzipped('{"domains": [], "nodes": {}}')])
 def test_a_rank_the_table_does_not_place_reads_the_annotation(tmp_path, table):
     environ = table_environ(tmp_path, table, "n1", annotation=json.dumps({RACK: "rack-9"}))
     assert placement_labels(environ, timeout=0) == ({RACK: "rack-9"}, "")
