@@ -18,8 +18,10 @@ controller is stopped and its gangs deleted before the next. It prints p50/p95/m
 gang's creation to all its pods Running (with the stages on the way), the ratios of p50 and p95
 against raw and JobSet, API requests per gang by client and, for the controllers, by request (the
 API server's audit log, by user agent, between the first create and the last Running, the operator's
-cluster-wide lists included), the controllers' CPU seconds for the batch and peak resident memory
-(VmHWM), and longctx's reconcile latency (first watch event to decision, its
+cluster-wide lists included) and the time the controllers' writes took in the API server (audit
+log: received to completed), the controllers' CPU seconds for the batch and peak resident memory
+(VmHWM), the control plane's CPU seconds for the batch by process (kube-apiserver, etcd,
+kube-controller-manager, kube-scheduler, KWOK), and longctx's reconcile latency (first watch event to decision, its
 longctx_operator_reconcile_latency_seconds histogram) and duration (a decision and its writes).
 
 Those are the "quiet" scenario. The "busy" one starts a second cluster of --busy-nodes nodes and
