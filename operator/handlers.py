@@ -92,8 +92,8 @@ def watches(config: OperatorConfig, kube: Kube, reconciler: Reconciler, loop) ->
 def freeze_startup_objects() -> None:
     """Moves every object made so far (modules, pydantic's validators, kopf, the API client: about
     200,000) out of the garbage collector's reach, for good: they live as long as the process. A
-    full collection walked them all: in a 50-gang batch, 5 of them took 0.8 s of the operator's CPU,
-    each stalling the event loop for 150 ms (docs/operator.md, "The garbage collector")."""
+    full collection walked them all: in a 50-gang run, 5 of them took 0.8 s of the operator's CPU,
+    the longest stalling the event loop for 150 ms (docs/operator.md, "Where the batch's CPU goes")."""
     gc.collect()
     gc.freeze()
 
