@@ -90,10 +90,10 @@ def watches(config: OperatorConfig, kube: Kube, reconciler: Reconciler, loop) ->
 
 
 def freeze_startup_objects() -> None:
-    """Moves every object made so far (modules, pydantic's validators, kopf, the API client: about
-    200,000) out of the garbage collector's reach, for good: they live as long as the process. A
-    full collection walked them all: in a 50-gang run, 5 of them took 0.8 s of the operator's CPU,
-    the longest stalling the event loop for 150 ms (docs/operator.md, "Where the batch's CPU goes")."""
+    """Moves every object made so far (modules, pydantic's validators, kopf, the API client: most
+    of the process's objects) out of the garbage collector's reach, for good: they live as long as
+    the process. Each full collection walked them all, with the event loop stopped meanwhile
+    (docs/operator.md, "Where the batch's CPU goes")."""
     gc.collect()
     gc.freeze()
 

@@ -12,9 +12,9 @@ volume: updated after start, unlike env); a rank waits for it a bounded time (re
 otherwise orders by the pod-label values, where a level reads empty and is unknown. To spare that
 write (a pod update that every pod watcher, the kubelet and the endpoint controllers act on), the
 operator puts the placements of the nodes a gang may run on into its ConfigMap as a table
-(encode_table, LONGCTX_PLACEMENT_TABLE: gzip-compressed JSON, since the API server took 1.2 s to
-store a 2,000-node table as plain JSON in a busy batch and 0.2 s compressed, docs/operator.md),
-written before any pod exists: a rank whose node is in it
+(encode_table, LONGCTX_PLACEMENT_TABLE: gzip-compressed JSON, since as plain JSON a large
+cluster's table was the slowest write of a starting gang: docs/operator.md, "Where the batch's CPU
+goes"), written before any pod exists: a rank whose node is in it
 reads its placement at once, and only a pod on a node the table lacks (one that joined later) gets
 the annotation. Under
 Kueue's topology-aware scheduling (LONGCTX_RANK_ORDER=index) Kueue places ranks in completion-index

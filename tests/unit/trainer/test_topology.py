@@ -265,7 +265,7 @@ def test_the_placement_table_holds_each_placement_once_and_gives_each_node_its_o
 
 
 def test_the_placement_table_is_compressed_and_the_same_placements_give_the_same_bytes():
-    """Plain, a 2,000-node table took the API server 1.2 s to store in a busy batch (docs/operator.md)."""
+    """As plain JSON, a large cluster's table was the slowest write of a starting gang (docs/operator.md)."""
     many = {f"sim-gpu-{i:04d}": encode_placement({RACK: f"rack-{i // 8:04d}"}, (RACK,)) for i in range(2000)}
     table, _ = encode_table(many)
     assert len(table) * 8 < len(gzip.decompress(table))
