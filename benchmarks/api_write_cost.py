@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from operator_scale import CRD, SCRIPTS, cpu_seconds
+from operator_scale import CRD, SCRIPTS, cpu_seconds, stop_cluster
 
 from longctx_operator.api.crd import CRD_NAME
 from longctx_operator.names import GROUP, PLURAL, VERSION
@@ -171,7 +171,7 @@ def main() -> int:
         cluster.wait_established(CRD_NAME)
         results["LongContextJob status patch, CRD without CEL rules"] = measure(apiserver, args.writes, patch_status)
     finally:
-        subprocess.run([str(SCRIPTS / "down")], env=env, stdout=subprocess.DEVNULL, check=False)
+        stop_cluster(state)
 
     base_cpu, base_trip = results[BASELINE]
     print(f"{args.writes} requests of each kind, one at a time; the API server's CPU and the round trip per request:")
