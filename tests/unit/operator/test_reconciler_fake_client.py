@@ -196,9 +196,10 @@ def test_the_phase_gauge_counts_the_written_status_before_the_workload_is_create
 
 
 def test_a_starting_gang_is_written_once_per_transition_and_its_counts_with_the_next():
-    """Ranks come up one by one: the phase and condition changes are written at once, each with one
-    patch and its Event; a change of the Ready count alone waits for the next write, or
-    WORKERS_WRITE_SECONDS (the operator used to patch the status on every count: 6 patches here)."""
+    """Ranks come up one by one: the condition changes are written at once, each with one patch and
+    its Event; a change of the Ready count alone, or the move to Starting, waits for the next write,
+    or WORKERS_WRITE_SECONDS (the operator used to patch the status on every count: 6 patches here,
+    then 5 with Starting written at once)."""
     reconciler, kube = make()
     patches = []
 
@@ -212,9 +213,9 @@ def test_a_starting_gang_is_written_once_per_transition_and_its_counts_with_the_
         reconciler.workload_event(copy.deepcopy(kube.objects[("Job", "team", "fake-g1")]), deleted=False)
         await step()  # the Job's counts (2 ranks, none Ready): wait
         reconciler.pod_event(pod(0, ready=False), deleted=False)
-        await step()  # Starting
+        await step()  # Starting: waits
         reconciler.pod_event(pod(1, ready=False), deleted=False)
-        await step()  # Running
+        await step()  # Running, with the phase and counts that waited
         reconciler.pod_event(pod(0), deleted=False)
         waited = await step()  # 1 of 2 Ready: waits
         reconciler.pod_event(pod(1), deleted=False)
@@ -227,7 +228,7 @@ def test_a_starting_gang_is_written_once_per_transition_and_its_counts_with_the_
         return waited
 
     waited = run(go())
-    assert patches == [1, 1, 2, 3, 3, 4, 4, 5]
+    assert patches == [1, 1, 1, 2, 2, 3, 3, 4]
     assert 0 < waited <= WORKERS_WRITE_SECONDS
     status = kube.job["status"]
     assert status["phase"] == "Running" and status["workers"] == {"total": 2, "ready": 1, "failed": 0, "succeeded": 0}
