@@ -20,7 +20,7 @@ from .lifecycle.decision import Decision
 from .reasons import RANKS_STARTING
 
 WORKERS_WRITE_SECONDS = 2.0
-"""The longest a change of status.workers alone waits to be written."""
+"""The longest a change of status.workers alone, or the move to phase Starting, waits to be written."""
 
 
 def write_delay(

@@ -15,6 +15,8 @@ STARTING = LongContextJobStatus(
     workers=WorkersStatus(total=8, ready=1),
 )
 
+ADMITTED = LongContextJobStatus(phase="Admitted", reason="GangFits", workload_generation=1, current_workload="j-g1")
+
 
 def ready(n: int) -> LongContextJobStatus:
     return STARTING.model_copy(update={"workers": WorkersStatus(total=8, ready=n)})
@@ -42,24 +44,22 @@ def test_any_other_change_is_written_at_once_with_the_counts_that_waited():
 
 
 def test_the_move_to_starting_waits_like_the_counts_and_carries_the_latest_message():
-    admitted = LongContextJobStatus(phase="Admitted", reason="GangFits", workload_generation=1, current_workload="j-g1")
-    assert write_delay(admitted, Decision(STARTING), None, now=100.0) == WORKERS_WRITE_SECONDS
-    assert write_delay(admitted, Decision(STARTING.model_copy(update={"message": "5 of 8"})), 100.0, 101.0) == 1.0
-    assert write_delay(admitted, Decision(STARTING), 100.0, now=100.0 + WORKERS_WRITE_SECONDS) == 0.0
-    restarting = admitted.model_copy(update={"phase": "Restarting"})
+    assert write_delay(ADMITTED, Decision(STARTING), None, now=100.0) == WORKERS_WRITE_SECONDS
+    assert write_delay(ADMITTED, Decision(STARTING.model_copy(update={"message": "5 of 8"})), 100.0, 101.0) == 1.0
+    assert write_delay(ADMITTED, Decision(STARTING), 100.0, now=100.0 + WORKERS_WRITE_SECONDS) == 0.0
+    restarting = ADMITTED.model_copy(update={"phase": "Restarting"})
     assert write_delay(restarting, Decision(STARTING), None, now=100.0) == WORKERS_WRITE_SECONDS
 
 
 def test_a_move_to_starting_with_any_other_change_is_written_at_once():
-    admitted = LongContextJobStatus(phase="Admitted", reason="GangFits", workload_generation=1, current_workload="j-g1")
     condition = Condition(type="WorkloadCreated", status="True", reason="Created")
-    assert write_delay(admitted, Decision(STARTING.model_copy(update={"conditions": [condition]})), None, 0.0) == 0.0
-    assert write_delay(admitted, Decision(STARTING.model_copy(update={"restarts": 1})), None, 0.0) == 0.0
-    assert write_delay(admitted, Decision(STARTING, events=(Event("Normal", "Planned", "x"),)), None, 0.0) == 0.0
+    assert write_delay(ADMITTED, Decision(STARTING.model_copy(update={"conditions": [condition]})), None, 0.0) == 0.0
+    assert write_delay(ADMITTED, Decision(STARTING.model_copy(update={"restarts": 1})), None, 0.0) == 0.0
+    assert write_delay(ADMITTED, Decision(STARTING, events=(Event("Normal", "Planned", "x"),)), None, 0.0) == 0.0
     running = STARTING.model_copy(update={"phase": "Running", "reason": "AllRanksRunning"})
-    assert write_delay(admitted, Decision(running), None, 0.0) == 0.0
+    assert write_delay(ADMITTED, Decision(running), None, 0.0) == 0.0
     preempted = STARTING.model_copy(update={"reason": "Preempted"})
-    assert write_delay(admitted.model_copy(update={"phase": "Running"}), Decision(preempted), None, 0.0) == 0.0
+    assert write_delay(ADMITTED.model_copy(update={"phase": "Running"}), Decision(preempted), None, 0.0) == 0.0
 
 
 def test_counts_with_an_event_or_an_action_are_written_at_once():
