@@ -104,13 +104,16 @@ def _autodiff_logits(x, head):
 
 
 def test_head_logits_gradients_equal_autodiff_in_fp32_and_stay_close_in_bf16():
-    """fp32: the same GEMMs as autodiff's (2e-6 relative); bf16: the gradient taken in bf16 before
-    the GEMMs, within 2% of the fp32 gradients of the same bf16 inputs (bf16's 2^-8 rounding of
-    the logits' gradient, summed over 96 tokens and 50 classes)."""
+    """fp32: the same GEMMs as autodiff's, within fp32's rounding of sums over 96 tokens or 50
+    classes (1e-6 of the gradient's largest magnitude: XLA's CPU kernels may order the two
+    programs' sums differently, and an entry near zero then differs by more than 2e-6 of itself);
+    bf16: the gradient taken in bf16 before the GEMMs, within 2% of the fp32 gradients of the same
+    bf16 inputs (bf16's 2^-8 rounding of the logits' gradient, summed over 96 tokens and 50
+    classes)."""
     ours, args = _head_grads(model.head_logits, jnp.float32)
     autodiff, _ = _head_grads(_autodiff_logits, jnp.float32)
     for a, b in zip(ours(*args), autodiff(*args), strict=True):
-        np.testing.assert_allclose(a, b, rtol=2e-6, atol=2e-6)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * float(jnp.abs(b).max()))
     ours, args = _head_grads(model.head_logits, jnp.bfloat16)
     exact = autodiff(*(a.astype(jnp.float32) for a in args))
     for a, b in zip(ours(*args), exact, strict=True):
