@@ -18,13 +18,17 @@ from .nvshmem import XLA_FLAG as NVSHMEM_XLA_FLAG
 from .nvshmem import nvshmem_env
 
 GPU_XLA_FLAGS = ("--xla_gpu_enable_latency_hiding_scheduler=true",)
+CPU_XLA_FLAGS = ("--xla_backend_optimization_level=1",)
+"""A CPU job (the quickstart, `longctx run`) trains a small model for few steps, where compiling is
+most of its CPU time: LLVM's O1 compiles far faster than XLA's default O2 at about the same step
+time (measured: docs/operator.md, the pod env's XLA_FLAGS)."""
 GPU_MEMORY_FRACTION = "0.92"
 
 
 def xla_flags(spec: LongContextJobSpec, layout: ResolvedLayout) -> str:
     if spec.on_cpu:
         devices = spec.resources.gpus_per_node // layout.processes_per_node
-        return f"--xla_force_host_platform_device_count={devices}"
+        return " ".join((f"--xla_force_host_platform_device_count={devices}", *CPU_XLA_FLAGS))
     flags = list(GPU_XLA_FLAGS)
     if spec.communication.collective_permute == "nvshmem":
         flags.append(NVSHMEM_XLA_FLAG)

@@ -15,6 +15,7 @@ from longctx_operator.layout import ResolvedLayout
 from longctx_operator.render import fabrics as fabrics_module
 from longctx_operator.render import render_workload
 from longctx_operator.render import workload as workload_module
+from longctx_operator.render.env import CPU_XLA_FLAGS
 from longctx_operator.resolve import resolve_layout
 from longctx_trainer.contract.config import TrainerConfig
 from support.jobs import job_manifest
@@ -435,7 +436,7 @@ def test_cpu_job_has_no_gpu_settings():
     )
     e = env(workload)
     assert e["JAX_PLATFORMS"] == "cpu"
-    assert e["XLA_FLAGS"] == "--xla_force_host_platform_device_count=4"
+    assert e["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=4", *CPU_XLA_FLAGS]
     spec = pod(workload)["spec"]
     assert not any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"]) and spec["nodeSelector"] == {}
     # No GPU count bounds a CPU job: it always gets cpu and memory, the operator's defaults here.
