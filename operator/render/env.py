@@ -25,10 +25,14 @@ time (measured: docs/operator.md, the pod env's XLA_FLAGS)."""
 GPU_MEMORY_FRACTION = "0.92"
 
 
+def cpu_xla_flags(devices: int) -> str:
+    """XLA_FLAGS of a CPU job's process: `devices` host devices, compiled as CPU_XLA_FLAGS says."""
+    return " ".join((f"--xla_force_host_platform_device_count={devices}", *CPU_XLA_FLAGS))
+
+
 def xla_flags(spec: LongContextJobSpec, layout: ResolvedLayout) -> str:
     if spec.on_cpu:
-        devices = spec.resources.gpus_per_node // layout.processes_per_node
-        return " ".join((f"--xla_force_host_platform_device_count={devices}", *CPU_XLA_FLAGS))
+        return cpu_xla_flags(spec.resources.gpus_per_node // layout.processes_per_node)
     flags = list(GPU_XLA_FLAGS)
     if spec.communication.collective_permute == "nvshmem":
         flags.append(NVSHMEM_XLA_FLAG)

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from longctx_operator.localrun import parse_event
-from longctx_operator.render.env import CPU_XLA_FLAGS
+from longctx_operator.render.env import cpu_xla_flags
 from longctx_trainer.contract import podenv
 from support.hlo import loops_holding_collectives
 from support.multiprocess import TWO_BY_TWO, progress_events
@@ -37,8 +37,7 @@ def _start(config: Path, name: str, devices: int, cwd: Path | None = None, **jax
     up and block it). XLA writes the train step it compiles to `<name>.hlo/`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", podenv.RESERVED_PREFIX))}
     dump = f"--xla_dump_to={config.parent / f'{name}.hlo'} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=_step"
-    cpu = " ".join(CPU_XLA_FLAGS)  # compiled as a CPU job's pods compile
-    env.update(jax_env, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {cpu} {dump}", JAX_PLATFORMS="cpu")
+    env.update(jax_env, XLA_FLAGS=f"{cpu_xla_flags(devices)} {dump}", JAX_PLATFORMS="cpu")  # as a CPU job's pods
     return subprocess.Popen(
         [
             sys.executable,

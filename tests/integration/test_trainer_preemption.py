@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longctx_operator.render.env import CPU_XLA_FLAGS
+from longctx_operator.render.env import cpu_xla_flags
 from longctx_trainer.contract import podenv
 from longctx_trainer.contract.termination import PREEMPTED_EXIT_CODE, PREEMPTED_MESSAGE
 from support.multiprocess import TWO_BY_TWO, progress_events
@@ -28,8 +28,7 @@ CONFIG = {**TWO_BY_TWO, "steps": 100_000}
 def _start_ranks(config: Path, coordinator: str, run: str) -> list[subprocess.Popen]:
     """Two processes of two CPU devices each, joined at `coordinator`; output in files."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
-    flags = ("--xla_force_host_platform_device_count=2", *CPU_XLA_FLAGS)  # as a CPU job's pods compile
-    env.update(XLA_FLAGS=" ".join(flags), JAX_PLATFORMS="cpu")
+    env.update(XLA_FLAGS=cpu_xla_flags(2), JAX_PLATFORMS="cpu")  # as a CPU job's pods
     return [
         subprocess.Popen(
             [sys.executable, "-m", "longctx_trainer", "--config", str(config)],
