@@ -168,6 +168,9 @@ class JobState:
     unwritten_since: float | None = None
     """time.monotonic() when a decided change of status.workers alone was first left unwritten
     (statuswrite.write_delay); None when the status written is the one decided."""
+    written_version: str | None = None
+    """The resourceVersion of the job as this reconciler's last status write left it: its watch
+    event (the echo) carries nothing that was not decided on, so it is not decided again."""
 
 
 class Reconciler:
@@ -215,8 +218,12 @@ class Reconciler:
         else:
             self._count_phase(key)
             metrics.track_job(*key)
+            state = self._state(key)
+            version = obj["metadata"].get("resourceVersion")
+            if version is not None and version == state.written_version:
+                return  # the echo of our own status write; any other write has a version of its own
             observed = (obj.get("status") or {}).get("observedGeneration")
-            if self._state(key).failures and observed == obj["metadata"].get("generation"):
+            if state.failures and observed == obj["metadata"].get("generation"):
                 return  # no spec change since it was last decided (often our own patch): the backoff retries
             self._event(key)
             self.queue.add(key)
@@ -489,6 +496,7 @@ class Reconciler:
             patch = status_patch(obj.get("status") or {}, decision.status)
             updated = await self._call(self.kube.patch_status, namespace, name, patch)
             self.cache.put_job(updated, deleted=False)
+            self._state(key).written_version = updated["metadata"].get("resourceVersion")
             self._count_phase(key)  # before the actions: the gauge never lags the status written
             obj = updated
         try:

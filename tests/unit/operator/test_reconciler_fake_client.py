@@ -586,6 +586,44 @@ def test_writes_the_watch_has_not_shown_yet_are_not_sent_again():
     assert [c[1] for c in kube.calls if c[0] == "annotate"] == ["fake-g1-0-x"]
 
 
+class VersionedKube(FakeKube):
+    """Every write of the job gives it a new resourceVersion, as the API server does."""
+
+    def __init__(self, job: dict):
+        super().__init__(job)
+        self.version = 1
+        self.job["metadata"]["resourceVersion"] = "1"
+
+    def patch_status(self, namespace: str, name: str, status: dict) -> dict:
+        self.version += 1
+        self.job["metadata"]["resourceVersion"] = str(self.version)
+        return super().patch_status(namespace, name, status)
+
+
+def test_the_echo_of_its_own_status_write_is_not_decided_again():
+    """The watch event of the status the reconciler wrote holds nothing it has not decided on: it
+    queues nothing and starts no reconcile latency. Any newer version (anyone else's write, the
+    progress poller's included) is decided on as before."""
+    kube = VersionedKube(job_object())
+    reconciler = Reconciler(kube, OperatorConfig())
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+
+    async def go():
+        assert await reconciler.queue.get() == KEY
+        await reconciler.reconcile(KEY)
+        reconciler.queue.done(KEY)
+        await settle(reconciler)
+        echo = copy.deepcopy(kube.job)
+        reconciler.job_event(echo, deleted=False)
+        assert reconciler.queue._queue.empty() and KEY not in reconciler._event_at
+        kube.version += 1
+        reconciler.job_event(echo | {"metadata": echo["metadata"] | {"resourceVersion": str(kube.version)}}, False)
+        assert reconciler.queue._queue.qsize() == 1 and KEY in reconciler._event_at
+
+    run(go())
+    assert [c[0] for c in kube.calls].count("patch-status") == 1
+
+
 class SlowStatusKube(FakeKube):
     """Two jobs' API: the status write of job "slow" waits until `release` is set (a loaded API
     server answers a status patch in seconds: 1 to 6 s in benchmarks/operator_scale.py, 2026-11-27)."""
