@@ -224,7 +224,7 @@ class Reconciler:
                 return  # the echo of our own status write; any other write has a version of its own
             observed = (obj.get("status") or {}).get("observedGeneration")
             if state.failures and observed == obj["metadata"].get("generation"):
-                return  # no spec change since it was last decided (often our own patch): the backoff retries
+                return  # a failing job whose spec has not changed since: its backoff retries, not this event
             self._event(key)
             self.queue.add(key)
 
