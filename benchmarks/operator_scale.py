@@ -1,8 +1,8 @@
 """The operator at scale on a simulated cluster, against two baselines in the same run.
 
     python benchmarks/operator_scale.py [--nodes 512] [--jobs 50] [--pods 8] [--systems raw,jobset,longctx]
-        [--scenarios quiet,busy] [--busy-nodes 2000] [--busy-pods 20000] [--churn 20]
-        [--controller-manager-arg=--concurrent-job-syncs=50 ...]
+        [--scenarios quiet,busy] [--rounds 1] [--busy-nodes 2000] [--busy-pods 20000] [--churn 20]
+        [--controller-manager-arg=--concurrent-job-syncs=50 ...] [--operator-setting workers=32 ...]
 
 Starts a private control plane with --nodes simulated 8-GPU nodes (hack/cluster/up, with an audit log
 of every request) and runs the same gangs of --pods pods three ways, one after the other, each in
@@ -24,10 +24,14 @@ log: received to completed), the controllers' CPU seconds for the batch and peak
 kube-controller-manager, kube-scheduler, KWOK), and longctx's reconcile latency (first watch event to decision, its
 longctx_operator_reconcile_latency_seconds histogram) and duration (a decision and its writes).
 
-Those are the "quiet" scenario. The "busy" one starts a second cluster of --busy-nodes nodes and
-runs longctx's gangs there twice, first on the idle cluster, then while --busy-pods unrelated pods
-churn (the benchmark keeps that many and replaces --churn of them per second, created and deleted),
-then JobSet's under the same churn: the operator's cost must not grow with pods that are not its own.
+Those are the "quiet" scenario; --rounds N runs it N times on the same cluster, each round in
+another order (rotated), and ends with each round's p95 ratios against issue #31's goals and how
+many rounds met them: one run's ratio varies from run to run as much as its gap to the goal.
+
+The "busy" scenario starts a second cluster of --busy-nodes nodes and runs longctx's gangs there
+twice, first on the idle cluster, then while --busy-pods unrelated pods churn (the benchmark keeps
+that many and replaces --churn of them per second, created and deleted), then JobSet's under the
+same churn: the operator's cost must not grow with pods that are not its own.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # jobset_controller's support.cluster
 import jobset_controller
+from pydantic import ValidationError
 
 from longctx_operator import metrics
 from longctx_operator.annotations import pod_annotations
@@ -314,8 +319,9 @@ def percentile(values: list[float], q: float) -> float:
 class Controller:
     """No controller (raw), the JobSet controller, or the longctx operator, as a process."""
 
-    def __init__(self, system: str, cluster: Kubectl, scratch: Path):
+    def __init__(self, system: str, cluster: Kubectl, scratch: Path, operator_settings: dict):
         self.system, self.cluster, self.scratch = system, cluster, scratch
+        self.operator_settings = operator_settings
         self.process: subprocess.Popen | None = None
         self.jobset: jobset_controller.JobSetController | None = None
         self.metrics_port = free_port()
@@ -327,7 +333,7 @@ class Controller:
             self.process = self.jobset.process
         elif self.system == "longctx":
             config = self.scratch / "longctx-operator.yaml"
-            config.write_text(json.dumps(OPERATOR_CONFIG))
+            config.write_text(json.dumps(OPERATOR_CONFIG | self.operator_settings))
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "longctx_operator.cli", "operator", "--all-namespaces", "--config",
                  str(config), "--metrics-port", str(self.metrics_port), "--health-port", "0"],
@@ -390,7 +396,7 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
 def run_system(system: str, cluster: Kubectl, args, scratch: Path, audit: Path | None, label: str = "") -> dict:
     namespace = f"scale-{system}{label}-{os.getpid()}"
     cluster.create_namespace(namespace)
-    controller = Controller(system, cluster, scratch)
+    controller = Controller(system, cluster, scratch, dict(args.operator_setting))
     controller.start()
     try:
         timeline = Timeline(cluster.kubeconfig, namespace, ROOTS[system], args.pods)
@@ -564,11 +570,8 @@ def report(results: dict[str, dict], args, nodes: int) -> None:
                     f"    {who} {what}: {len(seconds)} in the API server p50 {percentile(seconds, 0.5):.3f}s"
                     f"  p95 {percentile(seconds, 0.95):.3f}s  max {max(seconds):.3f}s"
                 )
-    running = {system: [s["running"] for s in result["stages"].values()] for system, result in results.items()}
-    for base in ("raw", "jobset"):
-        if "longctx" in running and base in running:
-            ratios = [percentile(running["longctx"], q) / percentile(running[base], q) for q in (0.5, 0.95)]
-            print(f"longctx/{base}: all pods Running p50 x{ratios[0]:.2f}, p95 x{ratios[1]:.2f}")
+    for base, (p50, p95) in running_ratios(results).items():
+        print(f"longctx/{base}: all pods Running p50 x{p50:.2f}, p95 x{p95:.2f}")
     if IDLE in results and "longctx" in results:
         idle, busy = results[IDLE], results["longctx"]
         cpu, rss = busy["cpu"] / idle["cpu"], busy["rss"] / idle["rss"]
@@ -576,6 +579,35 @@ def report(results: dict[str, dict], args, nodes: int) -> None:
 
 
 IDLE = "longctx-idle"
+GOALS = {"raw": 1.2, "jobset": 1.0}
+"""Issue #31's goals for longctx's all-pods-Running p95 over each baseline's, in the same run."""
+
+
+def running_ratios(results: dict[str, dict]) -> dict[str, tuple[float, float]]:
+    """longctx's all-pods-Running p50 and p95 over each baseline's that ran beside it."""
+    running = {system: [s["running"] for s in result["stages"].values()] for system, result in results.items()}
+    return {
+        base: tuple(percentile(running["longctx"], q) / percentile(running[base], q) for q in (0.5, 0.95))
+        for base in GOALS
+        if "longctx" in running and base in running
+    }
+
+
+def rotated(systems: list[str], round_: int) -> list[str]:
+    """Round `round_`'s order: each system starts a round in turn, so none always runs first on a
+    fresh cluster or last on one that has seen every other batch."""
+    shift = round_ % len(systems)
+    return systems[shift:] + systems[:shift]
+
+
+def report_rounds(rounds: list[dict[str, dict]]) -> None:
+    """Each round's p95 ratios against the goals, and how many rounds met each."""
+    for base, goal in GOALS.items():
+        ratios = [ratios[base][1] for r in rounds if base in (ratios := running_ratios(r))]
+        if ratios:
+            each = " ".join(f"x{ratio:.2f}" for ratio in ratios)
+            met = sum(ratio <= goal for ratio in ratios)
+            print(f"longctx/{base} p95 by round: {each}; <= {goal} in {met} of {len(ratios)}")
 
 
 def start_cluster(nodes: int, state: Path, args) -> tuple[Kubectl, Path]:
@@ -621,6 +653,21 @@ def busy(cluster: Kubectl, args, scratch: Path, audit: Path) -> dict[str, dict]:
     return results
 
 
+def setting(text: str) -> tuple[str, object]:
+    """KEY=JSON of --operator-setting, checked against the operator's configuration model."""
+    key, _, value = text.partition("=")
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text}: the value is not JSON ({e})") from None
+    try:
+        OperatorConfig.model_validate(OPERATOR_CONFIG | {key: parsed})
+    except ValidationError as e:
+        error = e.errors()[0]
+        raise argparse.ArgumentTypeError(f"{text}: {'.'.join(map(str, error['loc']))}: {error['msg']}") from None
+    return key, parsed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=512)
@@ -637,6 +684,20 @@ def main() -> int:
         default=[],
         help="an extra kube-controller-manager flag, e.g. --controller-manager-arg=--concurrent-job-syncs=50",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="quiet scenario: run --systems this many times, each round in another order",
+    )
+    parser.add_argument(
+        "--operator-setting",
+        action="append",
+        default=[],
+        type=setting,
+        metavar="KEY=JSON",
+        help="a field of the operator's configuration file (docs/operator.md), e.g. --operator-setting workers=32",
+    )
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument(
         "--cluster-dir", type=Path, help="use this running cluster (hack/cluster/up's state) for one scenario"
@@ -647,6 +708,8 @@ def main() -> int:
         parser.error(f"--systems: choose from {', '.join(SYSTEMS)}")
     if not set(scenarios) <= {"quiet", "busy"}:
         parser.error("--scenarios: choose from quiet, busy")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
 
     scratch = Path(tempfile.mkdtemp(prefix="longctx-scale-"))
     try:
@@ -659,11 +722,18 @@ def main() -> int:
                 else:
                     cluster, audit = start_cluster(nodes, state, args)
                 if scenario == "quiet":
-                    results = {s: run_system(s, cluster, args, scratch, audit) for s in systems}
+                    rounds = []
+                    for round_ in range(args.rounds):
+                        rounds.append(
+                            {s: run_system(s, cluster, args, scratch, audit) for s in rotated(systems, round_)}
+                        )
+                        print(f"\n== quiet, round {round_ + 1} of {args.rounds} ==")
+                        report(rounds[-1], args, nodes)
+                    if args.rounds > 1:
+                        report_rounds(rounds)
                 else:
-                    results = busy(cluster, args, scratch, audit)
-                print(f"\n== {scenario} ==")
-                report(results, args, nodes)
+                    print("\n== busy ==")
+                    report(busy(cluster, args, scratch, audit), args, nodes)
                 print(f"load average: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}", flush=True)
             finally:
                 stop_cluster(state)
