@@ -31,12 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--health-port", type=int, help="kopf's liveness endpoint /healthz on this port (0: off)")
     parser.add_argument("--metrics-port", type=int, help="the operator's Prometheus metrics on this port (0: off)")
-    parser.add_argument("--workers", type=int, help="concurrent decisions (default 16); each job's writes run apart")
+    defaults = OperatorConfig.model_fields
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help=f"concurrent decisions (default {defaults['workers'].default}); each job's writes run apart",
+    )
     parser.add_argument(
         "--progress-interval",
         type=float,
         dest="progress_interval_seconds",
-        help="seconds between reads of rank 0's metrics (default 10)",
+        help=f"seconds between reads of rank 0's metrics (default {defaults['progress_interval_seconds'].default:g})",
     )
     parser.add_argument("--verbose", "-v", action="store_true")
 
