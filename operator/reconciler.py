@@ -168,6 +168,9 @@ class JobState:
     unwritten_since: float | None = None
     """time.monotonic() when a decided change of status.workers alone was first left unwritten
     (statuswrite.write_delay); None when the status written is the one decided."""
+    parsed: tuple[str, LongContextJob, LongContextJobStatus] | None = None
+    """The job's resourceVersion and its spec and status as validated at that version: a decision
+    on an unchanged object (most follow its pods' events) reuses them (the models are frozen)."""
     written_version: str | None = None
     """The resourceVersion of the job as this reconciler's last status write left it: its watch
     event (the echo) carries nothing that was not decided on, so it is not decided again."""
@@ -389,13 +392,19 @@ class Reconciler:
         obj = self.cache.jobs_of.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return _nothing  # children go with the owner (garbage collector)
-        try:
-            job = LongContextJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec")})
-            status = LongContextJobStatus.model_validate(obj.get("status") or {})
-        except ValidationError as e:
-            log.error("%s/%s does not parse: %s", *key, e)
-            return _nothing
-        generation, state = status.workload_generation, self._state(key)
+        state = self._state(key)
+        version = obj["metadata"].get("resourceVersion")
+        if version is not None and state.parsed is not None and state.parsed[0] == version:
+            _, job, status = state.parsed
+        else:
+            try:
+                job = LongContextJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+                status = LongContextJobStatus.model_validate(obj.get("status") or {})
+            except ValidationError as e:
+                log.error("%s/%s does not parse: %s", *key, e)
+                return _nothing
+            state.parsed = (version, job, status) if version is not None else None
+        generation = status.workload_generation
         observed = MISSING
         if generation:
             workload = self.cache.owned_workload(key, generation)  # only a Job this job created

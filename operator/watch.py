@@ -75,6 +75,7 @@ class Watch:
         """What was last delivered of each object (only its metadata), to report deletions after a relist."""
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"watch-{resource}", daemon=True)
+        self.delivered = metrics.WATCH_EVENTS.labels(resource=resource)  # looked up once, not per event
 
     def start(self) -> None:
         self.thread.start()
@@ -84,7 +85,7 @@ class Watch:
         self.stopped.set()
 
     def _send(self, obj: dict, deleted: bool) -> None:
-        metrics.WATCH_EVENTS.labels(resource=self.resource).inc()
+        self.delivered.inc()
         if deleted:
             self.known.pop(_key(obj), None)
         else:

@@ -700,3 +700,38 @@ def test_a_new_spec_is_planned_in_the_thread_pool_not_on_the_event_loop(monkeypa
     run(go())
     assert kube.job["status"]["layout"]["data"] >= 1  # planned and recorded
     assert len(threads) == 1 and threads[0] != threading.main_thread().name, threads
+
+
+def test_a_job_is_validated_once_per_version_and_a_new_version_is_decided_on(monkeypatch):
+    """Most decisions follow a pod's event on an unchanged job: they reuse the spec and status
+    validated at its resourceVersion; any write makes a new version, which is validated afresh."""
+    from longctx_operator import reconciler as reconciler_module
+
+    validated: list[str] = []
+    real = reconciler_module.LongContextJob
+
+    class Counting:
+        @staticmethod
+        def model_validate(obj):
+            validated.append(obj["metadata"].get("resourceVersion"))
+            return real.model_validate(obj)
+
+    monkeypatch.setattr(reconciler_module, "LongContextJob", Counting)
+    kube = VersionedKube(job_object())
+    reconciler = Reconciler(kube, OperatorConfig())
+    reconciler.job_event(copy.deepcopy(kube.job), deleted=False)
+
+    async def go():
+        await reconciler.reconcile(KEY)  # admits and writes version 2
+        await reconciler.reconcile(KEY)  # decides on 2
+        await reconciler.reconcile(KEY)  # 2 again: nothing changed
+        changed = copy.deepcopy(kube.job)
+        changed["metadata"] |= {"resourceVersion": "20", "generation": 2}
+        changed["spec"]["sequenceLength"] = 8192
+        reconciler.job_event(changed, deleted=False)
+        await reconciler.reconcile(KEY)  # the new spec
+        await settle(reconciler)
+
+    run(go())
+    assert validated == ["1", "2", "20"]
+    assert kube.job["status"]["observedGeneration"] == 2  # the decision saw the new spec
