@@ -602,12 +602,13 @@ def rotated(systems: list[str], round_: int) -> list[str]:
 
 def report_rounds(rounds: list[dict[str, dict]]) -> None:
     """Each round's p95 ratios against the goals, and how many rounds met each."""
+    per_round = [running_ratios(r) for r in rounds]
     for base, goal in GOALS.items():
-        ratios = [ratios[base][1] for r in rounds if base in (ratios := running_ratios(r))]
-        if ratios:
-            each = " ".join(f"x{ratio:.2f}" for ratio in ratios)
-            met = sum(ratio <= goal for ratio in ratios)
-            print(f"longctx/{base} p95 by round: {each}; <= {goal} in {met} of {len(ratios)}")
+        p95s = [ratios[base][1] for ratios in per_round if base in ratios]
+        if p95s:
+            each = " ".join(f"x{p95:.2f}" for p95 in p95s)
+            met = sum(p95 <= goal for p95 in p95s)
+            print(f"longctx/{base} p95 by round: {each}; <= {goal} in {met} of {len(p95s)}")
 
 
 def start_cluster(nodes: int, state: Path, args) -> tuple[Kubectl, Path]:
