@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.cluster: the tests' kubectl
+from support.cache import cache_root
 from support.cluster import Kubectl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,11 +132,7 @@ def main() -> None:
     args = parser.parse_args()
 
     subprocess.run([str(SCRIPTS / "build")], check=True)  # the warm start below must not include a build
-    build = (
-        cold_build_seconds()
-        if args.cold_build
-        else recorded_build_seconds(Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx")))
-    )
+    build = cold_build_seconds() if args.cold_build else recorded_build_seconds(cache_root())
 
     with tempfile.TemporaryDirectory(prefix="longctx-bench-cluster-") as state_dir:
         state = Path(state_dir)

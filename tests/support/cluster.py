@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from support.cache import cache_root
 from support.waiting import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def component_versions() -> dict[str, str]:
 
 def cluster_bin_path() -> str:
     """PATH entries holding the cached cluster binaries (kubectl, helm, kwok, etcd...)."""
-    cache = Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx"))
+    cache = cache_root()
     return os.pathsep.join(str(cache / f"{name}-{version}" / "bin") for name, version in component_versions().items())
 
 
