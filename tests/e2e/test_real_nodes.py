@@ -36,6 +36,7 @@ from longctx_trainer.contract.topology import tabled_placement
 from longctx_trainer.faults import FAULT_EXIT_CODE
 from support.cluster import Kubectl
 from support.prometheus import Prometheus
+from support.waiting import poll_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -219,6 +220,20 @@ class Job:
                 pytest.fail(f"timed out waiting for {what}\n{self.describe(job)}")
             time.sleep(2)
 
+    def saved_steps(self) -> list[int]:
+        """The steps whose checkpoints are on the job's volume (orbax renames a step's folder to
+        its number only once the save is complete)."""
+        return sorted(int(p.name) for p in self.checkpoints.iterdir() if p.name.isdigit())
+
+    def wait_for_a_checkpoint(self) -> int:
+        """The first step saved, seen on the volume within a fraction of a step: a fault injected
+        then lands mid-run on any machine, where the operator's status (read every 10 s) may
+        first say so after the last step of a short job."""
+        try:
+            return poll_until(self.saved_steps, TIMEOUT_SECONDS, interval=0.1, what="a checkpoint")[0]
+        except TimeoutError as error:
+            pytest.fail(f"{error}\n{self.describe(self.get())}")
+
     def describe(self, job: dict) -> str:
         pods = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-o", "wide", check=False)
         events = self.cluster.kubectl("get", "events", "-n", self.namespace, check=False)
@@ -311,7 +326,7 @@ def test_quickstart_trains_on_real_pods_and_succeeds(real_cluster, prometheus):
         assert [e["event"] for e in rank1] == ["joined"]  # only rank 0 reports progress
         check_ring_order(job, rank0)
         interval = QUICKSTART["spec"]["checkpoint"]["intervalSteps"]
-        saved = sorted(int(p.name) for p in job.checkpoints.iterdir() if p.name.isdigit())
+        saved = job.saved_steps()
         assert saved and saved[-1] == job.steps and all(s % interval == 0 or s == job.steps for s in saved), saved
         # Prometheus scraped both trainer pods at their pod IPs, through the PodMonitor's selection.
         pods = {p["metadata"]["name"]: p["status"]["podIP"] for p in job.pods(1)}
@@ -381,7 +396,7 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         )
         k = preempted["status"]["lastRestart"]["checkpointStep"]
         assert k >= 3 and preempted["status"]["restarts"] == 0 and preempted["status"]["workloadGeneration"] == 1
-        assert sorted(int(p.name) for p in job.checkpoints.iterdir() if p.name.isdigit()) == [k]
+        assert job.saved_steps() == [k]
         # The status may say Preempted from rank 1's termination message before rank 0's pod has
         # ended: wait for rank 0's, which alone logs the progress events.
         job.wait(
@@ -597,7 +612,7 @@ def test_a_real_kueue_preemption_saves_one_step_and_the_same_job_resumes(real_cl
         assert sorted(exits.values()) == [85, 85], (exits, low.describe(low.get()))
         (k,) = [e["step"] for e in follow.logs(0) if e["event"] == "preempted"]
         assert k >= 3, follow.logs(0)[-3:]
-        assert sorted(int(p.name) for p in low.checkpoints.iterdir() if p.name.isdigit()) == [k]
+        assert low.saved_steps() == [k]
 
         # Kueue admitted the same Job again: its new pods resumed at k + 1, and the job finished.
         final = low.wait(lambda j: phase(j) in ("Succeeded", "Failed"), "the preempted job to finish")

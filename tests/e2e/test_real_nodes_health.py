@@ -52,17 +52,14 @@ def test_a_stopped_rank_is_named_stalled_and_the_gang_resumes(real_cluster):
         ),
     )
     try:
-        job.wait(
-            lambda current: ((current.get("status") or {}).get("progress") or {}).get("lastCheckpointStep"),
-            "generation 1 to pass a checkpoint",
-        )
-        first_rank0, _ = check_joined(job, 1)
+        job.wait_for_a_checkpoint()
         stopped = job.pods(1)[1]["metadata"]["name"]
         # PID 1 is the launcher; its child is the trainer (the rank's process, exporter included).
         real_cluster.kubectl(
             "exec", "-n", job.namespace, stopped, "-c", "trainer", "--",
             "sh", "-c", "kill -STOP $(cat /proc/1/task/1/children)",
         )  # fmt: skip
+        first_rank0, _ = check_joined(job, 1)
         restarted = job.wait(
             lambda current: (current.get("status") or {}).get("stallRestarts") == 1,
             "the stall restart",
@@ -162,10 +159,7 @@ def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_time
         ),
     )
     try:
-        job.wait(
-            lambda current: ((current.get("status") or {}).get("progress") or {}).get("lastCheckpointStep"),
-            "generation 1 to pass a checkpoint",
-        )
+        job.wait_for_a_checkpoint()
         check_joined(job, 1)
         operators = json.loads(real_cluster.kubectl("get", "pods", "-n", "longctx-system", "-o", "json"))["items"]
         spared = {p["spec"].get("nodeName") for p in operators}  # the operator must outlive the node
