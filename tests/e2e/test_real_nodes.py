@@ -240,14 +240,23 @@ class Job:
         return f"status: {json.dumps(job.get('status'), indent=1)}\n{pods}\n{events}"
 
     def warnings(self, reason: str) -> list[str]:
-        """The messages of the Warning Events the operator posted on the job with this reason."""
-        listed = json.loads(
-            self.cluster.kubectl(
-                "get", "events", "-n", self.namespace, "-o", "json",
-                "--field-selector", f"involvedObject.kind=LongContextJob,reason={reason}",
-            )
-        )["items"]  # fmt: skip
-        return [e["message"] for e in listed if e["type"] == "Warning"]
+        """The messages of the Warning Events the operator posted on the job with this reason, once
+        there is one (or none after a minute): the operator posts an Event after the status patch
+        that the test waited for, so the Event is listed a little later."""
+
+        def listed() -> list[str]:
+            items = json.loads(
+                self.cluster.kubectl(
+                    "get", "events", "-n", self.namespace, "-o", "json",
+                    "--field-selector", f"involvedObject.kind=LongContextJob,reason={reason}",
+                )
+            )["items"]  # fmt: skip
+            return [e["message"] for e in items if e["type"] == "Warning"]
+
+        try:
+            return poll_until(listed, 60, interval=1, what=f"a {reason} Event")
+        except TimeoutError:
+            return []
 
     def log_text(self, pod: dict, check: bool = True) -> str:
         return self.cluster.kubectl("logs", "-n", self.namespace, pod["metadata"]["name"], "-c", "trainer", check=check)
@@ -471,9 +480,7 @@ def test_a_crashed_rank_restarts_in_place_and_the_gang_resumes_in_the_same_pods(
         assert final["status"]["restarts"] == 0 and final["status"]["workloadGeneration"] == 1, final["status"]
         assert final["status"]["progress"].get("inPlaceRestarts") == 1, job.describe(final)
         assert wide_column(real_cluster, job, "IN PLACE") == "1"
-        deadline = time.monotonic() + 60  # the Event is posted after the status patch, listed a little later
-        while not (posted := job.warnings("RestartedInPlace")) and time.monotonic() < deadline:
-            time.sleep(2)
+        posted = job.warnings("RestartedInPlace")
         assert len(posted) == 1 and "1 in-place restart in generation 1" in posted[0], job.describe(final)
         pods = job.pods(1)
         assert all(c["restartCount"] == 0 for p in pods for c in p["status"]["containerStatuses"]), pods
