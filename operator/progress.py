@@ -139,6 +139,22 @@ def metrics_source(
     return MetricsSource(f"http://{host}:{port}/metrics", refused)
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Failed reads in a row of one endpoint. A replaced rank 0 (a pod with another IP, after a
+    preemption in place or a gang restart) is another endpoint and is read at the interval at
+    once: the failures of the pod it replaced, read as it ended, do not delay its first progress
+    by up to BACKOFF_MAX_SECONDS."""
+
+    url: str | None = None
+    failures: int = 0
+
+    def after(self, url: str | None, failed: bool) -> Backoff:
+        if not failed:
+            return Backoff(url)
+        return Backoff(url, self.failures + 1 if url == self.url else 1)
+
+
 RATE_WINDOW_SECONDS = 300.0
 """Reads of the last five minutes set the step rate: recent enough to follow a slowdown, long
 enough to average over checkpoint pauses."""
@@ -265,11 +281,14 @@ class ProgressPoller(RunningJobTasks):
             log.warning("%s/%s: %s", *key, source.refused)
         return source.url
 
-    async def scrape(self, key) -> None:
-        """One read of the job's rank 0 and, when it shows training metrics, one status patch.
-        Raises MetricsUnreadable when the endpoint cannot be read."""
+    def endpoint(self, key) -> str | None:
+        """Rank 0's metrics URL now: None while the job is not Running or rank 0 has no pod IP."""
         obj = self._running(key)
-        url = self.rank0_url(key, obj) if obj is not None else None
+        return self.rank0_url(key, obj) if obj is not None else None
+
+    async def scrape(self, key, url: str | None) -> None:
+        """One read of `url`, the job's rank 0 (`endpoint`), and, when it shows training metrics,
+        one status patch. Raises MetricsUnreadable when the endpoint cannot be read."""
         if url is None:
             return
         response = await fetch_metrics(url)
@@ -294,8 +313,8 @@ class ProgressPoller(RunningJobTasks):
                     log.warning("%s/%s: event %s not posted: %s", *key, event.reason, e)
 
     def next_read_delay(self, failures: int) -> float:
-        """Seconds from one read's start to the next: the interval, doubling while reads fail, up
-        to BACKOFF_MAX_SECONDS (or the interval, if that is longer)."""
+        """Seconds from one read's start to the next: the interval, doubling while reads of one
+        endpoint fail, up to BACKOFF_MAX_SECONDS (or the interval, if that is longer)."""
         interval = self.config.progress_interval_seconds
         return min(max(interval, BACKOFF_MAX_SECONDS), interval * 2.0 ** min(failures, 16))
 
@@ -303,20 +322,21 @@ class ProgressPoller(RunningJobTasks):
         """Reads one job's progress while it is Running; the first read at a random point of the
         first interval, so jobs found together (an operator start) are not read all at once."""
         loop = asyncio.get_running_loop()
-        failures = 0
+        backoff = Backoff()
         try:
             await asyncio.sleep(random.uniform(0, self.config.progress_interval_seconds))
             while self._running(key) is not None:
                 started = loop.time()
+                url = self.endpoint(key)
                 try:
-                    await self.scrape(key)
-                    failures = 0
+                    await self.scrape(key, url)
+                    backoff = backoff.after(url, failed=False)
                 except MetricsUnreadable as e:
-                    failures += 1
+                    backoff = backoff.after(url, failed=True)
                     log.debug("%s/%s: metrics unreadable: %s", *key, e)
                 except Exception as e:  # noqa: BLE001 - the status patch: retried at the next read
-                    failures += 1
+                    backoff = backoff.after(url, failed=True)
                     log.warning("%s/%s: progress not updated: %s", *key, e)
-                await asyncio.sleep(max(0.0, started + self.next_read_delay(failures) - loop.time()))
+                await asyncio.sleep(max(0.0, started + self.next_read_delay(backoff.failures) - loop.time()))
         finally:
             self._ended(key)

@@ -219,7 +219,7 @@ def test_the_poller_shows_each_read_and_posts_one_event_for_one_restart():
 
     async def reads():
         for _ in Epochs.epochs:
-            await poller.scrape(("team", "j"))
+            await poller.scrape(("team", "j"), poller.endpoint(("team", "j")))
 
     try:
         asyncio.run(reads())

@@ -10,10 +10,11 @@ from prometheus_client import generate_latest
 from longctx_operator.api.status import ProgressStatus
 from longctx_operator.cache import Cache
 from longctx_operator.config import OperatorConfig
-from longctx_operator.progress import ProgressPoller, metrics_source, progress_patch, read_rank0
+from longctx_operator.progress import Backoff, ProgressPoller, metrics_source, progress_patch, read_rank0
 from longctx_trainer.contract.exposition import MetricsUnreadable
 from longctx_trainer.contract.metrics import TrainMetrics
 from support.hostile_metrics import Handler, serve, slow_answer
+from support.ports import free_port
 
 
 def exposition(rank=0, steps=True) -> bytes:
@@ -184,6 +185,67 @@ def test_reads_that_keep_failing_back_off():
     assert [poller.next_read_delay(n) for n in (0, 1, 2, 3, 9)] == [10, 20, 40, 60, 60]
     slow = ProgressPoller(None, None, None, OperatorConfig(progress_interval_seconds=600))
     assert slow.next_read_delay(3) == 600
+
+
+def test_failures_count_per_endpoint():
+    backoff = Backoff()
+    seen = []
+    for url, failed in [("a", True), ("a", True), ("a", True), (None, False), ("b", True), ("c", True), ("c", False)]:
+        backoff = backoff.after(url, failed)
+        seen.append(backoff.failures)
+    assert seen == [1, 2, 3, 0, 1, 1, 0]
+
+
+class Broken(Handler):
+    def answer(self, path: str) -> None:
+        if path == "/metrics":
+            self.ok(b"longctx_train_step 3\n")
+        else:
+            self.raw(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n")
+
+
+class _Recorded(ProgressPoller):
+    """Records the failures each read's delay was computed from (and waits nothing); after the
+    read numbered in `then`, puts that job object in the cache."""
+
+    def __init__(self, cache, kube, then: dict[int, dict]):
+        config = OperatorConfig(metrics_url_prefixes=["http://127.0.0.1:"], progress_interval_seconds=0.01)
+        super().__init__(cache, kube, _direct, config)
+        self.failures, self.then = [], then
+
+    def next_read_delay(self, failures: int) -> float:
+        self.failures.append(failures)
+        if (job := self.then.get(len(self.failures))) is not None:
+            self.cache.put_job(job, deleted=False)
+        return 0.0
+
+
+async def _direct(fn, *args):
+    return fn(*args)
+
+
+@pytest.mark.timeout(60)
+def test_a_replaced_rank_zero_is_read_without_the_backoff_of_the_one_before():
+    """Rank 0's pod that ended (a preemption in place, a gang restart) fails its reads as it goes;
+    its replacement, another endpoint, was then read only after the backoff those failures had
+    built up (up to a minute), and its first progress shown that much later. Here a refused
+    endpoint fails three reads, another endpoint answering 500 two, and an honest one is read."""
+    cache = Cache()
+    kube = _Patches(cache)
+    httpd, server = serve(Broken)
+    refused = f"http://127.0.0.1:{free_port()}/metrics"
+    ended = {**running_job("j", server + "/metrics"), "status": {"phase": "Succeeded"}}
+    cache.put_job(running_job("j", refused), deleted=False)
+    poller = _Recorded(
+        cache, kube, {3: running_job("j", server + "/broken"), 5: running_job("j", server + "/metrics"), 6: ended}
+    )
+    try:
+        asyncio.run(poller.follow(("team", "j")))
+    finally:
+        poller.stop()
+        httpd.shutdown()
+    assert poller.failures == [1, 2, 3, 1, 2, 0]
+    assert kube.steps["j"] == [3]
 
 
 # (seconds, step) reads of rank 0 every 10 s, as the progress poller records them.

@@ -254,7 +254,7 @@ def test_running_pods_then_progress_scraped_from_an_allowed_metrics_url():
                 reconciler.pod_event(pod(index), deleted=False)
             await reconciler.reconcile(KEY)
             await reconciler.reconcile(KEY)
-            await reconciler.progress.scrape(KEY)
+            await reconciler.progress.scrape(KEY, reconciler.progress.endpoint(KEY))
             await settle(reconciler)
 
         run(go())
