@@ -381,12 +381,20 @@ def saving_on_preemption(steps: int, **spec: dict) -> dict:
 IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"  # the Job controller's, per index
 
 
+PREEMPTED_STEPS = 120
+"""Steps of the preemption test's job: after the preemption in place the replaced gang runs for
+about a minute, so the operator's progress read (every 10 s; a replaced rank 0 is read without the
+backoff of the pod before it, progress.Backoff) sees it resume before the test kills a rank."""
+
+
 def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_gang(real_cluster):
     """`kubectl delete pod` of rank 1 (graceful: SIGTERM) mid-run: both ranks save the same step k,
     with no interval checkpoint before it, and exit 85; the same Job replaces the pods, which resume
     at k + 1, no restart counted (status.lastRestart Preempted, resumedFromStep k). Then a killed
     trainer (SIGINT: no save) fails the gang, which restarts as generation 2 from step k."""
-    job = Job(real_cluster, saving_on_preemption(200, restartPolicy={"maxRestarts": 2, "backoffSeconds": 1}))
+    job = Job(
+        real_cluster, saving_on_preemption(PREEMPTED_STEPS, restartPolicy={"maxRestarts": 2, "backoffSeconds": 1})
+    )
 
     def pod_name(pod: dict) -> str:
         return pod["metadata"]["name"]
