@@ -225,12 +225,12 @@ class Job:
         its number only once the save is complete)."""
         return sorted(int(p.name) for p in self.checkpoints.iterdir() if p.name.isdigit())
 
-    def wait_for_a_checkpoint(self) -> int:
-        """The first step saved, seen on the volume within a fraction of a step: a fault injected
-        then lands mid-run on any machine, where the operator's status (read every 10 s) may
-        first say so after the last step of a short job."""
+    def wait_for_a_checkpoint(self) -> None:
+        """Returns once a step is saved, seen on the volume within a fraction of a step: a fault
+        injected then lands mid-run on any machine, where the operator's status (read every 10 s)
+        may first say so after the last step of a short job."""
         try:
-            return poll_until(self.saved_steps, TIMEOUT_SECONDS, interval=0.1, what="a checkpoint")[0]
+            poll_until(self.saved_steps, TIMEOUT_SECONDS, interval=0.1, what="a checkpoint")
         except TimeoutError as error:
             pytest.fail(f"{error}\n{self.describe(self.get())}")
 
