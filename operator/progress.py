@@ -39,7 +39,7 @@ from .inplace_restarts import in_place_budget, in_place_restarts, shown_in_place
 from .jobtasks import RunningJobTasks
 from .names import METRICS_URL_ANNOTATION
 from .observe import pod_rank, serving, timestamp
-from .scrape import Response, fetch_metrics
+from .scrape import NotListening, Response, fetch_metrics
 
 log = logging.getLogger("longctx.operator")
 
@@ -144,7 +144,9 @@ class Backoff:
     """Failed reads in a row of one endpoint. A replaced rank 0 (a pod with another IP, after a
     preemption in place or a gang restart) is another endpoint and is read at the interval at
     once: the failures of the pod it replaced, read as it ended, do not delay its first progress
-    by up to BACKOFF_MAX_SECONDS."""
+    by up to BACKOFF_MAX_SECONDS. A refused connection (scrape.NotListening: a trainer restarting
+    in its pod) is not counted: it costs one connect, and the restarted trainer's progress is read
+    at the next interval."""
 
     url: str | None = None
     failures: int = 0
@@ -331,6 +333,9 @@ class ProgressPoller(RunningJobTasks):
                 try:
                     await self.scrape(key, url)
                     backoff = backoff.after(url, failed=False)
+                except NotListening as e:  # cheap to retry: not a failure that slows the reads
+                    backoff = backoff.after(url, failed=False)
+                    log.debug("%s/%s: metrics unreadable: %s", *key, e)
                 except MetricsUnreadable as e:
                     backoff = backoff.after(url, failed=True)
                     log.debug("%s/%s: metrics unreadable: %s", *key, e)

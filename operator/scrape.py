@@ -152,9 +152,14 @@ async def _response(reader: asyncio.StreamReader, limit: int) -> Response:
     return Response(bytes(body), chunked)
 
 
+class NotListening(MetricsUnreadable):
+    """The connection was refused: no exporter listens at the endpoint, as while a trainer
+    restarts in its pod. Such a read costs the operator one connect."""
+
+
 async def fetch_metrics(url: str, limit: int = MAX_BODY_BYTES, timeout: float = TIMEOUT_SECONDS) -> Response:
     """The response to GET `url`, at most `limit` bytes of body, all of it within `timeout`
-    seconds; raises MetricsUnreadable."""
+    seconds; raises MetricsUnreadable (NotListening when the connection is refused)."""
     target = _target(url)
     writer = None
     try:
@@ -176,7 +181,9 @@ async def fetch_metrics(url: str, limit: int = MAX_BODY_BYTES, timeout: float = 
         raise MetricsUnreadable("the response ended early") from None
     except (asyncio.LimitOverrunError, ValueError):  # readuntil past the stream's limit
         raise MetricsUnreadable(f"a status or header line longer than {MAX_HEAD_LINE_BYTES} bytes") from None
-    except OSError as e:  # refused, unreachable, reset, TLS
+    except ConnectionRefusedError:
+        raise NotListening("connection refused: nothing listens there") from None
+    except OSError as e:  # unreachable, reset, TLS
         raise MetricsUnreadable(f"{type(e).__name__}: {e.strerror or e.errno or ''}") from None
     finally:
         if writer is not None:

@@ -453,10 +453,10 @@ def test_a_deleted_pod_saves_one_step_in_place_and_a_killed_rank_restarts_the_ga
         job.delete()
 
 
-IN_PLACE_STEPS = 100
-"""Steps of the in-place test's job: the gang runs about a minute after the restart, so the
-operator's progress read (every 10 s, backing off to up to a minute while the restart makes reads
-fail) sees rank 0's restarted trainer before the job ends."""
+IN_PLACE_STEPS = 70
+"""Steps of the in-place test's job: the gang runs for about 40 s after the restart, so the
+operator's progress read (every 10 s; the reads refused while the trainer restarts do not slow it,
+progress.Backoff) sees rank 0's restarted trainer before the job ends."""
 
 
 def wide_column(cluster, job: Job, header: str) -> str:

@@ -225,26 +225,30 @@ async def _direct(fn, *args):
 
 
 @pytest.mark.timeout(60)
-def test_a_replaced_rank_zero_is_read_without_the_backoff_of_the_one_before():
+def test_reads_slow_down_for_one_failing_endpoint_only():
     """Rank 0's pod that ended (a preemption in place, a gang restart) fails its reads as it goes;
     its replacement, another endpoint, was then read only after the backoff those failures had
-    built up (up to a minute), and its first progress shown that much later. Here a refused
-    endpoint fails three reads, another endpoint answering 500 two, and an honest one is read."""
+    built up (up to a minute), and its first progress shown that much later; a trainer restarting
+    in place refuses connections for seconds, which slowed the reads of it the same way. Here a
+    refused endpoint is read twice and slows nothing, one answering 500 fails three reads, another
+    two, and an honest one is read."""
     cache = Cache()
     kube = _Patches(cache)
     httpd, server = serve(Broken)
-    refused = f"http://127.0.0.1:{free_port()}/metrics"
-    ended = {**running_job("j", server + "/metrics"), "status": {"phase": "Succeeded"}}
-    cache.put_job(running_job("j", refused), deleted=False)
-    poller = _Recorded(
-        cache, kube, {3: running_job("j", server + "/broken"), 5: running_job("j", server + "/metrics"), 6: ended}
-    )
+    then = {
+        2: running_job("j", server + "/a"),
+        5: running_job("j", server + "/b"),
+        7: running_job("j", server + "/metrics"),
+        8: {**running_job("j", server + "/metrics"), "status": {"phase": "Succeeded"}},
+    }
+    cache.put_job(running_job("j", f"http://127.0.0.1:{free_port()}/metrics"), deleted=False)
+    poller = _Recorded(cache, kube, then)
     try:
         asyncio.run(poller.follow(("team", "j")))
     finally:
         poller.stop()
         httpd.shutdown()
-    assert poller.failures == [1, 2, 3, 1, 2, 0]
+    assert poller.failures == [0, 0, 1, 2, 3, 1, 2, 0]
     assert kube.steps["j"] == [3]
 
 

@@ -3,13 +3,15 @@ job's pod serves (hostile answers from tests/support/hostile_metrics.py), and a 
 decoded."""
 
 import asyncio
+import socket
 import threading
 
 import pytest
 
-from longctx_operator.scrape import MAX_CHUNKS, dechunk, fetch_metrics
+from longctx_operator.scrape import MAX_CHUNKS, NotListening, dechunk, fetch_metrics
 from longctx_trainer.contract.exposition import MAX_BODY_BYTES, MetricsUnreadable
 from support.hostile_metrics import SLOW_ANSWERS, Handler, serve, slow_answer
+from support.ports import free_port
 
 HONEST = b"longctx_train_step 3\n"
 
@@ -109,3 +111,13 @@ def test_dechunk_refuses_malformed_truncated_and_too_many_chunks():
             dechunk(body)
     with pytest.raises(MetricsUnreadable, match=f"more than {MAX_CHUNKS}"):
         dechunk(b"1\r\nx\r\n" * (MAX_CHUNKS + 1) + b"0\r\n\r\n")
+
+
+def test_a_refused_connection_is_told_apart():
+    """progress.Backoff does not slow the reads for it (a trainer restarting in its pod)."""
+    with pytest.raises(NotListening, match="refused"):
+        asyncio.run(fetch_metrics(f"http://127.0.0.1:{free_port()}/metrics"))
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never answers: the deadline
+        with pytest.raises(MetricsUnreadable, match="within") as late:
+            asyncio.run(fetch_metrics(f"http://127.0.0.1:{silent.getsockname()[1]}/metrics", timeout=0.2))
+    assert not isinstance(late.value, NotListening)
