@@ -42,10 +42,12 @@ EVICTION_SECONDS = 300
 
 
 def test_a_stopped_rank_is_named_stalled_and_the_gang_resumes(real_cluster):
+    """Rank 1's trainer is stopped (SIGSTOP) as the first checkpoint is saved, so the gang cannot
+    finish its 30 steps; the watchdog names it Stalled and the gang resumes from a checkpoint."""
     job = Job(
         real_cluster,
         checkpointing(
-            60,
+            30,
             CHECKPOINT_INTERVAL,
             restartPolicy={"maxRestarts": 0, "maxStallRestarts": 1, "backoffSeconds": 1},
             hangDetection={"floorSeconds": FLOOR_SECONDS, "stepFactor": 10},
@@ -151,11 +153,13 @@ def test_a_rank_starved_of_its_cpu_is_named_the_straggler_by_its_compute_probe(r
 
 
 def test_a_dead_node_restarts_the_gang_on_healthy_nodes_before_the_eviction_timeout(real_cluster):
-    """Last in the module: the dead node stays dead."""
+    """Last in the module: the dead node stays dead. The node dies as the first checkpoint (step
+    10) is saved: its rank's processes die with it, so the gang cannot finish its 40 steps before
+    the restart."""
     job = Job(
         real_cluster,
         checkpointing(
-            80, 10, restartPolicy={"maxRestarts": 1, "backoffSeconds": 1, "nodeLostSeconds": NODE_LOST_SECONDS}
+            40, 10, restartPolicy={"maxRestarts": 1, "backoffSeconds": 1, "nodeLostSeconds": NODE_LOST_SECONDS}
         ),
     )
     try:
