@@ -333,11 +333,8 @@ class ProgressPoller(RunningJobTasks):
                 try:
                     await self.scrape(key, url)
                     backoff = backoff.after(url, failed=False)
-                except NotListening as e:  # cheap to retry: not a failure that slows the reads
-                    backoff = backoff.after(url, failed=False)
-                    log.debug("%s/%s: metrics unreadable: %s", *key, e)
-                except MetricsUnreadable as e:
-                    backoff = backoff.after(url, failed=True)
+                except MetricsUnreadable as e:  # refused (NotListening) costs one connect: it slows nothing
+                    backoff = backoff.after(url, failed=not isinstance(e, NotListening))
                     log.debug("%s/%s: metrics unreadable: %s", *key, e)
                 except Exception as e:  # noqa: BLE001 - the status patch: retried at the next read
                     backoff = backoff.after(url, failed=True)
